@@ -1,0 +1,43 @@
+"""Every exception lakeflow raises on purpose, in one flat module.
+
+Storage methods raise the builtin `FileNotFoundError` (missing key) and
+`FileExistsError` (a lost create-only write); the rest live here.
+"""
+
+from __future__ import annotations
+
+
+class LakeflowError(Exception):
+    """Base class of lakeflow's own errors."""
+
+
+class EtagMismatchError(LakeflowError):
+    """A compare-and-swap lost: the object changed since its etag was read.
+
+    Read the object again, recompute, and retry the swap.
+    """
+
+
+class UnsupportedStoreError(LakeflowError):
+    """The URL names a storage backend lakeflow cannot use (or cannot use for this operation)."""
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        super().__init__(
+            f"{package} is not installed: run `pip install 'lakeflow[{extra}]'` to use this feature"
+        )
+
+
+class SampleValidationError(ValueError):
+    """A trajectory sample does not match the sample schema; the message names the field and row."""
+
+
+class CorruptShardError(LakeflowError):
+    """A committed shard is missing, truncated, or does not match its commit record."""
+
+
+class CorruptCommitError(LakeflowError):
+    """A commit record cannot be parsed; the message names the key."""

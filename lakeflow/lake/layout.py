@@ -1,0 +1,161 @@
+"""The lake's key layout: every key and prefix lakeflow reads or writes is built here.
+
+Keys are relative to the run's root URL (see DESIGN.md "Lake layout"). Trajectory
+shards use Hive-style partitions (`model=…/date=…`) so Spark, Trino, Polars and pandas
+read the lake without lakeflow. Numbers in keys are zero-padded so that key order is
+numeric order and a listing with `start_after` resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+MANIFEST = "lakeflow.json"
+TRAJECTORIES = "trajectories/"
+COMMITS = "_commits/"
+QUARANTINE = "_quarantine/"
+CATALOG = "catalog/"
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """Model, writer and task ids appear in keys: letters, digits, '.', '_', '-' (max 64)."""
+    if not _NAME.match(name):
+        raise ValueError(
+            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+# --- trajectories and commits -------------------------------------------------------------
+
+
+def shard_key(model_id: str, when: datetime, writer_id: str, seq: int) -> str:
+    """An immutable trajectory shard: one writer's `seq`-th flush for one model."""
+    check_name(model_id, "model id")
+    check_name(writer_id, "writer id")
+    return f"{TRAJECTORIES}model={model_id}/date={when:%Y-%m-%d}/{writer_id}-{seq:08d}.parquet"
+
+
+def commit_key(when: datetime, writer_id: str, seq: int) -> str:
+    """The commit record that makes a shard visible, ordered by the writer's clock (UTC)."""
+    check_name(writer_id, "writer id")
+    when = when.astimezone(UTC)
+    return f"{COMMITS}{when:%Y-%m-%d}/{when:%H}/{when:%M-%S.%f}-{writer_id}-{seq:08d}.json"
+
+
+@dataclass(frozen=True)
+class CommitKey:
+    """The parts of a commit key."""
+
+    when: datetime
+    writer_id: str
+    seq: int
+
+
+_COMMIT = re.compile(
+    r"^_commits/(\d{4}-\d{2}-\d{2})/(\d{2})/(\d{2}-\d{2}\.\d{6})-(.+)-(\d{8})\.json$"
+)
+
+
+def parse_commit_key(key: str) -> CommitKey:
+    """Inverse of `commit_key`; ValueError for a key that is not a commit record."""
+    m = _COMMIT.match(key)
+    if not m:
+        raise ValueError(f"not a commit record key: {key!r}")
+    when = datetime.strptime(f"{m[1]} {m[2]}:{m[3]}", "%Y-%m-%d %H:%M-%S.%f").replace(tzinfo=UTC)
+    return CommitKey(when, m[4], int(m[5]))
+
+
+def commits_from(when: datetime) -> str:
+    """A `start_after` bound for listing: every commit stamped at or after `when` sorts after it."""
+    when = when.astimezone(UTC)
+    return f"{COMMITS}{when:%Y-%m-%d}/{when:%H}/{when:%M-%S.%f}"
+
+
+def quarantine_key(when: datetime, source: str) -> str:
+    """Rejected input with its reason; `source` is the key that was rejected."""
+    name = source.replace("/", "__")
+    return f"{QUARANTINE}{when:%Y-%m-%d}/{name}.json"
+
+
+# --- tasks and batches (written by the dataflow process) -----------------------------------
+
+
+def tasks_prefix(model_id: str) -> str:
+    return f"tasks/{check_name(model_id, 'model id')}/"
+
+
+def task_key(model_id: str, task_id: str) -> str:
+    return f"{tasks_prefix(model_id)}{check_name(task_id, 'task id')}.parquet"
+
+
+def claim_key(model_id: str, task_id: str) -> str:
+    return f"{tasks_prefix(model_id)}{check_name(task_id, 'task id')}.claim"
+
+
+def batches_prefix(model_id: str) -> str:
+    return f"batches/{check_name(model_id, 'model id')}/"
+
+
+def batch_key(model_id: str, step: int) -> str:
+    return f"{batches_prefix(model_id)}{_number(step, 'step')}.parquet"
+
+
+# --- weights and checkpoints (written by the trainer of each model) ------------------------
+
+
+def weights_prefix(model_id: str) -> str:
+    return f"weights/{check_name(model_id, 'model id')}/"
+
+
+def weights_dir(model_id: str, version: int) -> str:
+    """Prefix of one weight version: manifest.json plus model files or a delta."""
+    return f"{weights_prefix(model_id)}{_number(version, 'version')}/"
+
+
+def weights_manifest_key(model_id: str, version: int) -> str:
+    return weights_dir(model_id, version) + "manifest.json"
+
+
+def weights_object_key(model_id: str, version: int, name: str) -> str:
+    """One file of a weight version (`model.safetensors`, `config.json`, `delta.safetensors`, …)."""
+    if "/" in name or not name or name.startswith("."):
+        raise ValueError(f"invalid weight file name {name!r}")
+    return weights_dir(model_id, version) + name
+
+
+def latest_weights_key(model_id: str) -> str:
+    """Pointer to the newest complete version; moved last, by compare-and-swap."""
+    return weights_prefix(model_id) + "LATEST"
+
+
+def parse_weights_version(key: str, model_id: str) -> int | None:
+    """Version number of a key under `weights/<model>/<version>/`, or None."""
+    rest = key.removeprefix(weights_prefix(model_id))
+    head = rest.split("/", 1)[0]
+    return int(head) if rest != key and head.isdigit() and "/" in rest else None
+
+
+def checkpoint_prefix(model_id: str, version: int) -> str:
+    return f"checkpoints/{check_name(model_id, 'model id')}/{_number(version, 'version')}/"
+
+
+# --- stats -------------------------------------------------------------------------------
+
+
+def raas_stats_key(raas_id: str) -> str:
+    return f"stats/raas/{check_name(raas_id, 'rollout service id')}.json"
+
+
+def trainer_stats_key(model_id: str, step: int) -> str:
+    return f"stats/trainer/{check_name(model_id, 'model id')}/{_number(step, 'step')}.json"
+
+
+def _number(n: int, what: str) -> str:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {n!r}")
+    return f"{n:08d}"
