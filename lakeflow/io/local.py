@@ -7,6 +7,7 @@ and renames, so it is safe across processes on one machine (not across NFS clien
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -107,12 +108,12 @@ class LocalStore:
         # Walk only the directory that can hold `prefix`, pruning subtrees that sort
         # entirely at or before `start_after`; sort at the end for exact key order.
         base = prefix.rsplit("/", 1)[0] + "/" if "/" in prefix else ""
-        found: list[ObjectInfo] = []
+        found: builtins.list[ObjectInfo] = []
         self._walk(base, prefix, start_after, found)
         found.sort(key=lambda o: o.key)
         return iter(found)
 
-    def _walk(self, rel: str, prefix: str, start_after: str | None, out: list[ObjectInfo]) -> None:
+    def _walk(self, rel: str, prefix: str, start_after: str | None, out: builtins.list[ObjectInfo]) -> None:
         directory = os.path.join(self.root, *rel.split("/")) if rel else self.root
         try:
             entries = list(os.scandir(directory))

@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from lakeflow.errors import EtagMismatchError
+from lakeflow.io.ranged import open_ranged
 from lakeflow.io.store import ObjectInfo, S3Access, check_key
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -176,7 +177,7 @@ class S3Store:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 
     def open_read(self, key: str) -> BinaryIO:
-        return io.BufferedReader(_RangedReader(self, key, self.head(key).size), buffer_size=64 << 10)  # type: ignore[arg-type]
+        return open_ranged(self, key)
 
     def local_path(self, key: str) -> str | None:
         return None
@@ -201,32 +202,19 @@ def _is_aws(endpoint_url: str) -> bool:
     return (urlparse(endpoint_url).hostname or "").endswith(".amazonaws.com")
 
 
-class _RangedReader(io.RawIOBase):
-    """A seekable raw file over one S3 object: every read is one ranged GET."""
+def s3fs_filesystem(store: S3Store) -> Any:
+    """An s3fs filesystem with the store's credentials (for DuckDB's fsspec path, in benchmarks)."""
+    try:
+        import s3fs
+    except ImportError as e:
+        from lakeflow.errors import MissingExtraError
 
-    def __init__(self, store: S3Store, key: str, size: int) -> None:
-        self._store, self._key, self._size, self._pos = store, key, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        end = min(self._size, self._pos + len(view))
-        if end <= self._pos:
-            return 0
-        data = self._store.get_range(self._key, self._pos, end)
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
+        raise MissingExtraError("s3fs", "bench") from e
+    access = store.s3_access()
+    return s3fs.S3FileSystem(
+        key=access.key_id,
+        secret=access.secret,
+        token=access.session_token,
+        endpoint_url=store.client.meta.endpoint_url,
+        client_kwargs={"region_name": access.region},
+    )

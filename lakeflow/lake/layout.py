@@ -25,7 +25,8 @@ def check_name(name: str, what: str = "name") -> str:
     """Model, writer and task ids appear in keys: letters, digits, '.', '_', '-' (max 64)."""
     if not _NAME.match(name):
         raise ValueError(
-            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
         )
     return name
 
@@ -56,9 +57,7 @@ class CommitKey:
     seq: int
 
 
-_COMMIT = re.compile(
-    r"^_commits/(\d{4}-\d{2}-\d{2})/(\d{2})/(\d{2}-\d{2}\.\d{6})-(.+)-(\d{8})\.json$"
-)
+_COMMIT = re.compile(r"^_commits/(\d{4}-\d{2}-\d{2})/(\d{2})/(\d{2}-\d{2}\.\d{6})-(.+)-(\d{8})\.json$")
 
 
 def parse_commit_key(key: str) -> CommitKey:
@@ -159,3 +158,24 @@ def _number(n: int, what: str) -> str:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"{what} must be a non-negative integer, got {n!r}")
     return f"{n:08d}"
+
+
+@dataclass(frozen=True)
+class ShardKey:
+    """The parts of a shard key."""
+
+    model_id: str
+    date: str
+    writer_id: str
+    seq: int
+
+
+_SHARD = re.compile(r"^trajectories/model=([^/]+)/date=(\d{4}-\d{2}-\d{2})/(.+)-(\d{8})\.parquet$")
+
+
+def parse_shard_key(key: str) -> ShardKey:
+    """Inverse of `shard_key`; ValueError for a key that is not a shard."""
+    m = _SHARD.match(key)
+    if not m:
+        raise ValueError(f"not a trajectory shard key: {key!r}")
+    return ShardKey(m[1], m[2], m[3], int(m[4]))

@@ -1,0 +1,40 @@
+# lakeflow developer commands. `make test` is the test command CI runs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: help venv test test-fast lint format bench lock clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## create .venv and install everything pinned in requirements/lock.txt
+
+$(STAMP): pyproject.toml requirements/lock.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements/lock.txt -e '.[test,bench,torch]'
+	touch $(STAMP)
+
+test: venv lint  ## lint, then the whole test suite (local dir, memory and a moto S3 server)
+	$(PY) -m pytest --cov=lakeflow --cov-report=term:skip-covered --cov-fail-under=$$(cat .coverage-floor)
+
+test-fast: venv  ## the suite without tests marked slow
+	$(PY) -m pytest -m "not slow" -q
+
+lint: venv  ## ruff (lint + format check) and mypy on lakeflow/
+	$(VENV)/bin/ruff check lakeflow tests
+	$(VENV)/bin/ruff format --check lakeflow tests
+	$(VENV)/bin/mypy
+
+format: venv  ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix lakeflow tests
+	$(VENV)/bin/ruff format lakeflow tests
+
+bench: venv  ## the benchmarks whose numbers the README quotes
+	$(VENV)/bin/lakeflow bench lake --samples 16384
+
+lock:  ## regenerate requirements/lock.txt from the current venv
+	$(PY) -m pip freeze --exclude-editable | grep -v '^lakeflow' > requirements/lock.txt
+
+clean:  ## remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .coverage

@@ -1,0 +1,5 @@
+"""`python -m lakeflow` runs the CLI."""
+
+from lakeflow.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Benchmarks behind `lakeflow bench …`: lakeflow side by side with the alternative, as ratios."""

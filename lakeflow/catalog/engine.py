@@ -1,0 +1,174 @@
+"""DuckDB over the lake: a read-only `trajectories` view of every committed shard.
+
+S3 lakes are read by DuckDB's httpfs extension, loaded from the `duckdb-extension-httpfs`
+package (no download); a local lake by path; other stores (memory://) are read into
+Arrow first. After the views exist the connection is locked: external access off,
+only the shard files allowed, configuration frozen, and only SELECT / EXPLAIN accepted.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakeflow.errors import CorruptShardError, LakeflowError
+from lakeflow.io import S3Access, Store
+from lakeflow.lake.reader import LakeReader
+
+SQL_DIR = Path(__file__).resolve().parents[2] / "catalog"
+_READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
+class QueryError(LakeflowError):
+    """A query was refused (not read-only) or failed; the message says which."""
+
+
+@dataclass
+class LakeQuery:
+    """A locked DuckDB connection over one lake, and what was left out of its views and why."""
+
+    con: duckdb.DuckDBPyConnection
+    shards: list[str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def sql(self, query: str) -> pa.Table:
+        """Run read-only SQL (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) and return the result."""
+        try:
+            statements = self.con.extract_statements(query)
+        except duckdb.Error as e:
+            raise QueryError(f"cannot parse query: {e}") from e
+        if not statements:
+            raise QueryError("empty query")
+        refused = [s.type.name for s in statements if s.type not in _READ_ONLY]
+        if refused:
+            raise QueryError(f"the lake is read-only here: {', '.join(refused)} statements are refused")
+        result = None
+        try:
+            for statement in statements:
+                result = self.con.sql(statement.query)
+            return result.to_arrow_table() if result is not None else pa.table({})
+        except duckdb.Error as e:
+            raise QueryError(str(e).splitlines()[0]) from e
+
+
+def connect_lake(store: Store, threads: int | None = None) -> LakeQuery:
+    """A read-only DuckDB connection with a `trajectories` view over the lake's committed shards."""
+    shards, skipped = LakeReader(store).visible_shards()
+    con = _new_connection(threads)
+    s3 = store.s3_access()
+    if s3 is not None:
+        _attach_s3(con, s3)
+        urls = [_s3_url(s3, key) for key in shards]
+    elif store.local_path("x") is not None:
+        urls = [str(store.local_path(key)) for key in shards]
+    else:
+        urls = []
+        _register_arrow(con, store, shards, skipped)
+    if urls:
+        urls = _drop_unreadable(con, urls, shards, skipped)
+    _create_views(con, urls)
+    _lock(con, urls)
+    return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
+
+
+def _new_connection(threads: int | None) -> duckdb.DuckDBPyConnection:
+    home = os.path.join(tempfile.gettempdir(), "lakeflow-duckdb")
+    os.makedirs(home, exist_ok=True)  # DuckDB needs an existing home directory
+    config: dict[str, str | bool | int | float | list[str]] = {"home_directory": home}
+    if threads:
+        config["threads"] = str(threads)
+    return duckdb.connect(":memory:", config=config)
+
+
+def _attach_s3(con: duckdb.DuckDBPyConnection, s3: S3Access) -> None:
+    try:
+        from duckdb_extensions import import_extension
+    except ImportError as e:
+        raise LakeflowError(
+            "DuckDB's httpfs extension is needed to read an S3 lake: pip install duckdb-extensions==1.5.5 "
+            "duckdb-extension-httpfs==1.5.5"
+        ) from e
+    import_extension("httpfs", con=con)
+    con.sql("LOAD httpfs")
+    options = {"TYPE": "S3", "REGION": s3.region, "USE_SSL": "true" if s3.use_ssl else "false"}
+    if s3.endpoint:
+        options |= {"ENDPOINT": s3.endpoint, "URL_STYLE": "path"}
+    if s3.key_id:
+        options |= {"KEY_ID": s3.key_id, "SECRET": s3.secret or ""}
+    if s3.session_token:
+        options["SESSION_TOKEN"] = s3.session_token
+    body = ", ".join(
+        f"{k} {v}" if k in ("TYPE", "USE_SSL") else f"{k} '{_quote(v)}'" for k, v in options.items()
+    )
+    con.sql(f"CREATE SECRET lake ({body})")
+
+
+def _s3_url(s3: S3Access, key: str) -> str:
+    return f"s3://{s3.bucket}/{s3.prefix}/{key}" if s3.prefix else f"s3://{s3.bucket}/{key}"
+
+
+def _register_arrow(
+    con: duckdb.DuckDBPyConnection, store: Store, shards: list[str], skipped: list[tuple[str, str]]
+) -> None:
+    tables = []
+    for key in shards:
+        try:
+            tables.append(pq.read_table(store.open_read(key)))
+        except (pa.ArrowInvalid, OSError) as e:
+            skipped.append((key, f"cannot be read as Parquet: {e}"))
+    if tables:
+        con.register("_shards", pa.concat_tables(tables, promote_options="default"))
+
+
+def _drop_unreadable(
+    con: duckdb.DuckDBPyConnection, urls: list[str], keys: list[str], skipped: list[tuple[str, str]]
+) -> list[str]:
+    """Try the whole list once; on failure check each shard's footer and leave out the broken ones."""
+    try:
+        con.sql(f"SELECT count(*) FROM read_parquet({_list(urls)})").fetchall()
+        return urls
+    except duckdb.Error:
+        pass
+    good = []
+    for url, key in zip(urls, keys, strict=True):
+        try:
+            con.sql(f"SELECT count(*) FROM read_parquet({_list([url])})").fetchall()
+            good.append(url)
+        except duckdb.Error as e:
+            skipped.append((key, str(CorruptShardError(f"cannot be read: {str(e).splitlines()[0]}"))))
+    return good
+
+
+def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
+    con.sql(
+        (SQL_DIR / "trajectories.sql").read_text().replace("CREATE TABLE trajectories", "CREATE TABLE _empty")
+    )
+    if urls:
+        source = f"read_parquet({_list(urls)}, hive_partitioning = false)"
+    elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:
+        source = "_shards"
+    else:
+        source = "_empty"
+    columns = ", ".join(r[0] for r in con.sql("DESCRIBE _empty").fetchall())
+    con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM {source}")
+
+
+def _lock(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
+    if urls:
+        con.sql(f"SET allowed_paths = {_list(urls)}")
+    con.sql("SET enable_external_access = false")
+    con.sql("SET lock_configuration = true")
+
+
+def _list(items: list[str]) -> str:
+    return "[" + ", ".join(f"'{_quote(i)}'" for i in items) + "]"
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "''")

@@ -1,0 +1,19 @@
+"""The `lakeflow` command: one click group, one module per family of subcommands."""
+
+from __future__ import annotations
+
+import click
+
+from lakeflow.cli.bench import bench
+from lakeflow.cli.lake import sql, synth
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="lakeflow")
+def main() -> None:
+    """lakeflow: RL for agentic LLMs where an object-store bucket is the only meeting point."""
+
+
+main.add_command(synth)
+main.add_command(sql)
+main.add_command(bench)

@@ -1,0 +1,119 @@
+"""`lakeflow bench …`: benchmarks that put lakeflow side by side with the alternative."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from lakeflow.bench.lake import add_ratios, bench_store, make_samples
+from lakeflow.io import S3Options, Store, open_store
+from lakeflow.io.s3 import S3Store
+from lakeflow.io.testserver import local_s3_bucket
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks (run on an idle machine; results are ratios against the alternative)."""
+
+
+@bench.command("lake")
+@click.option(
+    "--lake",
+    "lake_url",
+    default=None,
+    help="Lake to benchmark in (a scratch prefix _bench/… is used "
+    "and removed). A local path sets the local backend, s3:// the S3 backend; default: a temp dir "
+    "and a moto S3 server on 127.0.0.1.",
+)
+@click.option("--endpoint-url", default=None, help="S3-compatible endpoint for an s3:// --lake.")
+@click.option("--samples", type=click.IntRange(min=1024), default=8192, show_default=True)
+@click.option("--no-s3", is_flag=True, help="Only the local filesystem.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_lake(
+    lake_url: str | None, endpoint_url: str | None, samples: int, no_s3: bool, as_json: bool
+) -> None:
+    """Write/read throughput and bytes per token: lakeflow Parquet vs sharded JSONL vs msgpack."""
+    table = make_samples(samples)
+    results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "samples": samples,
+        "arrow_mb": round(table.nbytes / 1e6, 1),
+        "machine": _machine(),
+    }
+    local_url = lake_url if lake_url and not lake_url.startswith("s3://") else None
+    with _scratch(local_url, None) as store:
+        results += bench_store(store, table, "local")
+    if not no_s3:
+        with _s3_lake(lake_url, endpoint_url) as (url, endpoint), _scratch(url, endpoint) as store:
+            results += bench_store(store, table, "s3")
+            if isinstance(store, S3Store):
+                from lakeflow.bench.sqlscan import bench_sql_scan
+
+                report["sql_scan_s3"] = bench_sql_scan(store)
+    add_ratios(results)
+    report["results"] = results
+    click.echo(json.dumps(report, indent=2) if as_json else _table(report))
+
+
+@contextlib.contextmanager
+def _s3_lake(lake_url: str | None, endpoint_url: str | None) -> Iterator[tuple[str, str | None]]:
+    if lake_url and lake_url.startswith("s3://"):
+        yield lake_url, endpoint_url
+        return
+    with local_s3_bucket() as (endpoint, url):
+        yield url, endpoint
+
+
+@contextlib.contextmanager
+def _scratch(base_url: str | None, endpoint_url: str | None) -> Iterator[Store]:
+    """A fresh prefix under `base_url` (or a temp dir), removed afterwards."""
+    import tempfile
+
+    with contextlib.ExitStack() as stack:
+        if base_url is None:
+            base_url = stack.enter_context(tempfile.TemporaryDirectory(prefix="lakeflow-bench-"))
+        store = open_store(f"{base_url.rstrip('/')}/_bench/{uuid.uuid4().hex[:8]}", S3Options(endpoint_url))
+        try:
+            yield store
+        finally:
+            for info in list(store.list("")):
+                store.delete(info.key)
+
+
+def _machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}"
+
+
+def _table(report: dict[str, Any]) -> str:
+    cols = [
+        "backend",
+        "format",
+        "write_mb_s",
+        "read_mb_s",
+        "batch_read_s",
+        "stored_bytes_per_token",
+        "lakeflow_write_x",
+        "lakeflow_read_x",
+        "lakeflow_batch_x",
+        "lakeflow_size_x",
+    ]
+    rows = [[str(r[c]) for c in cols] for r in report["results"]]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
+    lines = [f"{report['samples']} samples ({report['arrow_mb']} MB Arrow) on {report['machine']}"]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    if "sql_scan_s3" in report:
+        s = report["sql_scan_s3"]
+        lines.append(
+            f"DuckDB group-by over {s['shards']} S3 shards: httpfs {s['httpfs_s']} s, "
+            f"fsspec {s['fsspec_s']} s ({s['httpfs_speedup_x']}x)"
+        )
+    lines.append("lakeflow_*_x: how many times faster (or smaller) lakeflow is than that row")
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Options every command shares: the lake URL and how to reach S3."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from lakeflow.errors import UnsupportedStoreError
+from lakeflow.io import S3Options, Store, open_store
+
+
+def lake_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add `--lake URL` and `--endpoint-url` (S3-compatible server; else AWS_ENDPOINT_URL / AWS)."""
+    func = click.option(
+        "--endpoint-url",
+        default=None,
+        help="S3-compatible endpoint (MinIO, R2, …); defaults to AWS_ENDPOINT_URL or AWS itself.",
+    )(func)
+    func = click.option(
+        "--lake",
+        "lake_url",
+        required=True,
+        envvar="LAKEFLOW_LAKE",
+        help="Root of the run: a directory, file://…, memory://name or s3://bucket/prefix "
+        "(env LAKEFLOW_LAKE).",
+    )(func)
+    return func
+
+
+def open_lake(lake_url: str, endpoint_url: str | None) -> Store:
+    """The store for `--lake`, with a click error instead of a traceback on bad URLs."""
+    try:
+        return open_store(lake_url, S3Options(endpoint_url=endpoint_url))
+    except (ValueError, UnsupportedStoreError) as e:
+        raise click.BadParameter(str(e), param_hint="--lake") from e

@@ -1,0 +1,218 @@
+"""Reading the lake: tail commit records after a cursor, and fetch samples by reference.
+
+Tailing lists `_commits/` with `start_after`, re-listing a short settle window so a
+commit stamped slightly earlier than one already seen (clock skew between writers, a
+slow PUT) is still found. Commits stamped more than `settle` before the newest seen
+commit can be missed; keep writers' clocks within that bound (NTP does).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakeflow.errors import CorruptCommitError, CorruptShardError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.lake.commit import CommitRecord
+
+
+@dataclass(frozen=True)
+class CommitCursor:
+    """Where a consumer is in the commit log; serialise with `to_json` to resume after a restart."""
+
+    position: str | None = None  # newest commit key seen
+    recent: frozenset[str] = frozenset()  # keys seen within the settle window before `position`
+
+    def to_json(self) -> str:
+        return json.dumps({"position": self.position, "recent": sorted(self.recent)})
+
+    @classmethod
+    def from_json(cls, text: str) -> CommitCursor:
+        data = json.loads(text)
+        return cls(data["position"], frozenset(data["recent"]))
+
+
+@dataclass
+class Poll:
+    """New commits since the cursor, the cursor to resume from, and what was skipped and why."""
+
+    commits: list[tuple[str, CommitRecord]]
+    cursor: CommitCursor
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SampleRef:
+    """Where one sample lives: a committed shard and a row in it (plus its id, checked on read)."""
+
+    shard: str
+    row: int
+    sample_id: str | None = None
+
+
+class LakeReader:
+    """Read-only access to committed trajectories."""
+
+    def __init__(self, store: Store, settle: timedelta = timedelta(minutes=2), threads: int = 8) -> None:
+        self.store = store
+        self.settle = settle
+        self.threads = threads  # concurrent shard reads in read_samples
+
+    def poll(self, cursor: CommitCursor | None = None, limit: int | None = None) -> Poll:
+        """Commit records that appeared since `cursor`, oldest first (by the writers' clocks)."""
+        cursor = cursor or CommitCursor()
+        start_after = None
+        if cursor.position is not None:
+            start_after = layout.commits_from(layout.parse_commit_key(cursor.position).when - self.settle)
+        result = Poll([], cursor)
+        new: list[str] = []
+        for info in self.store.list(layout.COMMITS, start_after=start_after):
+            if not _is_commit_key(info.key):
+                result.skipped.append((info.key, "not a commit record key"))
+            elif info.key not in cursor.recent and info.key != cursor.position:
+                new.append(info.key)
+                if limit is not None and len(new) >= limit:
+                    break
+        seen = set(cursor.recent) | ({cursor.position} if cursor.position else set())
+        for key in new:
+            try:
+                result.commits.append((key, CommitRecord.from_bytes(key, self.store.get(key))))
+            except CorruptCommitError as e:
+                result.skipped.append((key, str(e)))
+            seen.add(key)
+        result.cursor = self._advance(cursor, seen)
+        return result
+
+    def _advance(self, cursor: CommitCursor, seen: set[str]) -> CommitCursor:
+        if not seen:
+            return cursor
+        position = max(seen)
+        horizon = layout.parse_commit_key(position).when - self.settle
+        recent = frozenset(k for k in seen if layout.parse_commit_key(k).when >= horizon and k != position)
+        return CommitCursor(position, recent)
+
+    def visible_shards(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """Keys of every committed shard, from two listings (no object reads), and skipped keys.
+
+        A shard is visible when a commit record with its (writer id, seq) exists.
+        """
+        committed: set[tuple[str, int]] = set()
+        skipped: list[tuple[str, str]] = []
+        for info in self.store.list(layout.COMMITS):
+            try:
+                parsed = layout.parse_commit_key(info.key)
+            except ValueError as e:
+                skipped.append((info.key, str(e)))
+                continue
+            committed.add((parsed.writer_id, parsed.seq))
+        shards = []
+        for info in self.store.list(layout.TRAJECTORIES):
+            try:
+                shard = layout.parse_shard_key(info.key)
+            except ValueError as e:
+                skipped.append((info.key, str(e)))
+                continue
+            if (shard.writer_id, shard.seq) in committed:
+                shards.append(info.key)
+            else:
+                skipped.append((info.key, "no commit record (uncommitted or abandoned write)"))
+        return shards, skipped
+
+    def read_shard(self, commit: CommitRecord, columns: Sequence[str] | None = None) -> pa.Table:
+        """A whole committed shard, verified against its record's size and checksum."""
+        try:
+            data = self.store.get(commit.shard)
+        except FileNotFoundError as e:
+            raise CorruptShardError(f"shard {commit.shard} is committed but missing") from e
+        if len(data) != commit.size or hashlib.sha256(data).hexdigest() != commit.sha256:
+            raise CorruptShardError(
+                f"shard {commit.shard} does not match its commit record "
+                f"({len(data)} bytes, expected {commit.size}; checksum differs)"
+            )
+        return _parse(commit.shard, lambda: pq.read_table(io.BytesIO(data), columns=columns))
+
+    def read_samples(self, refs: Sequence[SampleRef], columns: Sequence[str] | None = None) -> pa.Table:
+        """The samples `refs` point to, in that order, reading only their row groups and `columns`."""
+        wanted = list(columns) if columns is not None else None
+        if wanted is not None and "sample_id" not in wanted:
+            wanted.append("sample_id")
+        by_shard: dict[str, list[int]] = defaultdict(list)
+        for i, ref in enumerate(refs):
+            by_shard[ref.shard].append(i)
+        if not by_shard:
+            return pa.table({})
+        # Shards are independent objects: fetch them concurrently (object-store latency dominates).
+        with ThreadPoolExecutor(min(self.threads, len(by_shard))) as pool:
+            parts = list(
+                pool.map(
+                    lambda item: self._read_rows(item[0], np.array([refs[i].row for i in item[1]]), wanted),
+                    by_shard.items(),
+                )
+            )
+        order = [i for positions in by_shard.values() for i in positions]
+        table = pa.concat_tables(parts).take(np.argsort(np.array(order)))
+        ids = table.column("sample_id").to_pylist()
+        for ref, sid in zip(refs, ids, strict=True):
+            if ref.sample_id is not None and ref.sample_id != sid:
+                raise CorruptShardError(
+                    f"{ref.shard} row {ref.row} holds {sid!r}, expected {ref.sample_id!r}"
+                )
+        return table if columns is None or "sample_id" in columns else table.drop_columns(["sample_id"])
+
+    def _read_rows(self, shard: str, rows: np.ndarray, columns: list[str] | None) -> pa.Table:
+        def read() -> pa.Table:
+            path = self.store.local_path(shard)
+            with pq.ParquetFile(path if path else self.store.open_read(shard)) as f:
+                sizes = [f.metadata.row_group(g).num_rows for g in range(f.num_row_groups)]
+                starts = np.concatenate([[0], np.cumsum(sizes)])
+                if rows.min() < 0 or rows.max() >= starts[-1]:
+                    raise CorruptShardError(
+                        f"row {int(rows.max())} is out of range for {shard} ({starts[-1]} rows)"
+                    )
+                groups = np.searchsorted(starts, rows, side="right") - 1
+                needed = sorted(set(groups.tolist()))
+                table = f.read_row_groups(needed, columns=columns)
+                offsets = {g: int(sum(sizes[h] for h in needed if h < g)) for g in needed}
+                local = [offsets[int(g)] + int(r - starts[g]) for g, r in zip(groups, rows, strict=True)]
+                return table.take(local)
+
+        return _parse(shard, read)
+
+
+def _parse(shard: str, read: Callable[[], pa.Table]) -> pa.Table:
+    try:
+        return read()
+    except FileNotFoundError as e:
+        raise CorruptShardError(f"shard {shard} is committed but missing") from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CorruptShardError(f"shard {shard} cannot be read as Parquet: {e}") from e
+
+
+def _is_commit_key(key: str) -> bool:
+    try:
+        layout.parse_commit_key(key)
+    except ValueError:
+        return False
+    return True
+
+
+def iter_commits(reader: LakeReader, batch: int = 1000) -> Iterator[tuple[str, CommitRecord]]:
+    """Every commit record in the lake, in key order (a full scan; use `poll` to tail)."""
+    cursor = CommitCursor()
+    while True:
+        result = reader.poll(cursor, limit=batch)
+        yield from result.commits
+        if result.cursor == cursor:
+            return
+        cursor = result.cursor

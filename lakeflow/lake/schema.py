@@ -1,0 +1,158 @@
+"""The sample record (one completion of one policy) as one Arrow schema, and its validation.
+
+Columns are split into metadata (what the catalog ingests) and payload (token arrays,
+read only for the samples a batch needs). Validation errors name the field and the row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakeflow.errors import SampleValidationError
+
+SCHEMA_VERSION = 1
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        # ids
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("episode_id", pa.string(), nullable=False),  # one (multi-policy) episode
+        pa.field("group_id", pa.string(), nullable=False),  # the n samples of one prompt
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        # routing
+        pa.field("model_id", pa.string(), nullable=False),
+        pa.field("role", pa.string(), nullable=False),
+        # versions: oldest weights that produced any token, and newest
+        pa.field("policy_version", pa.int64(), nullable=False),
+        pa.field("max_version", pa.int64(), nullable=False),
+        # payload
+        pa.field("prompt_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("response_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("response_logprobs", pa.list_(pa.float32()), nullable=False),
+        pa.field("loss_mask", pa.list_(pa.uint8()), nullable=False),  # 0: tool or other-role token
+        # outcome
+        pa.field("reward", pa.float64(), nullable=False),
+        pa.field("finish_reason", pa.string(), nullable=False),
+        # context
+        pa.field("task_type", pa.string(), nullable=False),
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("raas_id", pa.string(), nullable=False),
+        pa.field("region", pa.string(), nullable=False),
+        pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("extra", pa.string(), nullable=False),  # JSON object
+    ]
+)
+
+PAYLOAD_COLUMNS = ("prompt_ids", "response_ids", "response_logprobs", "loss_mask")
+METADATA_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in PAYLOAD_COLUMNS)
+FINISH_REASONS = ("stop", "length", "abort", "error", "tool")
+
+_STRINGS = {f.name for f in SAMPLE_SCHEMA if pa.types.is_string(f.type)}
+_INTS = {"policy_version", "max_version"}
+_DEFAULTS: dict[str, Any] = {"task_type": "", "dataset": "", "region": "", "extra": "{}", "role": "policy"}
+
+
+def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
+    """Check one sample given as a dict and fill defaults; raise naming field and row."""
+    unknown = set(sample) - set(SAMPLE_SCHEMA.names)
+    if unknown:
+        raise SampleValidationError(
+            f"row {row}: unknown field(s) {sorted(unknown)}; put extra data in 'extra'"
+        )
+    out = {**_DEFAULTS, **sample}
+    out.setdefault("created_at", datetime.now(UTC))
+    if isinstance(out["extra"], Mapping):
+        out["extra"] = json.dumps(out["extra"], sort_keys=True)
+    missing = [n for n in SAMPLE_SCHEMA.names if out.get(n) is None]
+    if missing:
+        raise SampleValidationError(f"row {row}: missing field(s) {missing}")
+    for name in _STRINGS:
+        if not isinstance(out[name], str):
+            raise SampleValidationError(
+                _bad(row, out, name, f"must be a string, got {type(out[name]).__name__}")
+            )
+    for name in _INTS:
+        if not isinstance(out[name], int) or isinstance(out[name], bool) or out[name] < 0:
+            raise SampleValidationError(
+                _bad(row, out, name, f"must be a non-negative int, got {out[name]!r}")
+            )
+    if out["policy_version"] > out["max_version"]:
+        raise SampleValidationError(_bad(row, out, "policy_version", "is newer than max_version"))
+    reward = out["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, int | float) or not math.isfinite(reward):
+        raise SampleValidationError(_bad(row, out, "reward", f"must be a finite number, got {reward!r}"))
+    for name in PAYLOAD_COLUMNS:
+        if isinstance(out[name], str | bytes) or not hasattr(out[name], "__len__"):
+            raise SampleValidationError(_bad(row, out, name, "must be a list or array"))
+    n = len(out["response_ids"])
+    for name in ("response_logprobs", "loss_mask"):
+        if len(out[name]) != n:
+            raise SampleValidationError(
+                _bad(row, out, name, f"has {len(out[name])} values but response_ids has {n}")
+            )
+    if out["finish_reason"] not in FINISH_REASONS:
+        raise SampleValidationError(_bad(row, out, "finish_reason", f"must be one of {FINISH_REASONS}"))
+    return out
+
+
+def samples_to_table(samples: list[dict[str, Any]]) -> pa.Table:
+    """Normalised sample dicts to a table of SAMPLE_SCHEMA; conversion errors name the column."""
+    columns = {}
+    for field in SAMPLE_SCHEMA:
+        values = [s[field.name] for s in samples]
+        try:
+            columns[field.name] = pa.array(values, type=field.type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as e:
+            raise SampleValidationError(f"field {field.name!r}: {e}") from e
+    return pa.Table.from_pydict(columns, schema=SAMPLE_SCHEMA)
+
+
+def validate_table(table: pa.Table) -> None:
+    """Check a table read from a shard (or built elsewhere) against SAMPLE_SCHEMA."""
+    missing = [n for n in SAMPLE_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise SampleValidationError(f"missing column(s) {missing}")
+    for field in SAMPLE_SCHEMA:
+        column = table.column(field.name)
+        if column.type != field.type:
+            raise SampleValidationError(
+                f"column {field.name!r} has type {column.type}, expected {field.type}"
+            )
+        if column.null_count:
+            raise SampleValidationError(_first_row(pc.is_null(column), f"field {field.name!r} is null"))
+    ids = table.column("sample_id")
+    if pc.count_distinct(ids).as_py() != table.num_rows:
+        counts = pc.value_counts(ids)
+        duplicate = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))[0]
+        raise SampleValidationError(_first_row(pc.equal(ids, duplicate), f"duplicate sample_id {duplicate}"))
+    reward = table.column("reward")
+    bad = pc.invert(pc.is_finite(reward))
+    if pc.any(bad).as_py():
+        raise SampleValidationError(_first_row(bad, "field 'reward' is NaN or infinite"))
+    n = pc.list_value_length(table.column("response_ids"))
+    for name in ("response_logprobs", "loss_mask"):
+        bad = pc.not_equal(pc.list_value_length(table.column(name)), n)
+        if pc.any(bad).as_py():
+            raise SampleValidationError(_first_row(bad, f"field {name!r} length differs from response_ids"))
+    bad = pc.greater(table.column("policy_version"), table.column("max_version"))
+    if pc.any(bad).as_py():
+        raise SampleValidationError(_first_row(bad, "field 'policy_version' is newer than max_version"))
+
+
+def _first_row(mask: pa.ChunkedArray | pa.Array, message: str) -> str:
+    index = pc.index(mask, True).as_py()
+    return f"row {index}: {message}"
+
+
+def _bad(row: int, sample: Mapping[str, Any], field: str, why: str) -> str:
+    sid = sample.get("sample_id")
+    where = f"row {row}" + (f" (sample_id={sid!r})" if isinstance(sid, str) else "")
+    return f"{where}: field {field!r} {why}"

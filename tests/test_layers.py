@@ -1,0 +1,61 @@
+"""The layer rules of docs/architecture.md, checked on the source: who may import whom."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "lakeflow"
+
+# layer -> lakeflow layers it may import (besides itself)
+ALLOWED = {
+    "errors": set(),
+    "io": {"errors"},
+    "lake": {"io", "errors"},
+    "catalog": {"lake", "io", "errors"},
+    "weights": {"lake", "io", "errors"},
+    "bench": {"catalog", "weights", "lake", "io", "errors"},
+    "cli": {"bench", "catalog", "weights", "lake", "io", "errors"},
+}
+STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
+HEAVY = {"torch", "transformers", "vllm"}
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 or rel.stem != "__init__" else "cli"
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+FILES = sorted(p for p in ROOT.rglob("*.py") if p.name != "__main__.py" and p != ROOT / "__init__.py")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_respects_its_layer(path: Path) -> None:
+    layer = _layer(path)
+    assert layer in ALLOWED, f"{path}: folder {layer!r} is not a layer in docs/architecture.md"
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if top == "lakeflow":
+            target = name.split(".")[1] if "." in name else "cli"
+            assert target == layer or target in ALLOWED[layer], f"{path} imports {name} (layer {layer})"
+        if top in STORAGE_SDKS:
+            assert layer == "io", f"{path} imports {top}: only lakeflow/io may talk to storage SDKs"
+        if top in HEAVY:
+            assert layer in ("bench", "cli"), f"{path} imports {top}: nothing below the services imports it"
+
+
+def test_every_module_has_a_docstring() -> None:
+    missing = [str(p) for p in FILES if ast.get_docstring(ast.parse(p.read_text())) is None]
+    assert missing == []
