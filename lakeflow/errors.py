@@ -26,9 +26,7 @@ class MissingExtraError(ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
     def __init__(self, package: str, extra: str) -> None:
-        super().__init__(
-            f"{package} is not installed: run `pip install 'lakeflow[{extra}]'` to use this feature"
-        )
+        super().__init__(f"{package} is not installed: run `pip install 'lakeflow[{extra}]'` to use this feature")
 
 
 class SampleValidationError(ValueError):
@@ -41,3 +39,26 @@ class CorruptShardError(LakeflowError):
 
 class CorruptCommitError(LakeflowError):
     """A commit record cannot be parsed; the message names the key."""
+
+
+class WeightsConflictError(LakeflowError):
+    """Another trainer published the same weight version first (a lost create-only write or LATEST swap).
+
+    Only one trainer may publish a model; after a crash, publish again with `force`.
+    """
+
+
+class WeightsIntegrityError(LakeflowError):
+    """Downloaded weight objects or a rebuilt state do not match their manifest; nothing was loaded."""
+
+
+class ConfigError(ValueError):
+    """A config file is missing, malformed, or has unknown or invalid keys; the message names them."""
+
+
+class PolicyError(LakeflowError):
+    """A data policy (SQL file) is invalid or failed; the message names the file."""
+
+
+class LeaseHeldError(LakeflowError):
+    """Another dataflow process serves this lake; the message names it and when its lease ends."""

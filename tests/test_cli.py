@@ -47,9 +47,7 @@ def test_synth_then_sql(cli_lake: str) -> None:
         "SELECT model_id, count(*) AS n, min(policy_version) AS lo, max(policy_version) AS hi, "
         "count(DISTINCT group_id) AS groups FROM trajectories GROUP BY 1 ORDER BY 1"
     )
-    rows = [
-        json.loads(line) for line in run("sql", "--lake", cli_lake, query, "--format", "json").splitlines()
-    ]
+    rows = [json.loads(line) for line in run("sql", "--lake", cli_lake, query, "--format", "json").splitlines()]
     assert [r["model_id"] for r in rows] == ["solver", "verifier"]
     assert sum(r["n"] for r in rows) == 300
     assert all(3 <= r["lo"] <= r["hi"] <= 5 for r in rows)

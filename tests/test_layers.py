@@ -16,8 +16,9 @@ ALLOWED = {
     "lake": {"io", "errors"},
     "catalog": {"lake", "io", "errors"},
     "weights": {"lake", "io", "errors"},
-    "bench": {"catalog", "weights", "lake", "io", "errors"},
-    "cli": {"bench", "catalog", "weights", "lake", "io", "errors"},
+    "dataflow": {"catalog", "weights", "lake", "io", "errors"},
+    "bench": {"dataflow", "catalog", "weights", "lake", "io", "errors"},
+    "cli": {"bench", "dataflow", "catalog", "weights", "lake", "io", "errors"},
 }
 STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
 HEAVY = {"torch", "transformers", "vllm"}

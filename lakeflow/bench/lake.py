@@ -117,9 +117,7 @@ def _parse_jsonl(data: bytes) -> list[Any]:
     return [json.loads(line) for line in data.splitlines()]
 
 
-def _row(
-    fmt: str, n: int, arrow_bytes: int, tokens: int, stored: int, w: float, r: float, b: float
-) -> dict[str, Any]:
+def _row(fmt: str, n: int, arrow_bytes: int, tokens: int, stored: int, w: float, r: float, b: float) -> dict[str, Any]:
     mb = arrow_bytes / 1e6
     return {
         "format": fmt,

@@ -15,9 +15,7 @@ from lakeflow.catalog import connect_lake
 from lakeflow.io.s3 import S3Store, s3fs_filesystem
 from lakeflow.lake import LakeReader
 
-QUERY = (
-    "SELECT model_id, policy_version, count(*), avg(reward), sum(len(response_ids)) FROM {src} GROUP BY ALL"
-)
+QUERY = "SELECT model_id, policy_version, count(*), avg(reward), sum(len(response_ids)) FROM {src} GROUP BY ALL"
 
 
 def bench_sql_scan(store: S3Store, repeats: int = 3) -> dict[str, Any]:

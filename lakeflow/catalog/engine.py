@@ -57,8 +57,9 @@ class LakeQuery:
             raise QueryError(str(e).splitlines()[0]) from e
 
 
-def connect_lake(store: Store, threads: int | None = None) -> LakeQuery:
-    """A read-only DuckDB connection with a `trajectories` view over the lake's committed shards."""
+def connect_lake(store: Store, threads: int | None = None, tables: dict[str, pa.Table] | None = None) -> LakeQuery:
+    """A read-only DuckDB connection with a `trajectories` view over the lake's committed shards,
+    plus `tables` (e.g. the dataflow catalog's samples, batches, served, …) under their names."""
     shards, skipped = LakeReader(store).visible_shards()
     con = _new_connection(threads)
     s3 = store.s3_access()
@@ -73,6 +74,8 @@ def connect_lake(store: Store, threads: int | None = None) -> LakeQuery:
     if urls:
         urls = _drop_unreadable(con, urls, shards, skipped)
     _create_views(con, urls)
+    for name, table in (tables or {}).items():
+        con.register(name, table)
     _lock(con, urls)
     return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
 
@@ -103,9 +106,7 @@ def _attach_s3(con: duckdb.DuckDBPyConnection, s3: S3Access) -> None:
         options |= {"KEY_ID": s3.key_id, "SECRET": s3.secret or ""}
     if s3.session_token:
         options["SESSION_TOKEN"] = s3.session_token
-    body = ", ".join(
-        f"{k} {v}" if k in ("TYPE", "USE_SSL") else f"{k} '{_quote(v)}'" for k, v in options.items()
-    )
+    body = ", ".join(f"{k} {v}" if k in ("TYPE", "USE_SSL") else f"{k} '{_quote(v)}'" for k, v in options.items())
     con.sql(f"CREATE SECRET lake ({body})")
 
 
@@ -146,9 +147,7 @@ def _drop_unreadable(
 
 
 def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
-    con.sql(
-        (SQL_DIR / "trajectories.sql").read_text().replace("CREATE TABLE trajectories", "CREATE TABLE _empty")
-    )
+    con.sql((SQL_DIR / "trajectories.sql").read_text().replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
     if urls:
         source = f"read_parquet({_list(urls)}, hive_partitioning = false)"
     elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from lakeflow.cli.bench import bench
+from lakeflow.cli.dataflow import dataflow, policy, status
 from lakeflow.cli.lake import sql, synth
+from lakeflow.cli.weights import weights
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -17,3 +19,7 @@ def main() -> None:
 main.add_command(synth)
 main.add_command(sql)
 main.add_command(bench)
+main.add_command(dataflow)
+main.add_command(status)
+main.add_command(policy)
+main.add_command(weights)

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from lakeflow.bench.lake import add_ratios, bench_store, make_samples
+from lakeflow.cli.weights import bench_weights
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.s3 import S3Store
 from lakeflow.io.testserver import local_s3_bucket
@@ -21,6 +22,9 @@ from lakeflow.io.testserver import local_s3_bucket
 @click.group()
 def bench() -> None:
     """Benchmarks (run on an idle machine; results are ratios against the alternative)."""
+
+
+bench.add_command(bench_weights)
 
 
 @bench.command("lake")
@@ -36,9 +40,7 @@ def bench() -> None:
 @click.option("--samples", type=click.IntRange(min=1024), default=8192, show_default=True)
 @click.option("--no-s3", is_flag=True, help="Only the local filesystem.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_lake(
-    lake_url: str | None, endpoint_url: str | None, samples: int, no_s3: bool, as_json: bool
-) -> None:
+def bench_lake(lake_url: str | None, endpoint_url: str | None, samples: int, no_s3: bool, as_json: bool) -> None:
     """Write/read throughput and bytes per token: lakeflow Parquet vs sharded JSONL vs msgpack."""
     table = make_samples(samples)
     results: list[dict[str, Any]] = []

@@ -23,8 +23,7 @@ def lake_options(func: Callable[..., Any]) -> Callable[..., Any]:
         "lake_url",
         required=True,
         envvar="LAKEFLOW_LAKE",
-        help="Root of the run: a directory, file://…, memory://name or s3://bucket/prefix "
-        "(env LAKEFLOW_LAKE).",
+        help="Root of the run: a directory, file://…, memory://name or s3://bucket/prefix (env LAKEFLOW_LAKE).",
     )(func)
     return func
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 from lakeflow.catalog import connect_lake
 from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 
 
@@ -30,9 +31,7 @@ def _versions(text: str) -> tuple[int, int]:
 @click.command()
 @lake_options
 @click.option("--samples", type=click.IntRange(min=1), required=True, help="How many samples to write.")
-@click.option(
-    "--writers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent writers."
-)
+@click.option("--writers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent writers.")
 @click.option("--models", default="policy", show_default=True, help="Comma-separated model ids.")
 @click.option("--versions", default="0-9", show_default=True, help="Range of policy versions, N-M.")
 @click.option("--group-size", type=click.IntRange(min=1), default=8, show_default=True)
@@ -81,16 +80,18 @@ def synth(
 @click.command()
 @lake_options
 @click.argument("query")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True
-)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown in table format.")
 def sql(lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows: int) -> None:
-    """Run read-only SQL over the lake's committed trajectories (view `trajectories`).
+    """Run read-only SQL over the lake: `trajectories` (every committed sample, payload included)
+    and, once a dataflow process has checkpointed, its catalog: samples, groups, batches, served,
+    dropped, fresh, replay, prompts, prompt_stats, tasks, weights, quarantine.
 
     Example: lakeflow sql --lake ./lake "SELECT model_id, avg(reward) FROM trajectories GROUP BY 1"
     """
-    lake = connect_lake(open_lake(lake_url, endpoint_url))
+    store = open_lake(lake_url, endpoint_url)
+    tables, _ = checkpoint_tables(store)
+    lake = connect_lake(store, tables=tables)
     for key, reason in lake.skipped:
         if not reason.startswith("no commit record"):
             click.echo(f"warning: skipped {key}: {reason}", err=True)
@@ -117,11 +118,7 @@ def _render(table: pa.Table, fmt: str, max_rows: int) -> str:
     lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in shown]
-    more = (
-        f"\n({len(rows) - max_rows} more rows; use --format csv or json for all)"
-        if len(rows) > max_rows
-        else ""
-    )
+    more = f"\n({len(rows) - max_rows} more rows; use --format csv or json for all)" if len(rows) > max_rows else ""
     return "\n".join(lines) + f"\n({len(rows)} rows)" + more
 
 

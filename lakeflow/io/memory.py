@@ -78,9 +78,7 @@ class MemoryStore:
     def list(self, prefix: str = "", start_after: str | None = None) -> Iterator[ObjectInfo]:
         head = f"{self.root}/{prefix}"
         skip = len(self.root) + 1
-        snapshot = sorted(
-            (p[skip:], len(f.getvalue())) for p, f in list(self.fs.store.items()) if p.startswith(head)
-        )
+        snapshot = sorted((p[skip:], len(f.getvalue())) for p, f in list(self.fs.store.items()) if p.startswith(head))
         for key, size in snapshot:
             if start_after is None or key > start_after:
                 yield ObjectInfo(key, size)

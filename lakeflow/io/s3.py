@@ -144,9 +144,7 @@ class S3Store:
     @_retry_conflict
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         try:
-            response = self.client.put_object(
-                Bucket=self.bucket, Key=self._key(key), Body=data, IfMatch=f'"{etag}"'
-            )
+            response = self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfMatch=f'"{etag}"')
         except ClientError as e:
             if _code(e) in _MISSING:
                 raise FileNotFoundError(errno.ENOENT, "cannot swap a missing object", key) from e

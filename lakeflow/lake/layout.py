@@ -25,8 +25,7 @@ def check_name(name: str, what: str = "name") -> str:
     """Model, writer and task ids appear in keys: letters, digits, '.', '_', '-' (max 64)."""
     if not _NAME.match(name):
         raise ValueError(
-            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit"
+            f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
 
@@ -179,3 +178,26 @@ def parse_shard_key(key: str) -> ShardKey:
     if not m:
         raise ValueError(f"not a trajectory shard key: {key!r}")
     return ShardKey(m[1], m[2], m[3], int(m[4]))
+
+
+# --- the dataflow process's own objects ----------------------------------------------------
+
+DATAFLOW_LEASE = "_dataflow/lease.json"  # who serves the lake, until when
+BALANCE_REPORT = "stats/dataflow/balance.json"  # latest production/consumption balance
+RAAS_STATS = "stats/raas/"
+CATALOG_LATEST = f"{CATALOG}LATEST"  # pointer to the newest catalog checkpoint
+
+
+def catalog_checkpoint_key(seq: int, name: str) -> str:
+    """One object of catalog checkpoint `seq` (a table as Parquet, or manifest.json)."""
+    if "/" in name or not name:
+        raise ValueError(f"invalid checkpoint object name {name!r}")
+    return f"{CATALOG}checkpoints/{_number(seq, 'checkpoint')}/{name}"
+
+
+def catalog_checkpoint_prefix(seq: int) -> str:
+    return f"{CATALOG}checkpoints/{_number(seq, 'checkpoint')}/"
+
+
+def trainer_stats_prefix(model_id: str) -> str:
+    return f"stats/trainer/{check_name(model_id, 'model id')}/"

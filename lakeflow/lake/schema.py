@@ -64,9 +64,7 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
     """Check one sample given as a dict and fill defaults; raise naming field and row."""
     unknown = set(sample) - set(SAMPLE_SCHEMA.names)
     if unknown:
-        raise SampleValidationError(
-            f"row {row}: unknown field(s) {sorted(unknown)}; put extra data in 'extra'"
-        )
+        raise SampleValidationError(f"row {row}: unknown field(s) {sorted(unknown)}; put extra data in 'extra'")
     out = {**_DEFAULTS, **sample}
     out.setdefault("created_at", datetime.now(UTC))
     if isinstance(out["extra"], Mapping):
@@ -76,14 +74,10 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
         raise SampleValidationError(f"row {row}: missing field(s) {missing}")
     for name in _STRINGS:
         if not isinstance(out[name], str):
-            raise SampleValidationError(
-                _bad(row, out, name, f"must be a string, got {type(out[name]).__name__}")
-            )
+            raise SampleValidationError(_bad(row, out, name, f"must be a string, got {type(out[name]).__name__}"))
     for name in _INTS:
         if not isinstance(out[name], int) or isinstance(out[name], bool) or out[name] < 0:
-            raise SampleValidationError(
-                _bad(row, out, name, f"must be a non-negative int, got {out[name]!r}")
-            )
+            raise SampleValidationError(_bad(row, out, name, f"must be a non-negative int, got {out[name]!r}"))
     if out["policy_version"] > out["max_version"]:
         raise SampleValidationError(_bad(row, out, "policy_version", "is newer than max_version"))
     reward = out["reward"]
@@ -95,9 +89,7 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
     n = len(out["response_ids"])
     for name in ("response_logprobs", "loss_mask"):
         if len(out[name]) != n:
-            raise SampleValidationError(
-                _bad(row, out, name, f"has {len(out[name])} values but response_ids has {n}")
-            )
+            raise SampleValidationError(_bad(row, out, name, f"has {len(out[name])} values but response_ids has {n}"))
     if out["finish_reason"] not in FINISH_REASONS:
         raise SampleValidationError(_bad(row, out, "finish_reason", f"must be one of {FINISH_REASONS}"))
     return out
@@ -123,9 +115,7 @@ def validate_table(table: pa.Table) -> None:
     for field in SAMPLE_SCHEMA:
         column = table.column(field.name)
         if column.type != field.type:
-            raise SampleValidationError(
-                f"column {field.name!r} has type {column.type}, expected {field.type}"
-            )
+            raise SampleValidationError(f"column {field.name!r} has type {column.type}, expected {field.type}")
         if column.null_count:
             raise SampleValidationError(_first_row(pc.is_null(column), f"field {field.name!r} is null"))
     ids = table.column("sample_id")

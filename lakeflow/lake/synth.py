@@ -52,9 +52,7 @@ def synth_table(spec: SynthSpec, n: int, rng: np.random.Generator, raas_id: str)
     reward = (rng.random(full) < solve_rate).astype(np.float64)
 
     prompt_len = np.clip(rng.lognormal(np.log(spec.prompt_tokens), 0.5, groups), 8, 8192).astype(np.int64)[g]
-    response_len = np.clip(
-        rng.lognormal(np.log(spec.response_tokens), 0.8, full), 1, spec.max_response_tokens
-    )
+    response_len = np.clip(rng.lognormal(np.log(spec.response_tokens), 0.8, full), 1, spec.max_response_tokens)
     response_len = response_len.astype(np.int64)
     prompt_ids = _prompt_tokens(rng, prompt_len, spec.group_size)
     response_ids = _tokens(rng, int(response_len.sum()))
@@ -93,15 +91,11 @@ def synth_table(spec: SynthSpec, n: int, rng: np.random.Generator, raas_id: str)
         "created_at": pa.array(np.full(full, int(now.timestamp() * 1e6)), pa.timestamp("us", tz="UTC")),
         "extra": np.full(full, "{}"),
     }
-    table = pa.table(
-        {k: _as_array(v, SAMPLE_SCHEMA.field(k).type) for k, v in columns.items()}, schema=SAMPLE_SCHEMA
-    )
+    table = pa.table({k: _as_array(v, SAMPLE_SCHEMA.field(k).type) for k, v in columns.items()}, schema=SAMPLE_SCHEMA)
     return table.slice(0, n)
 
 
-def write_synthetic(
-    store: Store, spec: SynthSpec, writers: int = 1, max_rows: int = 2048
-) -> list[CommitRecord]:
+def write_synthetic(store: Store, spec: SynthSpec, writers: int = 1, max_rows: int = 2048) -> list[CommitRecord]:
     """Write `spec.samples` samples through `writers` concurrent shard writers; returns the commits."""
     if spec.samples < 1 or writers < 1:
         raise ValueError("samples and writers must be at least 1")
@@ -134,9 +128,7 @@ def _prompt_tokens(rng: np.random.Generator, prompt_len: np.ndarray, group_size:
     per_group = prompt_len[::group_size]
     tokens = _tokens(rng, int(per_group.sum()))
     starts = np.concatenate([[0], np.cumsum(per_group)])
-    return np.concatenate(
-        [tokens[starts[i] : starts[i + 1]] for i in np.repeat(np.arange(len(per_group)), group_size)]
-    )
+    return np.concatenate([tokens[starts[i] : starts[i + 1]] for i in np.repeat(np.arange(len(per_group)), group_size)])
 
 
 def _lists(values: np.ndarray, lengths: np.ndarray, value_type: pa.DataType) -> pa.Array:

@@ -116,9 +116,7 @@ class ShardWriter:
             compression="zstd",
             compression_level=self.zstd_level,
             row_group_size=self.row_group_rows,
-            use_dictionary=[
-                n for n in SAMPLE_SCHEMA.names if pa.types.is_string(SAMPLE_SCHEMA.field(n).type)
-            ],
+            use_dictionary=[n for n in SAMPLE_SCHEMA.names if pa.types.is_string(SAMPLE_SCHEMA.field(n).type)],
             use_byte_stream_split=["response_logprobs"],
         )
         data = buffer.getvalue()
@@ -164,9 +162,7 @@ class ShardWriter:
             self.flush()
 
 
-def write_samples(
-    store: Store, samples: Iterable[Mapping[str, Any]], name: str = "writer"
-) -> list[CommitRecord]:
+def write_samples(store: Store, samples: Iterable[Mapping[str, Any]], name: str = "writer") -> list[CommitRecord]:
     """Write and commit samples in one call (tests, small tools)."""
     commits: list[CommitRecord] = []
     with ShardWriter(store, name) as writer:

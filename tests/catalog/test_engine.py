@@ -12,15 +12,11 @@ from tests.lake.helpers import sample
 
 
 def test_trajectories_view_counts_committed_samples_only(store: Store) -> None:
-    write_samples(
-        store, [sample(model_id="a", reward=1.0), sample(model_id="a", reward=0.0), sample(model_id="b")]
-    )
+    write_samples(store, [sample(model_id="a", reward=1.0), sample(model_id="a", reward=0.0), sample(model_id="b")])
     writer = ShardWriter(store, "crashy")
     writer.write_shard(writer_table())  # stored, never committed
     lake = connect_lake(store)
-    rows = lake.sql(
-        "SELECT model_id, count(*) AS n, avg(reward) AS r FROM trajectories GROUP BY 1 ORDER BY 1"
-    )
+    rows = lake.sql("SELECT model_id, count(*) AS n, avg(reward) AS r FROM trajectories GROUP BY 1 ORDER BY 1")
     assert rows.to_pylist() == [{"model_id": "a", "n": 2, "r": 0.5}, {"model_id": "b", "n": 1, "r": 1.0}]
 
 
@@ -73,8 +69,6 @@ def test_hostile_or_broken_sql_is_refused(store: Store, query: str, message: str
 def test_read_only_statements_work(store: Store) -> None:
     write_samples(store, [sample(reward=0.25)])
     lake = connect_lake(store)
-    assert lake.sql("WITH t AS (SELECT reward FROM trajectories) SELECT * FROM t").to_pylist() == [
-        {"reward": 0.25}
-    ]
+    assert lake.sql("WITH t AS (SELECT reward FROM trajectories) SELECT * FROM t").to_pylist() == [{"reward": 0.25}]
     assert lake.sql("SUMMARIZE trajectories").num_rows > 0
     assert lake.sql("EXPLAIN SELECT * FROM trajectories").num_rows > 0

@@ -81,6 +81,4 @@ def test_validate_table_finds_the_bad_row() -> None:
     ragged[1] = [1]
     index = good.schema.get_field_index("loss_mask")
     with pytest.raises(SampleValidationError, match="row 1: field 'loss_mask' length differs"):
-        validate_table(
-            good.set_column(index, SAMPLE_SCHEMA.field("loss_mask"), pa.array(ragged, pa.list_(pa.uint8())))
-        )
+        validate_table(good.set_column(index, SAMPLE_SCHEMA.field("loss_mask"), pa.array(ragged, pa.list_(pa.uint8()))))

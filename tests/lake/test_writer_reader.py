@@ -32,9 +32,7 @@ def test_written_samples_are_read_back_by_reference(store: Store) -> None:
     refs = []
     for c in commits:
         table = reader.read_shard(c, columns=["sample_id"])
-        refs += [
-            SampleRef(c.shard, row, sid) for row, sid in enumerate(table.column("sample_id").to_pylist())
-        ]
+        refs += [SampleRef(c.shard, row, sid) for row, sid in enumerate(table.column("sample_id").to_pylist())]
     refs.sort(key=lambda r: r.sample_id or "", reverse=True)
     got = reader.read_samples(refs, columns=["reward"])
     assert got.column_names == ["reward"]
@@ -108,9 +106,7 @@ def test_an_uncommitted_shard_is_invisible(store: Store) -> None:
 def writer_table(table: pa.Table) -> pa.Table:
     from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table
 
-    return samples_to_table([normalize_sample(r, i) for i, r in enumerate(table.to_pylist())]).cast(
-        SAMPLE_SCHEMA
-    )
+    return samples_to_table([normalize_sample(r, i) for i, r in enumerate(table.to_pylist())]).cast(SAMPLE_SCHEMA)
 
 
 def test_a_retried_commit_is_not_a_duplicate(store: Store) -> None:
@@ -165,9 +161,7 @@ def test_bad_input_to_the_writer(store: Store) -> None:
     writer.add(sample())
     with pytest.raises(SampleValidationError, match=r"row 2 .*'loss_mask'"):
         writer.add(sample(loss_mask=[1]))
-    assert (
-        writer.write_table(writer_table(pa.Table.from_pylist([sample()])).slice(0, 0)) == []
-    )  # empty: nothing
+    assert writer.write_table(writer_table(pa.Table.from_pylist([sample()])).slice(0, 0)) == []  # empty: nothing
     with pytest.raises(ValueError, match="invalid writer name"):
         ShardWriter(store, "bad/name")
     with pytest.raises(ValueError, match="invalid model id"):

@@ -1,0 +1,2 @@
+-- Keep every complete group.
+SELECT group_id FROM candidates

@@ -1,0 +1,270 @@
+"""`lakeflow bench weights`: delta formats side by side on real AdamW updates, plus codec throughput.
+
+Formats per optimizer step: full safetensors, the paper's wire format (u32 index + u16 value),
+int32 index + bf16 value + zstd, gap-coded positions + int16 difference + zstd, and
+lakeflow's codec. Throughput is measured on a synthetic ~1B-parameter bf16 state against
+the floor measured in the same run (compare two states; copy one state). Transfer times
+over a long link come from a model of TCP (stated in the output), not from a measurement.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+import zstandard
+
+from lakeflow.errors import MissingExtraError
+from lakeflow.weights.codec import decode_delta, encode_delta
+from lakeflow.weights.tensors import State, raw_tensor, safetensors_bytes, state_bytes
+
+LINK = {
+    "rate_bps": 4e9,
+    "rtt_s": 0.3,
+    "connections": 8,
+    "window_bytes": 16 << 20,
+    "initial_window_bytes": 14600,
+}
+FORMATS = [
+    "full safetensors",
+    "paper u32 idx + u16 val",
+    "int32 idx + bf16 + zstd",
+    "gap + int16 diff + zstd",
+    "lakeflow",
+]
+
+
+def link_seconds(nbytes: int) -> float:
+    """Time to move `nbytes` over LINK: parts spread over `connections` TCP streams, each in slow
+    start from the initial window, doubling per RTT up to `window_bytes` per RTT; plus one RTT
+    for the request; never faster than the line rate."""
+    per_conn = nbytes / LINK["connections"]
+    t, sent, cwnd = LINK["rtt_s"], 0.0, float(LINK["initial_window_bytes"])
+    while sent < per_conn:
+        sent += cwnd
+        t += LINK["rtt_s"]
+        cwnd = min(2 * cwnd, float(LINK["window_bytes"]))
+    return max(t, LINK["rtt_s"] + 8 * nbytes / LINK["rate_bps"])
+
+
+def format_sizes(old: State, new: State) -> dict[str, int]:
+    """Bytes of one step's update in each format (all but the last two from the same diff)."""
+    idx: list[np.ndarray] = []
+    val: list[np.ndarray] = []
+    diffs: list[np.ndarray] = []
+    base = 0
+    for name in sorted(new):
+        o, n = old[name].bits, new[name].bits
+        changed = np.flatnonzero(o != n)
+        idx.append(changed + base)
+        val.append(n[changed])
+        diffs.append((n[changed].astype(np.int64) - o[changed].astype(np.int64)).astype(np.int16))
+        base += o.size
+    positions = np.concatenate(idx)
+    gaps = np.diff(positions, prepend=0).astype(np.uint32)
+    values = np.concatenate(val)
+    z = zstandard.ZstdCompressor(level=3)
+    full = sum(len(c) for c in safetensors_bytes(new))
+    return {
+        "full safetensors": full,
+        "paper u32 idx + u16 val": positions.size * (4 + values.itemsize),
+        "int32 idx + bf16 + zstd": len(z.compress(positions.astype(np.int32).tobytes() + values.tobytes())),
+        "gap + int16 diff + zstd": len(z.compress(gaps.tobytes())) + len(z.compress(np.concatenate(diffs).tobytes())),
+        "lakeflow": len(encode_delta(old, new).data),
+    }
+
+
+def throughput(old: State, new: State) -> dict[str, Any]:
+    """Encode/apply speed in GB/s of model bytes, and as ratios to the floor (compare; copy)."""
+    nbytes = state_bytes(new)
+    t0 = time.perf_counter()
+    changed = sum(int(np.count_nonzero(old[n].bits != new[n].bits)) for n in new)
+    t_compare = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    copies = {n: t.bits.copy() for n, t in old.items()}
+    t_copy = time.perf_counter() - t0
+    del copies
+    t0 = time.perf_counter()
+    delta = encode_delta(old, new)
+    t_encode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    rebuilt = decode_delta(old, delta.data)
+    t_apply = time.perf_counter() - t0
+    exact = all(np.array_equal(rebuilt[n].bits, new[n].bits) for n in new)
+    return {
+        "params": sum(t.bits.size for t in new.values()),
+        "bytes": nbytes,
+        "sparsity": 1 - changed / max(1, sum(t.bits.size for t in new.values())),
+        "bytes_per_param": len(delta.data) / max(1, sum(t.bits.size for t in new.values())),
+        "encode_gbps": nbytes / t_encode / 1e9,
+        "apply_gbps": nbytes / t_apply / 1e9,
+        "compare_floor_gbps": nbytes / t_compare / 1e9,
+        "copy_floor_gbps": nbytes / t_copy / 1e9,
+        "encode_vs_floor": t_compare / t_encode,
+        "apply_vs_floor": t_copy / t_apply,
+        "bit_exact": exact,
+    }
+
+
+def synthetic_states(params: int, seed: int = 0, lr: float = 3e-6, tensor: int = 1 << 26) -> tuple[State, State]:
+    """A bf16 state of `params` elements ~ N(0, 0.02) and the next one after an Adam-like step of
+    size lr·N(0, 1) (|u| about 1, as Adam's normalised update), rounded to bf16."""
+    rng = np.random.default_rng(seed)
+    old: State = {}
+    new: State = {}
+    for i, start in enumerate(range(0, params, tensor)):
+        n = min(tensor, params - start)
+        w = rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)
+        o = _to_bf16(w)
+        w = (o.astype(np.uint32) << 16).view(np.float32)
+        w -= np.float32(lr) * rng.standard_normal(n, dtype=np.float32)
+        old[f"layer{i:03d}.weight"] = raw_tensor("BF16", (n,), o)
+        new[f"layer{i:03d}.weight"] = raw_tensor("BF16", (n,), _to_bf16(w))
+    return old, new
+
+
+def _to_bf16(x: np.ndarray) -> np.ndarray:
+    u = x.view(np.uint32)
+    return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
+
+
+# --- real optimizer updates (torch, transformers: lazily imported) --------------------------
+
+
+def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[str, list[State]]:
+    """States of a model before and after each of `steps` AdamW steps in bf16; and a description.
+
+    `model_path`: a Hugging Face directory or a .gguf file; None builds a small random Llama."""
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise MissingExtraError("torch", "torch") from e
+    torch.manual_seed(0)
+    tok = None
+    if model_path is None:
+        config = transformers.LlamaConfig(
+            vocab_size=512,
+            hidden_size=128,
+            intermediate_size=344,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+        )
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[no-untyped-call,arg-type]
+        about = "FALLBACK: small random Llama built locally (no --model given); not a pretrained model"
+    else:
+        kwargs: dict[str, Any] = {"dtype": torch.bfloat16}
+        directory = model_path
+        if model_path.endswith(".gguf"):
+            directory, kwargs["gguf_file"] = os.path.dirname(model_path), os.path.basename(model_path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(directory, **kwargs)
+        model = model.to(torch.bfloat16)  # type: ignore[arg-type]
+        tok = transformers.AutoTokenizer.from_pretrained(
+            directory, **{k: v for k, v in kwargs.items() if k == "gguf_file"}
+        )
+        about = f"{model_path} ({type(model).__name__}, pretrained)"
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    texts = [
+        "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. "
+        "How many clips did she sell altogether? Answer: 72.",
+        "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+        "The mitochondria is the membrane-bound organelle that produces most of the cell's chemical energy.",
+        "User: Translate 'good morning' into French.\nAssistant: Bonjour.",
+    ]
+
+    def snapshot() -> State:
+        out: State = {}
+        for name, p in model.named_parameters():  # tied weights appear once
+            t = p.detach().contiguous()
+            dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[t.dtype]
+            width = torch.int16 if t.element_size() == 2 else torch.int32
+            out[name] = raw_tensor(dtype, tuple(t.shape), t.view(width).numpy().copy())
+        return out
+
+    states = [snapshot()]
+    for step in range(steps):
+        if tok is not None:
+            if tok.pad_token is None:
+                tok.pad_token = tok.eos_token
+            batch = tok([texts[(step + i) % len(texts)] for i in range(4)], return_tensors="pt", padding=True)
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+        else:
+            ids = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(step))
+            mask = torch.ones_like(ids)
+        loss = model(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        states.append(snapshot())
+    return about, states
+
+
+def run(model_path: str | None, steps: int, synthetic_params: int) -> dict[str, Any]:
+    """The whole benchmark as one JSON-able dict."""
+    about, states = adam_states(model_path, steps)
+    per_step = []
+    for i in range(1, len(states)):
+        sizes = format_sizes(states[i - 1], states[i])
+        params = sum(t.bits.size for t in states[i].values())
+        tp = throughput(states[i - 1], states[i])
+        per_step.append(
+            {
+                "step": i,
+                "sparsity": tp["sparsity"],
+                "bytes": sizes,
+                "bytes_per_param": {k: v / params for k, v in sizes.items()},
+                "link_seconds": {k: link_seconds(v) for k, v in sizes.items()},
+                "encode_gbps": tp["encode_gbps"],
+                "apply_gbps": tp["apply_gbps"],
+                "bit_exact": tp["bit_exact"],
+            }
+        )
+    old, new = synthetic_states(synthetic_params)
+    synthetic = throughput(old, new)
+    return {
+        "model": about,
+        "params": sum(t.bits.size for t in states[0].values()),
+        "optimizer": "AdamW lr 3e-6, bf16 parameters and state",
+        "steps": per_step,
+        "synthetic": synthetic,
+        "link": LINK | {"model": link_seconds.__doc__.split("\n")[0] if link_seconds.__doc__ else ""},
+        "goal_bytes_per_param": 0.008,
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    """The result as a plain-text report."""
+    lines = [f"model: {result['model']}  params: {result['params']:,}  optimizer: {result['optimizer']}", ""]
+    head = f"{'format':26s}" + "".join(f"  step {s['step']} B/param   4G/300ms s" for s in result["steps"])
+    lines.append(head)
+    for f in FORMATS:
+        row = f"{f:26s}" + "".join(
+            f"  {s['bytes_per_param'][f]:14.5f}  {s['link_seconds'][f]:10.2f}" for s in result["steps"]
+        )
+        lines.append(row)
+    lines.append(f"{'unchanged elements':26s}" + "".join(f"  {s['sparsity']:14.4%}  {'':10s}" for s in result["steps"]))
+    lines.append(
+        f"{'lakeflow encode/apply GB/s':26s}"
+        + "".join(f"  {s['encode_gbps']:6.2f} / {s['apply_gbps']:5.2f}  {'':10s}" for s in result["steps"])
+    )
+    lines.append(f"{'bit-exact':26s}" + "".join(f"  {s['bit_exact']!s:14s}  {'':10s}" for s in result["steps"]))
+    syn = result["synthetic"]
+    lines += [
+        "",
+        f"synthetic bf16 state, {syn['params']:,} params ({syn['bytes'] / 1e9:.2f} GB), one Adam-like step "
+        f"(lr 3e-6·N(0,1)): unchanged {syn['sparsity']:.4%}, {syn['bytes_per_param']:.5f} B/param, "
+        f"bit-exact {syn['bit_exact']}",
+        f"  encode {syn['encode_gbps']:.2f} GB/s = {syn['encode_vs_floor']:.3f} x floor "
+        f"(compare two states: {syn['compare_floor_gbps']:.2f} GB/s)",
+        f"  apply  {syn['apply_gbps']:.2f} GB/s = {syn['apply_vs_floor']:.3f} x floor "
+        f"(copy one state: {syn['copy_floor_gbps']:.2f} GB/s)",
+        f"link model: {LINK['rate_bps'] / 1e9:.0f} Gbit/s, {LINK['rtt_s'] * 1000:.0f} ms RTT, "
+        f"{LINK['connections']} TCP connections in slow start from {LINK['initial_window_bytes']} B, "
+        f"window cap {int(LINK['window_bytes']) >> 20} MiB per RTT each, +1 RTT for the request",
+        f"goal: <= {result['goal_bytes_per_param']} B/param on real Adam updates",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""Data policies: SQL files run against the catalog's `candidates` view with named parameters.
+
+A policy is exactly one SELECT. It runs on the catalog's own connection, where external
+access is off and the configuration is locked, so it can read catalog tables and nothing
+else; a policy that runs longer than its time limit is interrupted.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from lakeflow.errors import PolicyError
+
+POLICY_DIR = Path(__file__).resolve().parents[2] / "catalog" / "policies"
+KINDS: dict[str, tuple[str, ...]] = {
+    "filter": ("group_id",),
+    "staleness": ("group_id",),
+    "fresh": ("group_id",),
+    "replay": ("group_id",),
+    "curation": ("prompt_id", "submit"),
+}
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+_COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
+_STRING = re.compile(r"'(?:[^']|'')*'")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One loaded policy file."""
+
+    kind: str
+    name: str
+    path: Path
+    sql: str
+    params: frozenset[str]  # the $names the query uses
+
+
+def load_policy(kind: str, name_or_path: str) -> Policy:
+    """A shipped policy by name (`catalog/policies/<kind>/<name>.sql`) or a user's `.sql` file."""
+    if kind not in KINDS:
+        raise PolicyError(f"unknown policy kind {kind!r}; kinds: {', '.join(KINDS)}")
+    if name_or_path.endswith(".sql"):
+        path = Path(name_or_path)
+    else:
+        path = POLICY_DIR / kind / f"{name_or_path}.sql"
+        if not path.exists():
+            shipped = sorted(p.stem for p in (POLICY_DIR / kind).glob("*.sql"))
+            raise PolicyError(
+                f"no {kind} policy named {name_or_path!r}; shipped: {', '.join(shipped)}, or a path to a .sql file"
+            )
+    try:
+        sql = path.read_text()
+    except OSError as e:
+        raise PolicyError(f"cannot read policy {path}: {e}") from e
+    code = _STRING.sub("''", _COMMENT.sub(" ", sql))
+    return Policy(kind, path.stem, path, sql, frozenset(_PARAM.findall(code)))
+
+
+def check_statement(con: duckdb.DuckDBPyConnection, policy: Policy) -> None:
+    """Refuse anything but exactly one SELECT."""
+    try:
+        statements = con.extract_statements(policy.sql)
+    except duckdb.Error as e:
+        raise PolicyError(f"{policy.path}: does not parse: {_first_line(e)}") from e
+    if len(statements) != 1 or statements[0].type != duckdb.StatementType.SELECT:
+        kinds = ", ".join(s.type.name for s in statements) or "nothing"
+        raise PolicyError(f"{policy.path}: a policy must be exactly one SELECT, found {kinds}")
+
+
+def run_policy(
+    con: duckdb.DuckDBPyConnection,
+    policy: Policy,
+    params: dict[str, Any],
+    timeout_s: float = 30.0,
+) -> pa.Table:
+    """Run a policy against the current `candidates` view; returns its required columns."""
+    check_statement(con, policy)
+    missing = policy.params - params.keys()
+    if missing:
+        raise PolicyError(
+            f"{policy.path}: uses {', '.join('$' + m for m in sorted(missing))}, which the engine does not "
+            f"provide for {policy.kind} policies; available: {', '.join('$' + p for p in sorted(params))}"
+        )
+    timer = threading.Timer(timeout_s, con.interrupt)
+    timer.start()
+    try:
+        result = con.execute(policy.sql, {k: params[k] for k in policy.params}).to_arrow_table()
+    except duckdb.InterruptException as e:
+        raise PolicyError(f"{policy.path}: interrupted after {timeout_s:g} s") from e
+    except duckdb.Error as e:
+        raise PolicyError(f"{policy.path}: {_first_line(e)}") from e
+    finally:
+        timer.cancel()
+    required = KINDS[policy.kind]
+    absent = [c for c in required if c not in result.column_names]
+    if absent:
+        raise PolicyError(
+            f"{policy.path}: a {policy.kind} policy must return column(s) {', '.join(required)}; "
+            f"it returned {', '.join(result.column_names) or 'none'}"
+        )
+    return result.select(list(required))
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0]

@@ -1,0 +1,136 @@
+"""`lakeflow weights …` (publish, pull, ls, verify, gc) and `lakeflow bench weights`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+import click
+
+from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.errors import WeightsConflictError, WeightsIntegrityError
+from lakeflow.weights import collect, list_versions, publish, pull, read_latest, read_manifest, read_source
+from lakeflow.weights.publish import DEFAULT_FULL_EVERY
+
+model_option = click.option("--model", "model", required=True, help="Model id: the weights/<model>/ prefix.")
+
+
+@click.group()
+def weights() -> None:
+    """Versioned model weights in the lake: full copies plus sparse deltas."""
+
+
+@weights.command("publish")
+@lake_options
+@model_option
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--full-every", default=DEFAULT_FULL_EVERY, show_default=True, help="Full copy every K versions.")
+@click.option("--publisher", default="cli", show_default=True, help="Trainer id recorded in the manifest.")
+@click.option("--force", is_flag=True, help="Overwrite leftovers of a crashed publish (single trainer only).")
+def publish_cmd(
+    lake_url: str,
+    endpoint_url: str | None,
+    model: str,
+    path: str,
+    full_every: int,
+    publisher: str,
+    force: bool,
+) -> None:
+    """Publish PATH (a Hugging Face directory or a .safetensors file) as the next version."""
+    store = open_lake(lake_url, endpoint_url)
+    state, files = read_source(path)
+    try:
+        m = publish(store, model, state, files=files or None, full_every=full_every, publisher=publisher, force=force)
+    except WeightsConflictError as e:
+        raise click.ClickException(str(e)) from e
+    size = m.full_bytes() if m.kind == "full" else (m.delta.size if m.delta else 0)
+    sparsity = "" if m.sparsity is None else f", {m.sparsity:.4%} unchanged"
+    click.echo(f"published {model} version {m.version} ({m.kind}, {size:,} bytes{sparsity})")
+
+
+@weights.command("pull")
+@lake_options
+@model_option
+@click.option("--dest", required=True, type=click.Path(), help="Local model directory to create or update.")
+@click.option("--version", type=int, default=None, help="Version to pull (default: LATEST).")
+def pull_cmd(lake_url: str, endpoint_url: str | None, model: str, dest: str, version: int | None) -> None:
+    """Bring DEST to a version: deltas when cheaper, else full; verified bit for bit."""
+    store = open_lake(lake_url, endpoint_url)
+    try:
+        r = pull(store, model, dest, version)
+    except (WeightsIntegrityError, FileNotFoundError) as e:
+        raise click.ClickException(str(e)) from e
+    note = " (delta chain failed verification; pulled full)" if r.fell_back else ""
+    fetched = f"{r.bytes_fetched:,} bytes fetched"
+    click.echo(f"{model} version {r.version} at {r.path}: {r.route} {r.chain}, {fetched}{note}")
+
+
+@weights.command("ls")
+@lake_options
+@model_option
+def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
+    """List versions: kind, sizes, sparsity."""
+    store = open_lake(lake_url, endpoint_url)
+    latest = read_latest(store, model)
+    top = latest[0].version if latest else -1
+    click.echo(f"{'version':>8}  {'kind':5}  {'full bytes':>14}  {'delta bytes':>12}  {'unchanged':>9}  created")
+    for v in list_versions(store, model):
+        try:
+            m = read_manifest(store, model, v)
+        except FileNotFoundError:
+            click.echo(f"{v:>8}  (no manifest: an unfinished publish)")
+            continue
+        unchanged = "" if m.sparsity is None else f"{m.sparsity:.4%}"
+        delta = m.delta.size if m.delta else 0
+        mark = "  <- LATEST" if v == top else ""
+        click.echo(f"{v:>8}  {m.kind:5}  {m.full_bytes():>14,}  {delta:>12,}  {unchanged:>9}  {m.created_at}{mark}")
+
+
+@weights.command("verify")
+@lake_options
+@model_option
+@click.option("--version", type=int, default=None, help="Version to verify (default: LATEST).")
+def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int | None) -> None:
+    """Rebuild a version from the lake in a temporary directory and check every checksum."""
+    store = open_lake(lake_url, endpoint_url)
+    with tempfile.TemporaryDirectory(prefix="lakeflow-verify-") as tmp:
+        try:
+            r = pull(store, model, os.path.join(tmp, "model"), version)
+        except (WeightsIntegrityError, FileNotFoundError, ValueError) as e:
+            raise click.ClickException(f"verification failed: {e}") from e
+    click.echo(f"{model} version {r.version}: ok (rebuilt from {r.chain}, every checksum matches)")
+
+
+@weights.command("gc")
+@lake_options
+@model_option
+@click.option("--keep", type=int, required=True, help="Keep the newest N versions (plus what their chains need).")
+@click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
+def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_run: bool) -> None:
+    """Delete versions that neither the newest N nor their delta chains need."""
+    store = open_lake(lake_url, endpoint_url)
+    gone = collect(store, model, keep, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(f"{verb} {len(gone)} version(s): {gone}")
+
+
+@click.command("weights")
+@click.option("--model", "model_path", default=None, help="HF directory or .gguf file (default: a small random Llama).")
+@click.option("--steps", default=3, show_default=True, help="AdamW steps to measure.")
+@click.option("--synthetic-params", default=1_000_000_000, show_default=True, help="Size of the throughput state.")
+@click.option("--quick", is_flag=True, help="Tiny sizes, for tests.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def bench_weights(model_path: str | None, steps: int, synthetic_params: int, quick: bool, as_json: bool) -> None:
+    """Delta formats side by side on real AdamW updates, codec throughput, link transfer times."""
+    from lakeflow.bench.weights import render, run
+
+    if quick:
+        steps, synthetic_params = min(steps, 2), min(synthetic_params, 2_000_000)
+    result = run(model_path, steps, synthetic_params)
+    if as_json:
+        json.dump(result, sys.stdout, indent=1)
+        click.echo()
+    else:
+        click.echo(render(result))

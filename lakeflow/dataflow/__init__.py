@@ -1,0 +1,1 @@
+"""The dataflow service: ingest commits, run data policies, issue tasks, serve batches."""

@@ -1,0 +1,143 @@
+"""The dataflow process's configuration: typed, validated, unknown keys refused.
+
+A config file (YAML or JSON) names the models of the run and, per model, its batch shape,
+staleness bound, data policies (by name from `catalog/policies/<kind>/` or by path to a
+`.sql` file) and prompt dataset. `load_config` reports a bad key with the file's name.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lakeflow.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SyntheticDataset(_Strict):
+    """Generated arithmetic prompts with exact answers (tests, demos, load tests)."""
+
+    type: Literal["synthetic"] = "synthetic"
+    prompts: int = Field(1000, ge=1, description="How many distinct prompts.")
+    seed: int = Field(0, description="Seed of the generator.")
+
+
+class FileDataset(_Strict):
+    """A JSONL or Parquet file of rows with `prompt` and `answer` (optional `prompt_id`, `task_type`)."""
+
+    type: Literal["file"] = "file"
+    path: str = Field(description="Path or URL of a .jsonl or .parquet file.")
+    name: str = Field("", description="Dataset name stamped on samples; defaults to the file name.")
+
+
+Dataset = Annotated[SyntheticDataset | FileDataset, Field(discriminator="type")]
+
+
+class Policies(_Strict):
+    """The data policies of one model: a shipped name, or a path ending in .sql."""
+
+    filter: str = Field("keep_all", description="Post-rollout filter over newly complete groups.")
+    fresh: str = Field("fifo", description="Order in which fresh groups are served.")
+    staleness: str = Field("version_window", description="Which groups are fresh enough for a step.")
+    replay: str = Field("none", description="Replay selection, or 'none'.")
+    curation: str = Field("accept_all", description="Pre-rollout prompt curation.")
+
+
+class Greso(_Strict):
+    """Parameters of the GRESO curation policy (probabilistic skipping of zero-variance prompts)."""
+
+    p_easy: float = Field(0.5, gt=0, le=1, description="Base exploration probability, easy prompts.")
+    p_hard: float = Field(0.5, gt=0, le=1, description="Base exploration probability, hard prompts.")
+    floor_easy: float = Field(0.05, ge=0, le=1, description="Lowest submit probability, easy prompts.")
+    floor_hard: float = Field(0.05, ge=0, le=1, description="Lowest submit probability, hard prompts.")
+    target_skip_easy: float = Field(0.5, ge=0, le=1, description="Target share of easy prompts skipped.")
+    target_skip_hard: float = Field(0.5, ge=0, le=1, description="Target share of hard prompts skipped.")
+    step: float = Field(0.01, gt=0, le=0.5, description="Adjustment of p per version toward the targets.")
+    max_rejections: int = Field(20, ge=1, description="Force-submit after this many consecutive skips.")
+
+
+class ModelConfig(_Strict):
+    """One model (policy) of the run and how its data flows."""
+
+    id: str = Field(description="Model id; the `model_id` of its samples.")
+    vocab_size: int = Field(ge=2, description="Token ids must be below this.")
+    n_samples: int = Field(8, ge=1, description="Completions per prompt (group size).")
+    prompts_per_step: int = Field(32, ge=1, description="Groups per training batch.")
+    max_staleness: int = Field(4, ge=0, description="Largest `step - policy_version` served.")
+    steps_ahead: int = Field(1, ge=0, description="Batches materialised beyond the trainer's step.")
+    replay_ratio: float = Field(0.0, ge=0, lt=1, description="Share of each batch drawn from replay.")
+    replay_capacity: int = Field(50_000, ge=1, description="Most recently served groups kept for replay.")
+    solved_threshold: float = Field(
+        0.95, ge=0, le=1, description="skip_solved: pass-rate EMA above which a prompt is skipped."
+    )
+    pass_rate_decay: float = Field(0.5, gt=0, lt=1, description="Weight of history in the pass-rate EMA.")
+    policies: Policies = Field(default_factory=Policies)
+    greso: Greso = Field(default_factory=Greso)
+    dataset: Dataset = Field(default_factory=SyntheticDataset)
+
+
+class TasksConfig(_Strict):
+    """How many prompts are kept outstanding and how long a claim lives."""
+
+    buffer_factor: float = Field(1.5, ge=1, description="Groups kept in flight, as a multiple of the steps ahead.")
+    claim_ttl_s: float = Field(300, gt=0, description="A claim not renewed for this long expires.")
+    claim_check_s: float = Field(15, gt=0, description="How often claims are read to find expired ones.")
+
+
+class LoopConfig(_Strict):
+    """Timing of the dataflow loop."""
+
+    poll_s: float = Field(1.0, gt=0, description="Sleep between iterations when nothing happened.")
+    checkpoint_s: float = Field(60, gt=0, description="Catalog checkpoint interval.")
+    lease_ttl_s: float = Field(30, gt=0, description="Lease lifetime; renewed every third of it.")
+    balance_window_s: float = Field(300, gt=0, description="Window of the balance report.")
+    settle_s: float = Field(120, ge=0, description="Commit-listing window for late commits (writer clock skew).")
+    verify_payload: bool = Field(True, description="Read whole shards at ingest (checksum, vocabulary, lengths).")
+
+
+class DataflowConfig(_Strict):
+    """The whole file."""
+
+    models: list[ModelConfig] = Field(min_length=1, description="The models (policies) of the run.")
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+
+    @model_validator(mode="after")
+    def _unique_models(self) -> DataflowConfig:
+        ids = [m.id for m in self.models]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"model ids must be unique, got {ids}")
+        return self
+
+    def model(self, model_id: str) -> ModelConfig:
+        for m in self.models:
+            if m.id == model_id:
+                return m
+        raise KeyError(model_id)
+
+
+def load_config(path: str | Path) -> DataflowConfig:
+    """Parse and validate a YAML or JSON config; errors name the key and the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from e
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    try:
+        return DataflowConfig.model_validate(data or {})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from e

@@ -1,0 +1,133 @@
+"""Ingest: new commit records → validated sample metadata in the catalog; bad input → quarantine.
+
+Each committed shard is read once (whole, with its checksum verified, when
+`verify_payload`; else only the metadata columns and `loss_mask` for lengths). Rows that
+fail a check are quarantined with the reason; the others are ingested. Nothing here
+raises on bad input: every problem becomes a quarantine record and a counter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakeflow.catalog.state import Catalog
+from lakeflow.dataflow.config import DataflowConfig
+from lakeflow.errors import CorruptShardError
+from lakeflow.io import Store
+from lakeflow.lake import CommitCursor, CommitRecord, LakeReader, layout
+from lakeflow.lake.checks import row_problems, schema_problem
+from lakeflow.lake.schema import METADATA_COLUMNS
+
+INGEST_COLUMNS = [c for c in METADATA_COLUMNS if c not in ("dataset", "task_type", "extra")]
+
+
+@dataclass
+class IngestStats:
+    commits: int = 0
+    samples: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+
+
+class Ingestor:
+    """Tails the commit log into the catalog."""
+
+    def __init__(self, store: Store, catalog: Catalog, config: DataflowConfig, threads: int = 8) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.config = config
+        self.reader = LakeReader(store, settle=timedelta(seconds=config.loop.settle_s))
+        self.threads = threads
+
+    def ingest(self, cursor: CommitCursor, limit: int = 256) -> tuple[CommitCursor, IngestStats]:
+        """Ingest up to `limit` new commits after `cursor`; returns the new cursor and counts."""
+        poll = self.reader.poll(cursor, limit=limit)
+        stats = IngestStats(commits=len(poll.commits))
+        now = datetime.now(UTC)
+        for key, reason in poll.skipped:
+            if reason != "not a commit record key":
+                self._quarantine(key, 0, reason, now, [], stats)
+        if not poll.commits:
+            return poll.cursor, stats
+        with ThreadPoolExecutor(min(self.threads, len(poll.commits))) as pool:
+            tables = list(pool.map(self._read, [c for _, c in poll.commits]))
+        parts = []
+        for (key, commit), (table, error) in zip(poll.commits, tables, strict=True):
+            if error is not None or table is None:
+                self._quarantine(commit.shard, commit.rows, error or "unreadable", now, [], stats)
+                continue
+            part = self._check(key, commit, table, now, stats)
+            if part is not None:
+                parts.append(part)
+        if parts:
+            result = self.catalog.ingest(pa.concat_tables(parts))
+            stats.samples += result.rows
+            if result.duplicates:
+                self._quarantine(
+                    "catalog", len(result.duplicates), "sample_id already ingested", now, result.duplicates, stats
+                )
+            if result.late:
+                self._quarantine("catalog", len(result.late), "group already complete", now, result.late, stats)
+        return poll.cursor, stats
+
+    def _read(self, commit: CommitRecord) -> tuple[pa.Table | None, str | None]:
+        try:
+            if self.config.loop.verify_payload:
+                return self.reader.read_shard(commit), None
+            return self.reader.read_shard(commit, [*METADATA_COLUMNS, "loss_mask"], verify=False), None
+        except CorruptShardError as e:
+            return None, str(e)
+
+    def _check(
+        self, key: str, commit: CommitRecord, table: pa.Table, now: datetime, stats: IngestStats
+    ) -> pa.Table | None:
+        problem = schema_problem(table)
+        if problem is None and table.num_rows != commit.rows:
+            problem = f"shard has {table.num_rows} rows, its commit record says {commit.rows}"
+        if problem is None:
+            models = set(pc.unique(table.column("model_id")).to_pylist())
+            if models != {commit.model_id}:
+                problem = f"model ids {sorted(models)} do not match the commit's {commit.model_id!r}"
+            elif commit.model_id not in {m.id for m in self.config.models}:
+                problem = f"model {commit.model_id!r} is not in this run's config"
+        if problem is not None:
+            self._quarantine(commit.shard, table.num_rows, problem, now, [], stats)
+            return None
+        model = self.config.model(commit.model_id)
+        newest = self.catalog.weights_version(commit.model_id)
+        bad = np.zeros(table.num_rows, dtype=bool)
+        ids = table.column("sample_id").to_numpy(zero_copy_only=False)
+        for reason, mask in row_problems(table, model.vocab_size, newest):
+            self._quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask][:100]), stats)
+            bad |= mask
+        lengths = pc.list_value_length(
+            table.column("response_ids" if "response_ids" in table.column_names else "loss_mask")
+        )
+        out = table.select(INGEST_COLUMNS).append_column("response_len", pc.cast(lengths, pa.int32()))
+        shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
+        out = out.append_column("shard_idx", pa.array(np.full(table.num_rows, shard_idx, dtype=np.int32)))
+        out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))
+        return out.filter(pa.array(~bad)) if bad.any() else out
+
+    def _quarantine(
+        self, source: str, rows: int, reason: str, now: datetime, sample_ids: list[Any], stats: IngestStats
+    ) -> None:
+        stats.quarantined[reason.split(":")[0]] += max(rows, 1)
+        self.catalog.quarantine(source, rows, reason, now)
+        record = {
+            "source": source,
+            "rows": rows,
+            "reason": reason,
+            "at": now.isoformat(),
+            "sample_ids": sample_ids[:100],
+        }
+        key = layout.quarantine_key(now, f"{source}-{abs(hash(reason)) % 10**8:08d}-{now:%H%M%S%f}")
+        self.store.put(key, json.dumps(record, default=str).encode())

@@ -1,0 +1,233 @@
+"""`lakeflow dataflow`: the loop that turns commits into batches, for every model of the run.
+
+One iteration: renew the lease → ingest new commits → complete groups (filter policy) →
+release finished tasks → adopt batch objects this catalog has not recorded → serve the
+next batches (up to `steps_ahead` beyond the trainer) → keep tasks outstanding → balance
+report and catalog checkpoint when due. Kill it at any point and start it again: it
+restores the newest checkpoint and catches up from the bucket.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lakeflow.catalog.policy import load_policy, run_policy
+from lakeflow.catalog.serving import ServingPolicies, batch_table, next_step, plan_batch, record_batch
+from lakeflow.catalog.state import Catalog
+from lakeflow.dataflow.balance import balance_report
+from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
+from lakeflow.dataflow.config import DataflowConfig, ModelConfig
+from lakeflow.dataflow.datasets import PROMPT_COLUMNS, load_prompts
+from lakeflow.dataflow.ingest import Ingestor
+from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.tasks import GresoState, TaskIssuer
+from lakeflow.io import Store
+from lakeflow.lake import CommitCursor
+from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
+from lakeflow.weights.publish import read_latest
+
+log = logging.getLogger("lakeflow.dataflow")
+
+
+@dataclass
+class Counters:
+    """What the process did since it started (printed by the CLI, tested)."""
+
+    commits: int = 0
+    samples: int = 0
+    batches: int = 0
+    adopted: int = 0
+    tasks_issued: int = 0
+    claims_reissued: int = 0
+    groups_kept: int = 0
+    groups_filtered: int = 0
+    dropped_stale: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+
+
+class DataflowService:
+    """The dataflow process for one lake."""
+
+    def __init__(self, store: Store, config: DataflowConfig, catalog_path: str | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.catalog = Catalog(catalog_path)
+        self.lease = Lease(store, timedelta(seconds=config.loop.lease_ttl_s))
+        self.ingestor = Ingestor(store, self.catalog, config)
+        self.issuer = TaskIssuer(store, self.catalog, config)
+        self.cursor = CommitCursor()
+        self.counters = Counters()
+        self.serving = {m.id: _serving(m) for m in config.models}
+        self._filters = {m.id: load_policy("filter", m.policies.filter) for m in config.models}
+        self._last_checkpoint = time.monotonic()
+        self._last_balance = 0.0
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def start(self, wait: bool = False) -> None:
+        """Take the lease, then rebuild state from the newest checkpoint."""
+        self.lease.acquire(wait=wait, poll_s=min(5.0, self.config.loop.lease_ttl_s / 3))
+        self.cursor, state = restore_checkpoint(self.store, self.catalog)
+        for model_id, g in state.get("greso", {}).items():
+            if model_id in self.issuer.greso:
+                self.issuer.greso[model_id] = GresoState(**g)
+        self.issuer.round = int(state.get("round", 0))
+        for model in self.config.models:
+            loaded = self.catalog.con.execute("SELECT count(*) FROM prompts WHERE model_id = ?", [model.id]).fetchone()
+            if not loaded or not loaded[0]:
+                table = load_prompts(model.dataset)
+                self.catalog.con.register("_prompts", table)
+                columns = ", ".join(PROMPT_COLUMNS)
+                self.catalog.con.execute(f"INSERT INTO prompts SELECT ?, {columns} FROM _prompts", [model.id])
+                self.catalog.con.unregister("_prompts")
+
+    def close(self, checkpoint: bool = True) -> None:
+        """Checkpoint (while the lease is still ours), give the lease back, close the catalog."""
+        if checkpoint and self.lease.valid():
+            self.checkpoint()
+        self.lease.release()
+        self.catalog.close()
+
+    def checkpoint(self) -> int:
+        state: dict[str, Any] = {
+            "greso": {k: vars(v) for k, v in self.issuer.greso.items()},
+            "round": self.issuer.round,
+        }
+        seq = save_checkpoint(self.store, self.catalog, self.cursor, state)
+        self._last_checkpoint = time.monotonic()
+        return seq
+
+    def run(self, iterations: int | None = None, stop: Any = None) -> None:
+        """Loop until `iterations` are done or `stop()` is true; sleeps when idle."""
+        done = 0
+        while (iterations is None or done < iterations) and not (stop and stop()):
+            busy = self.step()
+            done += 1
+            if not busy and (iterations is None or done < iterations):
+                time.sleep(self.config.loop.poll_s)
+
+    # --- one iteration ----------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """One pass over every model; True when anything was ingested, served or issued."""
+        if self.lease.due():
+            self.lease.renew()
+        now = datetime.now(UTC)
+        for model in self.config.models:
+            latest = read_latest(self.store, model.id)
+            if latest is not None:
+                self.catalog.set_weights_version(model.id, latest[0].version)
+        self.cursor, stats = self.ingestor.ingest(self.cursor)
+        self.counters.commits += stats.commits
+        self.counters.samples += stats.samples
+        self.counters.quarantined.update(stats.quarantined)
+        busy = stats.commits > 0
+        for model in self.config.models:
+            busy |= self._complete(model)
+            busy |= self._adopt(model)
+            busy |= self._serve(model)
+            if self.lease.valid():
+                self.counters.claims_reissued += self.issuer.sync(model, now)
+                issued = self.issuer.top_up(model, self._trainer_version(model), now)
+                self.counters.tasks_issued += issued
+                busy |= issued > 0
+        if time.monotonic() - self._last_balance >= min(30.0, self.config.loop.balance_window_s / 10):
+            balance_report(self.store, self.catalog, timedelta(seconds=self.config.loop.balance_window_s), now)
+            self._last_balance = time.monotonic()
+        if time.monotonic() - self._last_checkpoint >= self.config.loop.checkpoint_s and self.lease.valid():
+            self.checkpoint()
+        return busy
+
+    def _trainer_version(self, model: ModelConfig) -> int:
+        return self.catalog.weights_version(model.id) or 0
+
+    def _complete(self, model: ModelConfig) -> bool:
+        if not self.catalog.stage_complete(model.id, model.n_samples):
+            return False
+        kept = run_policy(self.catalog.con, self._filters[model.id], {"model_id": model.id})
+        result = self.catalog.finish_complete(
+            kept.column("group_id").to_pylist(), self._filters[model.id].name, model.pass_rate_decay
+        )
+        self.counters.groups_kept += result.kept
+        self.counters.groups_filtered += result.filtered
+        self.issuer.release(result.tasks)
+        return True
+
+    def _adopt(self, model: ModelConfig) -> bool:
+        """Record batch objects that exist in the bucket but not in the catalog (written before a crash)."""
+        step = next_step(self.catalog, model.id)
+        adopted = False
+        for existing in list_batch_steps(self.store, model.id, after=step - 1 if step else None):
+            if existing != step:
+                log.warning(
+                    "batch %s of %s exists but %s is missing; not adopting beyond a gap", existing, model.id, step
+                )
+                break
+            table, meta = read_batch(self.store, model.id, existing)
+            kinds = table.select(["group_id", "kind"]).to_pylist()
+            fresh = list(dict.fromkeys(r["group_id"] for r in kinds if r["kind"] == "fresh"))
+            replay = list(dict.fromkeys(r["group_id"] for r in kinds if r["kind"] == "replay"))
+            record_batch(
+                self.catalog,
+                model.id,
+                existing,
+                fresh,
+                replay,
+                table.num_rows,
+                model.replay_capacity,
+                datetime.fromisoformat(meta.get("created_at", datetime.now(UTC).isoformat())),
+            )
+            self.counters.adopted += 1
+            step += 1
+            adopted = True
+        return adopted
+
+    def _serve(self, model: ModelConfig) -> bool:
+        served = False
+        while self.lease.valid():
+            step = next_step(self.catalog, model.id)
+            if step > self._trainer_version(model) + model.steps_ahead:
+                break
+            plan = plan_batch(self.catalog, model.id, step, self.serving[model.id])
+            self.counters.dropped_stale += plan.dropped_stale
+            if not plan.ready:
+                break
+            table = batch_table(self.catalog, model.id, plan)
+            meta = {"fresh_groups": len(plan.fresh), "replay_groups": len(plan.replay), "lease_epoch": self.lease.epoch}
+            try:
+                write_batch(self.store, model.id, step, table, meta)
+            except FileExistsError:
+                # Written by an earlier life of this process (or a predecessor): adopt it instead.
+                self._adopt(model)
+                continue
+            record_batch(
+                self.catalog,
+                model.id,
+                step,
+                plan.fresh,
+                plan.replay,
+                table.num_rows,
+                model.replay_capacity,
+                datetime.now(UTC),
+            )
+            self.counters.batches += 1
+            served = True
+        return served
+
+
+def _serving(model: ModelConfig) -> ServingPolicies:
+    p = model.policies
+    return ServingPolicies(
+        staleness=load_policy("staleness", p.staleness),
+        fresh=load_policy("fresh", p.fresh),
+        replay=None if p.replay == "none" else load_policy("replay", p.replay),
+        groups_per_step=model.prompts_per_step,
+        max_staleness=model.max_staleness,
+        replay_ratio=model.replay_ratio,
+        replay_capacity=model.replay_capacity,
+    )

@@ -1,0 +1,142 @@
+"""`lakeflow status`: one screen per lake, from the newest catalog checkpoint and live objects.
+
+Works whether or not a dataflow process is serving: counts come from the checkpoint (at
+most `checkpoint_s` old, its age is shown), weights, tasks, heartbeats and the balance
+report are read live, and commits not yet in the checkpoint are counted from the listing.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakeflow.dataflow.checkpoint import load_manifest
+from lakeflow.io import Store
+from lakeflow.lake import CommitCursor, LakeReader, layout
+from lakeflow.lake import tasks as lake_tasks
+from lakeflow.weights.publish import read_latest
+
+
+def checkpoint_tables(store: Store) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
+    """Every table of the newest catalog checkpoint (without internal columns), and its manifest."""
+    manifest = load_manifest(store)
+    if manifest is None:
+        return {}, None
+    tables = {}
+    for name, keys in manifest["parts"].items():
+        parts = [pq.read_table(io.BytesIO(store.get(key))) for key in keys]
+        if parts:
+            table = pa.concat_tables(parts)
+            tables[name] = table.drop_columns([c for c in table.column_names if c.startswith("_")])
+    return tables, manifest
+
+
+def lake_status(store: Store) -> dict[str, Any]:
+    """Per model: weights version, pool counts, tasks, trainer wait; plus RaaS heartbeats."""
+    tables, manifest = checkpoint_tables(store)
+    con = duckdb.connect()
+    for name, table in tables.items():
+        con.register(name, table)
+
+    def count(table: str, where: str, model_id: str) -> int:
+        if table not in tables:
+            return 0
+        row = con.execute(f"SELECT count(*) FROM {table} WHERE model_id = ? AND {where}", [model_id]).fetchone()
+        return int(row[0]) if row else 0
+
+    models = sorted(
+        {i.key.split("/")[1] for i in store.list("batches/")}
+        | {i.key.split("/")[1] for i in store.list("tasks/")}
+        | {i.key.split("/")[1] for i in store.list("weights/")}
+        | {i.key.split("=")[1].split("/")[0] for i in store.list("trajectories/model=")}
+    )
+    now = datetime.now(UTC)
+    report: dict[str, Any] = {"lake": store.url, "at": now.isoformat(), "models": {}}
+    if manifest is not None:
+        cursor = CommitCursor.from_json(manifest["cursor"])
+        report["checkpoint"] = manifest["seq"]
+        report["commits_after_checkpoint"] = len(LakeReader(store).poll(cursor).commits)
+    for m in models:
+        latest = read_latest(store, m)
+        open_ids, claimed = lake_tasks.list_tasks(store, m)
+        report["models"][m] = {
+            "weights_version": latest[0].version if latest else None,
+            "batches": count("batches", "true", m),
+            "fresh_groups": count("fresh", "true", m),
+            "replay_groups": count("replay", "true", m),
+            "incomplete_groups": count("pending", "true", m),
+            "stale_groups": count("dropped", "reason LIKE 'stale%'", m),
+            "filtered_groups": count("groups", "NOT kept", m),
+            "samples": count("samples", "true", m),
+            "tasks_open": len(open_ids - claimed),
+            "tasks_claimed": len(open_ids & claimed),
+        }
+    report["quarantined_rows"] = (
+        int(tables["quarantine"].column("rows").to_numpy().sum()) if "quarantine" in tables else 0
+    )
+    try:
+        report["balance"] = json.loads(store.get(layout.BALANCE_REPORT))
+    except FileNotFoundError:
+        report["balance"] = None
+    heartbeats = []
+    for info in store.list(layout.RAAS_STATS):
+        try:
+            heartbeats.append(json.loads(store.get(info.key)))
+        except (FileNotFoundError, ValueError):
+            continue  # replaced while listing, or malformed: not ours to judge here
+    report["raas"] = heartbeats
+    return report
+
+
+def render_status(report: dict[str, Any]) -> str:
+    """The report as a short text screen."""
+    lines = [
+        f"lake {report['lake']}  (checkpoint {report.get('checkpoint', 'none')}, "
+        f"{report.get('commits_after_checkpoint', 0)} commits not in it)"
+    ]
+    cols = [
+        "model",
+        "weights",
+        "batches",
+        "fresh",
+        "replay",
+        "pending",
+        "stale",
+        "filtered",
+        "samples",
+        "tasks",
+        "claimed",
+    ]
+    keys = [
+        "weights_version",
+        "batches",
+        "fresh_groups",
+        "replay_groups",
+        "incomplete_groups",
+        "stale_groups",
+        "filtered_groups",
+        "samples",
+        "tasks_open",
+        "tasks_claimed",
+    ]
+    rows = [[m] + [str(v[k]) if v[k] is not None else "-" for k in keys] for m, v in report["models"].items()]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines.append(f"quarantined rows: {report['quarantined_rows']}")
+    b = report.get("balance")
+    if b:
+        wait = "unknown" if b["trainer_wait_fraction"] is None else f"{b['trainer_wait_fraction']:.0%}"
+        lines.append(
+            f"balance ({b['window_s']:.0f} s window): trainer wait {wait}, produced {b['produced']}, "
+            f"consumed {b['consumed']}, rollout services {b['raas']} -> target {b['target_raas']}"
+        )
+    for hb in report["raas"]:
+        lines.append(f"raas {hb.get('raas_id', '?')}: last seen {hb.get('at', '?')}, {hb.get('state', '')}")
+    return "\n".join(lines)

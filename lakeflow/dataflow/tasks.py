@@ -1,0 +1,233 @@
+"""Pre-rollout: keep enough tasks outstanding, reissue expired claims, release finished tasks.
+
+Backpressure: a model gets new tasks only while outstanding tasks plus buffered groups
+(fresh and incomplete) are below `groups_per_step * (steps_ahead + 1) * buffer_factor`,
+so production follows consumption. The curation policy picks which prompts to submit;
+GRESO's exploration probabilities are adapted here, once per trainer version.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+
+from lakeflow.catalog.candidates import prompt_candidates
+from lakeflow.catalog.policy import load_policy, run_policy
+from lakeflow.catalog.state import Catalog, quote
+from lakeflow.dataflow.config import DataflowConfig, ModelConfig
+from lakeflow.errors import LakeflowError, PolicyError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.lake import tasks as lake_tasks
+
+
+@dataclass
+class GresoState:
+    """Adapted exploration probabilities and the skip counts since the last adaptation."""
+
+    p_easy: float
+    p_hard: float
+    version: int = -1
+    seen: dict[str, int] = field(default_factory=lambda: {"easy": 0, "hard": 0})
+    skipped: dict[str, int] = field(default_factory=lambda: {"easy": 0, "hard": 0})
+
+
+class TaskIssuer:
+    """Owns the `tasks/` prefix of every model."""
+
+    def __init__(self, store: Store, catalog: Catalog, config: DataflowConfig) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.config = config
+        self.greso = {m.id: GresoState(m.greso.p_easy, m.greso.p_hard) for m in config.models}
+        self.round = 0
+        self._last_claim_check = datetime.min.replace(tzinfo=UTC)
+
+    def sync(self, model: ModelConfig, now: datetime) -> int:
+        """Rebuild the model's outstanding tasks from the bucket; reissue expired claims.
+        Returns how many claims were reissued."""
+        open_ids, claimed = lake_tasks.list_tasks(self.store, model.id)
+        rows_now = self.catalog.con.execute(
+            "SELECT task_id, prompt_id, attempt, issued_at FROM tasks WHERE model_id = ?", [model.id]
+        ).to_arrow_table()  # arrow, not fetchall: TIMESTAMPTZ to Python needs pytz
+        known = {r["task_id"]: tuple(r.values()) for r in rows_now.to_pylist()}
+        rows = []
+        for task_id in sorted(open_ids):
+            if task_id in known:
+                rows.append(known[task_id][:4])
+                continue
+            try:
+                task = lake_tasks.read_task(self.store, model.id, task_id)
+            except FileNotFoundError:
+                continue
+            except LakeflowError:
+                lake_tasks.release_task(self.store, model.id, task_id)  # corrupt: drop it, the prompt is reissued
+                continue
+            rows.append((task.task_id, task.prompt_id, task.attempt, task.issued_at))
+        reissued = 0
+        check = now - self._last_claim_check >= timedelta(seconds=self.config.tasks.claim_check_s)
+        claims: dict[str, tuple[str | None, datetime | None]] = {}
+        for task_id in sorted(claimed & open_ids):
+            claims[task_id] = (None, None)
+            if not check:
+                continue
+            found = lake_tasks.read_claim(self.store, model.id, task_id)
+            if found is None:
+                continue
+            claim, _ = found
+            if claim.expired(now):
+                self.store.delete(layout.claim_key(model.id, task_id))  # open for another RaaS
+                reissued += 1
+                del claims[task_id]
+            else:
+                claims[task_id] = (claim.raas_id, claim.expires_at)
+        self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ?", [model.id])
+        if rows:
+            table = pa.table(
+                {
+                    "model_id": [model.id] * len(rows),
+                    "task_id": [r[0] for r in rows],
+                    "prompt_id": [r[1] for r in rows],
+                    "attempt": pa.array([r[2] for r in rows], pa.int32()),
+                    "issued_at": pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
+                    "claimed_by": [claims.get(r[0], (None, None))[0] for r in rows],
+                    "claim_expires": pa.array(
+                        [claims.get(r[0], (None, None))[1] for r in rows], pa.timestamp("us", tz="UTC")
+                    ),
+                }
+            )
+            self.catalog.con.register("_tasks", table)
+            self.catalog.con.sql("INSERT INTO tasks SELECT * FROM _tasks")
+            self.catalog.con.unregister("_tasks")
+        if check:
+            self._last_claim_check = now
+        return reissued
+
+    def release(self, done: list[tuple[str, str]]) -> None:
+        """Remove the objects of finished tasks."""
+        for model_id, task_id in done:
+            lake_tasks.release_task(self.store, model_id, task_id)
+            self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ? AND task_id = ?", [model_id, task_id])
+
+    def top_up(self, model: ModelConfig, trainer_version: int, now: datetime) -> int:
+        """Issue tasks until the model's in-flight target is met; returns how many were issued."""
+        con = self.catalog.con
+        in_flight = con.execute(
+            "SELECT (SELECT count(*) FROM tasks WHERE model_id = $m) + (SELECT count(*) FROM fresh WHERE model_id = $m)"
+            " + (SELECT count(*) FROM pending WHERE model_id = $m)",
+            {"m": model.id},
+        ).fetchone()[0]  # type: ignore[index]
+        target = int(model.prompts_per_step * (model.steps_ahead + 1) * self.config.tasks.buffer_factor)
+        want = target - int(in_flight)
+        if want <= 0:
+            return 0
+        self._adapt_greso(model, trainer_version)
+        chosen = self._curate(model, want)
+        for prompt_id, prompt, answer, task_type, dataset in chosen:
+            task = lake_tasks.Task(
+                task_id=f"t{uuid.uuid4().hex[:16]}",
+                model_id=model.id,
+                prompt_id=prompt_id,
+                prompt=prompt,
+                answer=answer,
+                n_samples=model.n_samples,
+                task_type=task_type,
+                dataset=dataset,
+                issued_at=now,
+            )
+            lake_tasks.write_task(self.store, task)
+            con.execute(
+                "INSERT INTO tasks VALUES (?, ?, ?, 0, ?, NULL, NULL)", [model.id, task.task_id, prompt_id, now]
+            )
+        return len(chosen)
+
+    def _curate(self, model: ModelConfig, want: int) -> list[tuple[str, str, str, str, str]]:
+        con = self.catalog.con
+        m = quote(model.id)
+        prompt_candidates(self.catalog, model.id)
+        policy = load_policy("curation", model.policies.curation)
+        g = self.greso[model.id]
+        params: dict[str, Any] = {
+            "model_id": model.id,
+            "n": want,
+            "round": self.round,
+            "solved_threshold": model.solved_threshold,
+            "p_easy": g.p_easy,
+            "p_hard": g.p_hard,
+            "floor_easy": model.greso.floor_easy,
+            "floor_hard": model.greso.floor_hard,
+            "max_rejections": model.greso.max_rejections,
+        }
+        self.round += 1
+        result = run_policy(con, policy, params).to_pylist()
+        allowed = {r[0] for r in con.sql("SELECT prompt_id FROM candidates").fetchall()}
+        picked: list[str] = []
+        rejected: list[str] = []
+        for row in result:
+            if row["prompt_id"] not in allowed:
+                raise PolicyError(f"{policy.path}: returned prompt {row['prompt_id']!r}, which is not a candidate")
+            if len(picked) >= want:
+                break
+            (picked if row["submit"] else rejected).append(row["prompt_id"])
+        self._count_skips(model.id, picked, rejected)
+        if not picked:
+            return []
+        con.execute("CREATE OR REPLACE TEMP TABLE _picked AS SELECT unnest(?::VARCHAR[]) AS prompt_id", [picked])
+        stats = con.sql(
+            f"SELECT _picked.prompt_id, coalesce(s.issued, 0) + 1 AS issued, 0 AS rejections FROM _picked "
+            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = _picked.prompt_id"
+        ).to_arrow_table()
+        skipped = con.execute(
+            "SELECT r.prompt_id, coalesce(s.rejections, 0) + 1 AS rejections "
+            "FROM (SELECT unnest(?::VARCHAR[]) AS prompt_id) r "
+            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = r.prompt_id",
+            [rejected],
+        ).to_arrow_table()
+        for table in (stats, skipped):
+            if table.num_rows:
+                self.catalog.upsert_prompt_stats(table.append_column("model_id", pa.array([model.id] * table.num_rows)))
+        rows = con.sql(
+            f"SELECT prompt_id, prompt, answer, task_type, dataset FROM prompts SEMI JOIN _picked USING (prompt_id) "
+            f"WHERE model_id = {m}"
+        ).fetchall()
+        con.sql("DROP TABLE _picked")
+        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+    def _count_skips(self, model_id: str, picked: list[str], rejected: list[str]) -> None:
+        g = self.greso[model_id]
+        ids = picked + rejected
+        if not ids:
+            return
+        easy = {
+            r[0]
+            for r in self.catalog.con.execute(
+                "SELECT prompt_id FROM prompt_stats "
+                "WHERE model_id = ? AND list_contains(?, prompt_id) AND last_mean > 0.5",
+                [model_id, ids],
+            ).fetchall()
+        }
+        for pid in ids:
+            kind = "easy" if pid in easy else "hard"
+            g.seen[kind] += 1
+            g.skipped[kind] += pid in rejected
+
+    def _adapt_greso(self, model: ModelConfig, version: int) -> None:
+        """Once per trainer version: move p toward the target skip shares by ±step."""
+        g = self.greso[model.id]
+        if version <= g.version:
+            return
+        if g.version >= 0:
+            for kind, target in (("easy", model.greso.target_skip_easy), ("hard", model.greso.target_skip_hard)):
+                if not g.seen[kind]:
+                    continue
+                share = g.skipped[kind] / g.seen[kind]
+                delta = model.greso.step if share > target else -model.greso.step  # skip less → raise p
+                p = min(1.0, max(model.greso.step, getattr(g, f"p_{kind}") + delta))
+                setattr(g, f"p_{kind}", p)
+        g.version = version
+        g.seen = {"easy": 0, "hard": 0}
+        g.skipped = {"easy": 0, "hard": 0}

@@ -1,0 +1,73 @@
+"""The batch record: what training step N of one model trains on, as sample references.
+
+The dataflow process writes `batches/<model>/<step>.parquet` with a create-only write
+before any trainer reads it, so the set of batch objects is the exact record of what was
+consumed: after a crash of any process, the catalog rebuilt from the bucket knows it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakeflow.errors import LakeflowError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+
+BATCH_SCHEMA = pa.schema(
+    [
+        pa.field("sample_id", pa.string(), nullable=False),
+        pa.field("shard", pa.string(), nullable=False),  # committed shard key
+        pa.field("row", pa.int32(), nullable=False),  # row in the shard
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # 'fresh' or 'replay'
+        pa.field("policy_version", pa.int64(), nullable=False),
+        pa.field("reward", pa.float64(), nullable=False),
+        pa.field("group_mean", pa.float64(), nullable=False),  # group statistics at ingest
+        pa.field("group_std", pa.float64(), nullable=False),  # unbiased; 1.0 for a singleton group
+        pa.field("group_size", pa.int32(), nullable=False),
+    ]
+)
+_META = b"lakeflow.batch"
+
+
+def write_batch(store: Store, model_id: str, step: int, table: pa.Table, meta: dict[str, Any]) -> str:
+    """Store batch `step` create-only; FileExistsError if that step already has a batch."""
+    table = table.select(BATCH_SCHEMA.names).cast(BATCH_SCHEMA)
+    info = {"model_id": model_id, "step": step, "created_at": datetime.now(UTC).isoformat(), **meta}
+    table = table.replace_schema_metadata({_META: json.dumps(info).encode()})
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    key = layout.batch_key(model_id, step)
+    store.put_if_absent(key, buffer.getvalue())
+    return key
+
+
+def read_batch(store: Store, model_id: str, step: int) -> tuple[pa.Table, dict[str, Any]]:
+    """Batch `step` and its metadata; FileNotFoundError while it does not exist yet."""
+    key = layout.batch_key(model_id, step)
+    data = store.get(key)
+    try:
+        table = pq.read_table(io.BytesIO(data))
+        meta = json.loads((table.schema.metadata or {}).get(_META, b"{}"))
+    except (pa.ArrowInvalid, ValueError) as e:
+        raise LakeflowError(f"batch object {key} is corrupt: {e}") from e
+    return table.replace_schema_metadata(None), meta
+
+
+def list_batch_steps(store: Store, model_id: str, after: int | None = None) -> list[int]:
+    """Steps that have a batch object, ascending (only those after `after` when given)."""
+    prefix = layout.batches_prefix(model_id)
+    start = layout.batch_key(model_id, after) if after is not None else None
+    steps = []
+    for info in store.list(prefix, start_after=start):
+        name = info.key[len(prefix) :].removesuffix(".parquet")
+        if name.isdigit():
+            steps.append(int(name))
+    return steps

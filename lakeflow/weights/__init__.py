@@ -1,0 +1,41 @@
+"""The weight store: versioned full + sparse-delta weights in the lake, pulled and verified bit for bit.
+
+`publish` writes version N (delta against N-1, full every K); `pull` brings a local Hugging
+Face directory to any version; `retention.collect` drops versions no chain needs. Layer
+rule: imports lakeflow.io, lakeflow.lake.layout, numpy, safetensors, zstandard, constriction;
+never torch.
+"""
+
+from __future__ import annotations
+
+from lakeflow.weights.codec import decode_delta, encode_delta
+from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry
+from lakeflow.weights.publish import publish, read_latest, read_manifest, read_source
+from lakeflow.weights.pull import PullResult, local_version, pull, rebuild_state
+from lakeflow.weights.retention import collect, list_versions
+from lakeflow.weights.tensors import RawTensor, State, load_state, raw_tensor, state_sha256
+from lakeflow.weights.transfer import TransferOptions
+
+__all__ = [
+    "Latest",
+    "Manifest",
+    "ObjectEntry",
+    "PullResult",
+    "RawTensor",
+    "State",
+    "TransferOptions",
+    "collect",
+    "decode_delta",
+    "encode_delta",
+    "list_versions",
+    "load_state",
+    "local_version",
+    "publish",
+    "pull",
+    "raw_tensor",
+    "read_latest",
+    "read_manifest",
+    "read_source",
+    "rebuild_state",
+    "state_sha256",
+]

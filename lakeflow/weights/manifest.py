@@ -1,0 +1,83 @@
+"""The weight-version manifest and the LATEST pointer: one schema each, stored as JSON.
+
+A manifest is written after every object of its version and before LATEST moves to it;
+it lists each object's key, size and sha256, and the sha256 of the reconstructed state
+(`tensors.state_sha256`), so a puller can verify every byte it fetched and every tensor
+it rebuilt.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MANIFEST_SCHEMA = 1
+
+
+class ObjectEntry(BaseModel):
+    """One object of a version (model file, tokenizer file, delta)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        description="File name in the pulled model directory (`model.safetensors`, `delta.safetensors`, …)."
+    )
+    key: str = Field(
+        description="Object key relative to the lake root; may live in an earlier full version's directory."
+    )
+    size: int = Field(ge=0, description="Size in bytes.")
+    sha256: str = Field(description="Hex sha256 of the object's bytes.")
+
+
+class Manifest(BaseModel):
+    """What one published weight version is and how to rebuild it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = Field(default=MANIFEST_SCHEMA, description="Manifest schema version.")
+    model: str = Field(description="Model id (the `weights/<model>/` prefix).")
+    version: int = Field(ge=0, description="Version number; 0 is the base.")
+    kind: Literal["full", "delta"] = Field(
+        description="`full`: the directory holds a HF model; `delta`: only a delta on `base_version`."
+    )
+    base_version: int | None = Field(default=None, description="The version `delta` applies to (version - 1), if any.")
+    weights: list[ObjectEntry] = Field(
+        default_factory=list,
+        description="Model safetensors files (+ index) of a full version; empty for a delta.",
+    )
+    delta: ObjectEntry | None = Field(
+        default=None,
+        description="Delta against `base_version`; full versions keep one too when it is smaller.",
+    )
+    files: list[ObjectEntry] = Field(
+        default_factory=list,
+        description="Other files of the model directory (config, tokenizer), possibly in an earlier version.",
+    )
+    state_sha256: str = Field(
+        description="sha256 of the reconstructed state (tensors by sorted name; name, dtype, shape, bytes)."
+    )
+    params: int = Field(ge=0, description="Number of parameters (elements over all tensors).")
+    state_bytes: int = Field(ge=0, description="Bytes of all tensors.")
+    dtypes: dict[str, int] = Field(description="Parameters per safetensors dtype.")
+    changed: int | None = Field(
+        default=None, description="Elements that differ from the previous version (None if unknown)."
+    )
+    sparsity: float | None = Field(
+        default=None, description="Fraction of elements unchanged from the previous version."
+    )
+    publisher: str = Field(description="Who published this version (trainer id).")
+    created_at: str = Field(description="UTC time of publishing, ISO 8601.")
+
+    def full_bytes(self) -> int:
+        """Bytes a puller downloads to take this version from its full copy."""
+        return sum(o.size for o in self.weights)
+
+
+class Latest(BaseModel):
+    """The `weights/<model>/LATEST` pointer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=0, description="Newest complete version.")
+    publisher: str = Field(description="Trainer that moved the pointer.")

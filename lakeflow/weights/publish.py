@@ -1,0 +1,215 @@
+"""Publishing weight versions: objects first, manifest next, LATEST moved last by compare-and-swap.
+
+Version 0 is full; version N is a delta against N-1, plus a full copy when N is a multiple
+of `full_every`, or only a full copy when the layout or side files changed or the delta
+would not be smaller. Keeping the delta of periodic full versions lets a puller that is
+behind cross them by chain. A full version's directory is an ordinary Hugging Face model
+directory.
+Objects and manifests are written create-only, so a second trainer racing for the same
+version gets `WeightsConflictError` and never overwrites the winner's objects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from datetime import UTC, datetime
+
+from lakeflow.errors import EtagMismatchError, WeightsConflictError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.weights.codec import encode_delta
+from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry
+from lakeflow.weights.tensors import (
+    INDEX_FILE,
+    State,
+    is_weight_file,
+    load_state,
+    model_files,
+    safetensors_bytes,
+    same_layout,
+    shard_index,
+    state_bytes,
+    state_sha256,
+)
+
+DEFAULT_FULL_EVERY = 10
+DEFAULT_SHARD_BYTES = 4 << 30
+DELTA_FILE = "delta.safetensors"
+
+
+def read_latest(store: Store, model: str) -> tuple[Latest, str] | None:
+    """The LATEST pointer and its etag, or None before version 0 exists."""
+    try:
+        data, etag = store.get_with_etag(layout.latest_weights_key(model))
+    except FileNotFoundError:
+        return None
+    return Latest.model_validate_json(data), etag
+
+
+def read_manifest(store: Store, model: str, version: int) -> Manifest:
+    """Manifest of one version; FileNotFoundError if it was never published (or was collected)."""
+    return Manifest.model_validate_json(store.get(layout.weights_manifest_key(model, version)))
+
+
+def read_source(path: str) -> tuple[State, dict[str, bytes]]:
+    """Tensors and side files (config, tokenizer, …) of a HF directory, or a lone .safetensors file."""
+    state = load_state(path)
+    files: dict[str, bytes] = {}
+    if os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            full = os.path.join(path, name)
+            if os.path.isfile(full) and not is_weight_file(name) and not name.startswith("."):
+                with open(full, "rb") as f:
+                    files[name] = f.read()
+    return state, files
+
+
+def publish(
+    store: Store,
+    model: str,
+    state: State,
+    *,
+    files: dict[str, bytes] | None = None,
+    base: State | None = None,
+    full_every: int = DEFAULT_FULL_EVERY,
+    publisher: str = "trainer",
+    force: bool = False,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+) -> Manifest:
+    """Publish `state` as the next version of `model` and return its manifest.
+
+    `files`: side files to ship with full versions (None: keep the previous version's).
+    `base`: the previous version's state, which a delta is coded against; when None and a
+    delta is due, it is rebuilt from the lake. `force`: overwrite leftovers of a publish
+    that crashed before moving LATEST (only when no other trainer publishes this model).
+    Raises `WeightsConflictError` when another trainer published this version first.
+    """
+    if full_every < 1:
+        raise ValueError(f"full_every must be >= 1, got {full_every}")
+    latest = read_latest(store, model)
+    version = 0 if latest is None else latest[0].version + 1
+    prev = read_manifest(store, model, version - 1) if version > 0 else None
+    write = store.put if force else store.put_if_absent
+    side = _side_entries(store, model, version, files, prev, write)
+    delta_entry, changed = None, None
+    if prev is not None and side == prev.files:
+        if base is None:
+            from lakeflow.weights.pull import rebuild_state
+
+            base = rebuild_state(store, model, version - 1)
+        if same_layout(base, state) and state_sha256(base) == prev.state_sha256:
+            delta = encode_delta(base, state)
+            if len(delta.data) < state_bytes(state):
+                key = layout.weights_object_key(model, version, DELTA_FILE)
+                _put(write, key, delta.data, model, version)
+                delta_entry, changed = _entry(DELTA_FILE, key, delta.data), delta.changed
+    entries: list[ObjectEntry] = []
+    if delta_entry is None or version % full_every == 0:
+        entries = _write_full(write, model, version, state, max_shard_bytes)
+        side = _side_entries(store, model, version, files, prev, write, own_dir=True)
+    dtypes = Counter[str]()
+    for t in state.values():
+        dtypes[t.dtype] += int(t.bits.size)
+    params = sum(dtypes.values())
+    manifest = Manifest(
+        model=model,
+        version=version,
+        kind="full" if entries else "delta",
+        base_version=version - 1 if delta_entry else None,
+        weights=entries,
+        delta=delta_entry,
+        files=side,
+        state_sha256=state_sha256(state),
+        params=params,
+        state_bytes=state_bytes(state),
+        dtypes=dict(dtypes),
+        changed=changed,
+        sparsity=None if changed is None else 1 - changed / max(params, 1),
+        publisher=publisher,
+        created_at=datetime.now(UTC).isoformat(),
+    )
+    _put(
+        write,
+        layout.weights_manifest_key(model, version),
+        manifest.model_dump_json(indent=1).encode(),
+        model,
+        version,
+    )
+    _move_latest(store, model, version, publisher, latest)
+    return manifest
+
+
+def _write_full(write, model: str, version: int, state: State, max_shard_bytes: int) -> list[ObjectEntry]:  # type: ignore[no-untyped-def]
+    shards = model_files(state, max_shard_bytes)
+    blobs = {name: b"".join(bytes(c) for c in safetensors_bytes(s, {"format": "pt"})) for name, s in shards.items()}
+    if len(shards) > 1:
+        blobs[INDEX_FILE] = shard_index(shards)
+    entries = []
+    for name, data in blobs.items():
+        key = layout.weights_object_key(model, version, name)
+        _put(write, key, data, model, version)
+        entries.append(_entry(name, key, data))
+    return entries
+
+
+def _side_entries(  # type: ignore[no-untyped-def]
+    store: Store,
+    model: str,
+    version: int,
+    files: dict[str, bytes] | None,
+    prev: Manifest | None,
+    write,
+    own_dir: bool = False,
+) -> list[ObjectEntry]:
+    """Side-file entries; with `own_dir` the files are (re)written into this version's directory."""
+    if files is None:
+        if prev is None:
+            return []
+        if not own_dir:
+            return list(prev.files)
+        files = {e.name: store.get(e.key) for e in prev.files}
+    if not own_dir:  # what they would be; equal to prev.files when nothing changed
+        old = {e.name: e for e in prev.files} if prev else {}
+        return [old[n] if n in old and old[n].sha256 == _sha(d) else _entry(n, "", d) for n, d in sorted(files.items())]
+    entries = []
+    for name, data in sorted(files.items()):
+        key = layout.weights_object_key(model, version, name)
+        _put(write, key, data, model, version)
+        entries.append(_entry(name, key, data))
+    return entries
+
+
+def _put(write, key: str, data: bytes, model: str, version: int) -> None:  # type: ignore[no-untyped-def]
+    try:
+        write(key, data)
+    except FileExistsError as e:
+        raise WeightsConflictError(
+            f"{key} already exists: another trainer is publishing version {version} of {model!r}, or an "
+            "earlier publish crashed before moving LATEST; if no other trainer runs, publish again with force"
+        ) from e
+
+
+def _move_latest(store: Store, model: str, version: int, publisher: str, latest: tuple[Latest, str] | None) -> None:
+    key = layout.latest_weights_key(model)
+    data = json.dumps(Latest(version=version, publisher=publisher).model_dump()).encode()
+    try:
+        if latest is None:
+            store.put_if_absent(key, data)
+        else:
+            store.put_if_match(key, data, latest[1])
+    except (FileExistsError, EtagMismatchError) as e:
+        raise WeightsConflictError(
+            f"LATEST of {model!r} moved while publishing version {version}: another trainer published; "
+            "only one trainer may publish a model"
+        ) from e
+
+
+def _entry(name: str, key: str, data: bytes) -> ObjectEntry:
+    return ObjectEntry(name=name, key=key, size=len(data), sha256=_sha(data))
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,61 @@
+"""Retention of weight versions: keep the newest N plus every version their pulls can need.
+
+A kept version needs the nearest full version at or below it and the deltas between the
+two. Versions above LATEST (a publish in progress) are never touched. A collected version
+loses its manifest first, so no reader can see it half deleted.
+"""
+
+from __future__ import annotations
+
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.weights.publish import read_latest, read_manifest
+
+
+def list_versions(store: Store, model: str) -> list[int]:
+    """Versions that have at least one object, ascending."""
+    found = {layout.parse_weights_version(o.key, model) for o in store.list(layout.weights_prefix(model))}
+    return sorted(v for v in found if v is not None)
+
+
+def needed_versions(store: Store, model: str, keep: int) -> set[int]:
+    """The newest `keep` published versions and the full versions and deltas their chains need."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    latest = read_latest(store, model)
+    if latest is None:
+        return set()
+    top = latest[0].version
+    needed: set[int] = set()
+    for v in range(max(0, top - keep + 1), top + 1):
+        m = read_manifest(store, model, v)
+        needed.add(v)
+        needed.update(_version_of(e.key, model) for e in m.files)
+        while not m.weights:  # a delta: walk back to the full version it is rebuilt from
+            m = read_manifest(store, model, m.version - 1)
+            needed.add(m.version)
+            needed.update(_version_of(e.key, model) for e in m.files)
+    return needed
+
+
+def collect(store: Store, model: str, keep: int, dry_run: bool = False) -> list[int]:
+    """Delete versions not needed by the newest `keep`; returns the versions deleted (or that would be)."""
+    latest = read_latest(store, model)
+    if latest is None:
+        return []
+    needed = needed_versions(store, model, keep)
+    doomed = [v for v in list_versions(store, model) if v <= latest[0].version and v not in needed]
+    if dry_run:
+        return doomed
+    for v in doomed:
+        store.delete(layout.weights_manifest_key(model, v))
+        for o in list(store.list(layout.weights_dir(model, v))):
+            store.delete(o.key)
+    return doomed
+
+
+def _version_of(key: str, model: str) -> int:
+    v = layout.parse_weights_version(key, model)
+    if v is None:
+        raise ValueError(f"manifest refers to {key!r}, outside weights/{model}/")
+    return v

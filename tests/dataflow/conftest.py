@@ -1,0 +1,1 @@
+"""Dataflow tests run against every storage backend through the shared `store` fixture."""

@@ -1,0 +1,96 @@
+"""Bad input is quarantined with a reason and a counter; the loop never dies and good rows flow."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from lakeflow.dataflow.service import DataflowService
+from lakeflow.io import Store
+from lakeflow.lake import ShardWriter
+from lakeflow.lake.schema import SAMPLE_SCHEMA
+from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
+
+
+def raw_shard(store: Store, rows: list[dict[str, object]]) -> None:
+    """Commit rows the writer's own validation would refuse (a buggy or hostile writer)."""
+    defaults = {
+        "task_type": "",
+        "dataset": "",
+        "region": "",
+        "extra": "{}",
+        "role": "policy",
+        "created_at": datetime.now(UTC),
+    }
+    table = pa.Table.from_pylist([defaults | r for r in rows], schema=SAMPLE_SCHEMA)
+    writer = ShardWriter(store, "buggy")
+    writer.commit(writer.write_shard(table))
+
+
+def test_bad_rows_are_quarantined_and_good_rows_served(store: Store) -> None:
+    set_trainer_version(store, "policy", 2)
+    good = [group("policy", [1, 0, 1, 0]) for _ in range(4)]
+    nan = group("policy", [math.nan, 0, 1, 0])
+    vocab = group("policy", [1, 0, 1, 0], response_ids=[4, 500], response_logprobs=[-1.0, -1.0])
+    future = group("policy", [1, 0, 1, 0], version=7)
+    ragged = group("policy", [1, 0, 1, 0], loss_mask=[1])
+    raw_shard(store, [s for g in good for s in g] + nan[:1] + vocab[:1] + future[:1] + ragged[:1])
+    raw_shard(store, good[0][:1])  # the same sample ids again
+    raw_shard(store, group("stranger", [1, 0, 1, 0]))  # a model this run does not have
+    service = DataflowService(store, config())
+    service.start()
+    service.run(iterations=1)
+    q = service.counters.quarantined
+    assert q["reward is NaN or infinite"] == 1
+    assert q["response_ids has token ids outside [0, 100)"] == 1
+    assert q["version is newer than the newest published weights (2)"] == 1
+    assert q["loss_mask length differs from response_ids"] == 1
+    assert q["sample_id already ingested"] == 1
+    assert q["model 'stranger' is not in this run's config"] == 4
+    assert service.counters.batches == 1  # the four good groups still make a batch
+    records = [json.loads(store.get(o.key)) for o in store.list("_quarantine/")]
+    assert {r["reason"] for r in records} >= {"reward is NaN or infinite", "sample_id already ingested"}
+    assert all(r["rows"] >= 1 and r["source"] for r in records)
+    service.close()
+
+
+def test_corrupt_and_missing_shards_are_quarantined(store: Store) -> None:
+    write_groups(store, [group("policy", [1, 0, 1, 0])])
+    write_groups(store, [group("policy", [1, 0, 1, 0])])
+    shards = sorted(o.key for o in store.list("trajectories/"))
+    data = bytearray(store.get(shards[0]))
+    data[100] ^= 0xFF
+    store.put(shards[0], bytes(data))
+    store.delete(shards[1])
+    store.put("_commits/2026-01-01/00/00-00.000000-evil-00000001.json", b"{broken")
+    service = DataflowService(store, config(prompts_per_step=1))
+    service.start()
+    service.run(iterations=1)
+    reasons = service.catalog.sql("SELECT reason FROM quarantine ORDER BY reason").column("reason").to_pylist()
+    assert any("does not match its commit record" in r for r in reasons)
+    assert any("committed but missing" in r for r in reasons)
+    assert any("is not valid" in r for r in reasons)
+    assert service.counters.samples == 0
+    write_groups(store, [group("policy", [1, 0, 1, 0])])  # the loop is alive and keeps going
+    service.run(iterations=1)
+    assert service.counters.batches == 1
+    service.close()
+
+
+def test_a_group_split_over_shards_is_assembled(store: Store) -> None:
+    samples = group("policy", [1, 0, 0, 0], group_id="split")
+    write_groups(store, [samples[:2]])
+    write_groups(store, [samples[2:]])
+    service = DataflowService(store, config(prompts_per_step=1))
+    service.start()
+    service.run(iterations=1)
+    row = service.catalog.sql("SELECT n, reward_mean FROM groups").to_pylist()
+    assert row == [{"n": 4, "reward_mean": 0.25}]
+    late = group("policy", [1], group_id="split")
+    write_groups(store, [late])
+    service.run(iterations=1)
+    assert service.counters.quarantined["group already complete"] == 1
+    service.close()

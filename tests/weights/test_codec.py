@@ -1,0 +1,88 @@
+"""The delta codec: bit-exact round trips for every dtype and edge case, and refusal of misfits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lakeflow.weights.codec import decode_delta, encode_delta
+from lakeflow.weights.tensors import State, raw_tensor
+from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
+
+SPECIAL16 = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x7F7F, 0xFF7F]
+SPECIAL_F16 = [0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x0001, 0x8001, 0x7BFF, 0xFBFF]
+SPECIAL32 = [0x0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x1, 0x80000001, 0x7F7FFFFF]
+
+
+def _round_trip(old: State, new: State) -> None:
+    delta = encode_delta(old, new)
+    assert_same_state(decode_delta(old, delta.data), new)
+    changed = sum(int(np.count_nonzero(old[n].bits != new[n].bits)) for n in new)
+    assert delta.changed == changed
+
+
+@pytest.mark.parametrize(
+    ("dtype", "bits", "special"),
+    [("BF16", np.uint16, SPECIAL16), ("F16", np.uint16, SPECIAL_F16), ("F32", np.uint32, SPECIAL32)],
+)
+def test_round_trip_with_special_values(dtype: str, bits: type, special: list[int]) -> None:
+    rng = np.random.default_rng(0)
+    n = 20_000
+    width = 8 * np.dtype(bits).itemsize
+    old = rng.integers(0, 1 << width, n, dtype=np.uint64).astype(bits)
+    old[: len(special)] = special
+    new = old.copy()
+    moved = rng.random(n) < 0.02
+    new[moved] = (old[moved].astype(np.int64) + rng.integers(-3, 4, int(moved.sum()))).astype(bits)
+    new[len(special) : 2 * len(special)] = special  # NaN, inf, -0.0 appear as new values too
+    new[2 * len(special) : 3 * len(special)] = special[::-1]
+    new[-5:] = special[:5]
+    _round_trip({"w": raw_tensor(dtype, (n,), old)}, {"w": raw_tensor(dtype, (n,), new)})
+
+
+@pytest.mark.parametrize("dtype", ["BF16", "F16", "F32"])
+def test_all_changed_and_nothing_changed(dtype: str) -> None:
+    rng = np.random.default_rng(1)
+    bits = np.uint32 if dtype == "F32" else np.uint16
+    old = (rng.standard_normal(4096).astype(np.float32) * 0.02).view(np.uint32)
+    old = old if dtype == "F32" else (old >> 16).astype(np.uint16)
+    every = (old ^ bits(1)).astype(bits)  # every element differs in its lowest bit
+    state = {"a": raw_tensor(dtype, (64, 64), old)}
+    _round_trip(state, {"a": raw_tensor(dtype, (64, 64), every)})
+    _round_trip(state, state)
+    empty = {"e": raw_tensor(dtype, (0,), np.zeros(0, bits))}
+    _round_trip(empty, empty)
+
+
+def test_model_like_steps_are_exact_and_small() -> None:
+    old = make_state(scale=4)
+    new = adam_step(old, 0)
+    delta = encode_delta(old, new)
+    assert_same_state(decode_delta(old, delta.data), new)
+    # far below the 2 bytes per changed bf16 element that raw values alone would take
+    assert len(delta.data) < 2 * delta.changed + 4096
+
+
+def test_large_tensor_spanning_many_chunks() -> None:
+    rng = np.random.default_rng(2)
+    old = to_bf16(rng.standard_normal(700_000) * 0.02)
+    new = to_bf16((old.astype(np.uint32) << 16).view(np.float32) - 3e-6 * rng.standard_normal(700_000))
+    _round_trip({"big": raw_tensor("BF16", (700_000,), old)}, {"big": raw_tensor("BF16", (700_000,), new)})
+
+
+def test_layout_change_is_refused() -> None:
+    a = make_state()
+    b = dict(a)
+    b["extra"] = raw_tensor("BF16", (2,), np.zeros(2, np.uint16))
+    with pytest.raises(ValueError, match="names"):
+        encode_delta(a, b)
+
+
+def test_delta_for_another_base_is_refused() -> None:
+    old = make_state(seed=0)
+    delta = encode_delta(old, adam_step(old, 0))
+    other = {n: t for n, t in make_state(seed=0).items() if n != "lm_head.weight"}
+    with pytest.raises(ValueError, match="does not fit"):
+        decode_delta(other, delta.data)
+    with pytest.raises(ValueError):
+        decode_delta(old, delta.data[:-10])
