@@ -1,4 +1,4 @@
--- The dataflow catalog (DuckDB): metadata of every committed sample and the state of
+-- The dataflow catalog (DuckDB): groups of every committed sample and the state of
 -- serving. Payload stays in the Parquet shards; rows here point at them (shard_idx, row).
 -- Everything here is rebuilt from the lake on restart (catalog checkpoints + commits +
 -- batch objects + task objects), so this database is a cache, never the record.
@@ -14,27 +14,11 @@ CREATE TABLE shards (               -- committed shards that were ingested
     _ckpt        INTEGER NOT NULL
 );
 
-CREATE TABLE samples (              -- one row per valid sample (metadata only)
-    sample_id      VARCHAR NOT NULL,
-    sid_hash       UBIGINT NOT NULL,  -- hash(sample_id), for fast duplicate checks
-    model_id       VARCHAR NOT NULL,
-    role           VARCHAR NOT NULL,
-    group_id       VARCHAR NOT NULL,
-    prompt_id      VARCHAR NOT NULL,
-    task_id        VARCHAR NOT NULL,
-    episode_id     VARCHAR NOT NULL,
-    policy_version BIGINT NOT NULL,
-    max_version    BIGINT NOT NULL,
-    reward         DOUBLE NOT NULL,
-    finish_reason  VARCHAR NOT NULL,
-    response_len   INTEGER NOT NULL,
-    raas_id        VARCHAR NOT NULL,
-    region         VARCHAR NOT NULL,
-    created_at     TIMESTAMPTZ NOT NULL,
-    shard_idx      INTEGER NOT NULL,
-    "row"          INTEGER NOT NULL,
-    arrival        BIGINT NOT NULL,   -- ingest order, increasing
-    _ckpt          INTEGER NOT NULL
+-- One 64-bit hash per ingested sample id: duplicate detection without keeping the ids.
+-- (Sample metadata itself is read from the shards: the `samples` view of `lakeflow sql`.)
+CREATE TABLE sample_hashes (
+    sid_hash UBIGINT NOT NULL,
+    _ckpt    INTEGER NOT NULL
 );
 
 -- Groups (the n samples of one prompt for one model) still waiting for samples. A group

@@ -3,6 +3,7 @@ LAKEFLOW_TEST_S3_ENDPOINT) and a `store` fixture parametrised over every backend
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ def s3_endpoint() -> Iterator[str]:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a log line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

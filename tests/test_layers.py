@@ -12,13 +12,14 @@ ROOT = Path(__file__).resolve().parents[1] / "lakeflow"
 # layer -> lakeflow layers it may import (besides itself)
 ALLOWED = {
     "errors": set(),
-    "io": {"errors"},
-    "lake": {"io", "errors"},
-    "catalog": {"lake", "io", "errors"},
-    "weights": {"lake", "io", "errors"},
-    "dataflow": {"catalog", "weights", "lake", "io", "errors"},
-    "bench": {"dataflow", "catalog", "weights", "lake", "io", "errors"},
-    "cli": {"bench", "dataflow", "catalog", "weights", "lake", "io", "errors"},
+    "text": set(),
+    "io": {"text", "errors"},
+    "lake": {"text", "io", "errors"},
+    "catalog": {"text", "lake", "io", "errors"},
+    "weights": {"text", "lake", "io", "errors"},
+    "dataflow": {"text", "catalog", "weights", "lake", "io", "errors"},
+    "bench": {"text", "dataflow", "catalog", "weights", "lake", "io", "errors"},
+    "cli": {"text", "bench", "dataflow", "catalog", "weights", "lake", "io", "errors"},
 }
 STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
 HEAVY = {"torch", "transformers", "vllm"}

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
 from lakeflow.lake.reader import LakeReader
+from lakeflow.lake.schema import METADATA_COLUMNS
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "catalog"
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -156,6 +157,8 @@ def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
         source = "_empty"
     columns = ", ".join(r[0] for r in con.sql("DESCRIBE _empty").fetchall())
     con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM {source}")
+    # `samples`: the metadata of every committed sample (what the dataflow catalog indexes).
+    con.sql(f"CREATE VIEW samples AS SELECT {', '.join(METADATA_COLUMNS)} FROM trajectories")
 
 
 def _lock(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:

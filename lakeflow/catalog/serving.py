@@ -48,54 +48,61 @@ class Plan:
         return bool(self.fresh or self.replay)
 
 
-def _ids(result: pa.Table, allowed: set[str] | None, limit: int | None, policy: Policy) -> list[str]:
-    ids = [i for i in result.column("group_id").to_pylist() if i is not None]
-    if allowed is not None:
-        unknown = [i for i in ids if i not in allowed]
-        if unknown:
-            raise PolicyError(f"{policy.path}: returned group ids that are not candidates, e.g. {unknown[0]!r}")
+def _select(catalog: Catalog, policy: Policy, params: dict[str, Any], limit: int) -> list[str]:
+    """The first `limit` group ids a policy returns. (Ids that are not candidates are caught by
+    `batch_table`, which finds every chosen group in its pool or fails.)"""
+    ids = [i for i in run_policy(catalog.con, policy, params).column("group_id").to_pylist() if i is not None]
     if len(set(ids)) != len(ids):
         raise PolicyError(f"{policy.path}: returned a group id more than once")
-    return ids if limit is None else ids[:limit]
+    return ids[:limit]
 
 
-def _eligible(catalog: Catalog, table: str, model_id: str, step: int, p: ServingPolicies) -> tuple[set[str], int]:
-    """Run staleness on one pool; remove the groups that fail it; return (eligible ids, removed)."""
+def _prune_stale(catalog: Catalog, table: str, model_id: str, step: int, p: ServingPolicies) -> tuple[int, int]:
+    """Remove the model's groups in `table` that fail the staleness policy at `step` (fresh ones are
+    recorded as dropped). Returns (groups left, groups removed)."""
     group_candidates(catalog, table, model_id)
-    everyone = {r[0] for r in catalog.con.sql("SELECT group_id FROM candidates").fetchall()}
-    if not everyone:
-        return set(), 0
     params = {"model_id": model_id, "step": step, "max_staleness": p.max_staleness}
-    eligible = set(_ids(run_policy(catalog.con, p.staleness, params), everyone, None, p.staleness))
-    stale = sorted(everyone - eligible)
-    if stale:
-        if table == "fresh":
-            catalog.con.execute(
-                "INSERT INTO dropped SELECT ?, unnest(?::VARCHAR[]), ?, ?, ?",
-                [model_id, stale, step, f"stale at step {step} ({p.staleness.name})", catalog.ckpt],
+    # Ids the policy returns that are not candidates match nothing below: harmless.
+    catalog.con.register("_ok", run_policy(catalog.con, p.staleness, params))
+    try:
+        left, total = catalog.con.sql(
+            "SELECT (SELECT count(*) FROM candidates SEMI JOIN _ok USING (group_id)), (SELECT count(*) FROM candidates)"
+        ).fetchone()  # type: ignore[misc]
+        if total > left:
+            catalog.con.sql(
+                "CREATE OR REPLACE TEMP TABLE _stale AS SELECT group_id FROM candidates ANTI JOIN _ok USING (group_id)"
             )
-        catalog.con.execute(f"DELETE FROM {table} WHERE model_id = ? AND list_contains(?, group_id)", [model_id, stale])
-    return eligible, len(stale)
+            if table == "fresh":
+                catalog.con.execute(
+                    "INSERT INTO dropped SELECT ?, group_id, ?, ?, ? FROM _stale",
+                    [model_id, step, f"stale at step {step} ({p.staleness.name})", catalog.ckpt],
+                )
+            catalog.con.execute(
+                f"DELETE FROM {table} WHERE model_id = ? AND group_id IN (SELECT group_id FROM _stale)", [model_id]
+            )
+            catalog.con.sql("DROP TABLE _stale")
+    finally:
+        catalog.con.unregister("_ok")
+    return int(left), int(total - left)
 
 
 def plan_batch(catalog: Catalog, model_id: str, step: int, p: ServingPolicies) -> Plan:
     """The groups for `step`; an empty plan (not `ready`) while there are not enough fresh groups."""
-    fresh_ok, dropped = _eligible(catalog, "fresh", model_id, step, p)
+    fresh_left, dropped = _prune_stale(catalog, "fresh", model_id, step, p)
     replay: list[str] = []
     evicted = 0
-    if p.replay is not None and p.replay_ratio > 0:
-        replay_ok, evicted = _eligible(catalog, "replay", model_id, step, p)
-        want = int(p.groups_per_step * p.replay_ratio)
-        if want and replay_ok:
-            group_candidates(catalog, "replay", model_id)
+    want = int(p.groups_per_step * p.replay_ratio) if p.replay is not None else 0
+    if p.replay is not None and want:
+        replay_left, evicted = _prune_stale(catalog, "replay", model_id, step, p)
+        if replay_left:
+            group_candidates(catalog, "replay", model_id)  # every group left passed staleness
             params: dict[str, Any] = {"model_id": model_id, "step": step, "n": want, "seed": step}
-            replay = _ids(run_policy(catalog.con, p.replay, params), replay_ok, want, p.replay)
+            replay = _select(catalog, p.replay, params, want)
     need = p.groups_per_step - len(replay)
-    if len(fresh_ok) < need:
+    if fresh_left < need:
         return Plan(step, [], [], dropped, evicted)
     group_candidates(catalog, "fresh", model_id)
-    params = {"model_id": model_id, "step": step, "n": need}
-    fresh = _ids(run_policy(catalog.con, p.fresh, params), fresh_ok, need, p.fresh)
+    fresh = _select(catalog, p.fresh, {"model_id": model_id, "step": step, "n": need}, need)
     if len(fresh) < need:
         return Plan(step, [], [], dropped, evicted)
     return Plan(step, fresh, replay, dropped, evicted)
@@ -104,22 +111,27 @@ def plan_batch(catalog: Catalog, model_id: str, step: int, p: ServingPolicies) -
 def batch_table(catalog: Catalog, model_id: str, plan: Plan) -> pa.Table:
     """Sample references of a plan, one row per sample, fresh groups first (BATCH_SCHEMA columns)."""
     ids = plan.fresh + plan.replay
-    catalog.con.execute(
-        "CREATE OR REPLACE TEMP TABLE _plan AS SELECT unnest(?::VARCHAR[]) AS group_id, "
-        "unnest(range(?)) AS pos, unnest(?::VARCHAR[]) AS kind",
-        [ids, len(ids), ["fresh"] * len(plan.fresh) + ["replay"] * len(plan.replay)],
+    catalog.ids(
+        "_plan_ids",
+        ids,
+        pos=pa.array(range(len(ids)), pa.int64()),
+        kind=pa.array(["fresh"] * len(plan.fresh) + ["replay"] * len(plan.replay), pa.string()),
     )
+    catalog.con.sql("CREATE OR REPLACE TEMP TABLE _plan AS SELECT * FROM _plan_ids")
+    catalog.con.unregister("_plan_ids")
     table = catalog.sql(
         f"""
         WITH g AS (
-            SELECT group_id, prompt_id, n, reward_mean, reward_std, policy_version, sample_ids, shard_idx, rows, rewards
+            SELECT 'fresh' AS kind, group_id, prompt_id, n, reward_mean, reward_std, policy_version,
+                   sample_ids, shard_idx, rows, rewards
             FROM fresh WHERE model_id = {quote(model_id)}
-            UNION ALL BY NAME
-            SELECT group_id, prompt_id, n, reward_mean, reward_std, policy_version, sample_ids, shard_idx, rows, rewards
+            UNION ALL
+            SELECT 'replay' AS kind, group_id, prompt_id, n, reward_mean, reward_std, policy_version,
+                   sample_ids, shard_idx, rows, rewards
             FROM replay WHERE model_id = {quote(model_id)}
         ),
-        picked AS (
-            SELECT p.pos, p.kind, g.* FROM _plan p JOIN g USING (group_id)
+        picked AS (  -- a fresh id must be in the fresh pool, a replay id in the replay pool
+            SELECT p.pos, g.* FROM _plan p JOIN g USING (group_id, kind)
         ),
         flat AS (
             SELECT pos, kind, group_id, prompt_id, n, reward_mean, reward_std, policy_version,
@@ -135,6 +147,12 @@ def batch_table(catalog: Catalog, model_id: str, plan: Plan) -> pa.Table:
         """
     )
     catalog.con.sql("DROP TABLE _plan")
+    found = len(set(table.column("group_id").to_pylist()))
+    if found != len(ids):
+        raise PolicyError(
+            f"{len(ids) - found} of the {len(ids)} groups chosen for step {plan.step} are not in the pool "
+            "they were chosen from: a fresh or replay policy returned ids that were not candidates"
+        )
     return table
 
 
@@ -153,20 +171,25 @@ def record_batch(
     if done.fetchone()[0]:  # type: ignore[index]
         return False
     con = catalog.con
+    catalog.ids("_batch_ids", fresh + replay, kind=pa.array(["fresh"] * len(fresh) + ["replay"] * len(replay)))
+    con.sql("CREATE OR REPLACE TEMP TABLE _batch AS SELECT * FROM _batch_ids")  # one Arrow scan, not four
+    con.unregister("_batch_ids")
+    con.execute("INSERT INTO served SELECT ?, ?, group_id, kind, ? FROM _batch", [model_id, step, catalog.ckpt])
     con.execute(
-        "INSERT INTO served SELECT ?, ?, unnest(?::VARCHAR[]), unnest(?::VARCHAR[]), ?",
-        [model_id, step, fresh + replay, ["fresh"] * len(fresh) + ["replay"] * len(replay), catalog.ckpt],
+        "INSERT INTO replay SELECT *, 1, ? FROM fresh WHERE model_id = ? "
+        "AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
+        [step, model_id],
     )
     con.execute(
-        "INSERT INTO replay SELECT *, 1, ? FROM fresh WHERE model_id = ? AND list_contains(?, group_id)",
-        [step, model_id, fresh],
+        "DELETE FROM fresh WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
+        [model_id],
     )
-    con.execute("DELETE FROM fresh WHERE model_id = ? AND list_contains(?, group_id)", [model_id, fresh])
     con.execute(
         "UPDATE replay SET served_count = served_count + 1, last_served_step = ? "
-        "WHERE model_id = ? AND list_contains(?, group_id)",
-        [step, model_id, replay],
+        "WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'replay')",
+        [step, model_id],
     )
+    con.sql("DROP TABLE _batch")
     con.execute(
         "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
         [model_id, step, len(fresh), len(replay), samples, now, catalog.ckpt],

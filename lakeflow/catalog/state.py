@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 
 SCHEMA_SQL = Path(__file__).resolve().parents[2] / "catalog" / "schema.sql"
-APPEND_ONLY = ("shards", "samples", "groups", "served", "dropped", "batches", "quarantine")
+APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine")
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 GROUP_COLUMNS = "model_id, group_id, prompt_id, n, reward_mean, reward_std, zero_adv, policy_version, arrival"
 _REFS = "sample_ids, shard_idx, rows, rewards"
@@ -58,8 +58,11 @@ class Catalog:
     """One dataflow process's catalog. Not thread-safe: one loop drives it."""
 
     def __init__(self, path: str | None = None, memory_limit: str = "4GB", threads: int | None = None) -> None:
+        """`path`: an optional DuckDB file (the catalog is only a cache of the lake); in memory by
+        default. It holds one 8-byte hash per sample and one row per group, never payload."""
         home = os.path.join(tempfile.gettempdir(), "lakeflow-duckdb")
         os.makedirs(home, exist_ok=True)
+        path = path or ":memory:"
         config: dict[str, str | bool | int | float | list[str]] = {
             "home_directory": home,
             "memory_limit": memory_limit,
@@ -67,17 +70,28 @@ class Catalog:
         }
         if threads:
             config["threads"] = threads
-        self.con = duckdb.connect(path or ":memory:", config=config)
+        self.con = duckdb.connect(path, config=config)
         if not self.con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'samples'").fetchone()[0]:  # type: ignore[index]
             self.con.sql(SCHEMA_SQL.read_text())
+        self.con.sql("SET enable_progress_bar = false")
         self.con.sql("SET lock_configuration = true")
         self.ckpt = 0  # sequence of the checkpoint that will hold rows inserted now
-        self.arrival = self._scalar("SELECT coalesce(max(arrival) + 1, 0) FROM samples")
+        self.arrival = self._scalar(
+            "SELECT greatest((SELECT max(arrival) FROM groups), (SELECT max(arrival) FROM pending)) + 1"
+        )
         self.next_shard = self._scalar("SELECT coalesce(max(shard_idx) + 1, 0) FROM shards")
 
     def _scalar(self, sql: str) -> int:
         row = self.con.sql(sql).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
+
+    def ids(self, name: str, values: list[str], column: str = "group_id", **more: list[Any]) -> None:
+        """Expose a list of ids (and parallel columns) to SQL as table `name`.
+
+        Lists go in as Arrow, never as query parameters: DuckDB converts a parameter list
+        element by element in Python, which costs ~0.1 ms per element.
+        """
+        self.con.register(name, pa.table({column: pa.array(values, pa.string()), **more}))
 
     def sql(self, query: str) -> pa.Table:
         """Run SQL on the catalog (trusted callers only; policies go through run_policy)."""
@@ -104,9 +118,9 @@ class Catalog:
         self.con.register("_incoming", table)
         try:
             self.con.sql("CREATE OR REPLACE TEMP TABLE _in AS SELECT *, row_number() OVER () AS _pos FROM _incoming")
+            # A 64-bit hash match counts as a duplicate (false positive odds ~ n^2 / 2^65).
             known = self._column(
-                "SELECT s.sample_id FROM samples s WHERE s.sid_hash IN (SELECT hash(sample_id) FROM _in) "
-                "AND s.sample_id IN (SELECT sample_id FROM _in)"
+                "SELECT sample_id FROM _in WHERE hash(sample_id) IN (SELECT sid_hash FROM sample_hashes)"
             )
             repeated = self._column(  # the same id twice in this batch: keep the first
                 "SELECT sample_id FROM (SELECT sample_id, "
@@ -114,24 +128,20 @@ class Catalog:
             )
             duplicates = known + repeated
             late = self._column("SELECT i.sample_id FROM _in i SEMI JOIN groups g USING (model_id, group_id)")
+            self.ids("_skip", known + late, "sample_id")
             self.con.execute(
                 "CREATE OR REPLACE TEMP TABLE _new AS SELECT * EXCLUDE (_pos), "
-                "? + row_number() OVER (ORDER BY _pos) - 1 AS arrival FROM _in "
-                "WHERE NOT list_contains(?, sample_id) AND NOT list_contains(?, sample_id) "
+                "? + row_number() OVER (ORDER BY _pos) - 1 AS arrival FROM _in ANTI JOIN _skip USING (sample_id) "
                 "QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY _pos) = 1",
-                [self.arrival, sorted(known), sorted(late)],
+                [self.arrival],
             )
+            self.con.unregister("_skip")
             self.con.sql("DROP TABLE _in")
         finally:
             self.con.unregister("_incoming")
         added = self._scalar("SELECT count(*) FROM _new")
         self.arrival += table.num_rows  # arrival numbers may have gaps (skipped rows), never repeats
-        self.con.execute(
-            "INSERT INTO samples SELECT sample_id, hash(sample_id), model_id, role, group_id, prompt_id, task_id, "
-            "episode_id, policy_version, max_version, reward, finish_reason, response_len, raas_id, region, "
-            'created_at, shard_idx, "row", arrival, ? FROM _new',
-            [self.ckpt],
-        )
+        self.con.execute("INSERT INTO sample_hashes SELECT hash(sample_id), ? FROM _new", [self.ckpt])
         self.con.sql(
             f"""
             INSERT INTO pending
@@ -171,58 +181,74 @@ class Catalog:
     def finish_complete(self, kept: list[str], filter_name: str, decay: float) -> CompleteResult:
         """Move staged complete groups out of pending: all into `groups`, the kept ones into `fresh`,
         and fold their rewards into the per-prompt statistics that curation policies read."""
-        self.con.execute("CREATE OR REPLACE TEMP TABLE _kept AS SELECT unnest(?::VARCHAR[]) AS group_id", [kept])
+        self.ids("_kept_ids", kept)
+        self.con.sql("CREATE OR REPLACE TEMP TABLE _kept AS SELECT DISTINCT group_id FROM _kept_ids")
+        self.con.unregister("_kept_ids")
         self.con.execute(
             "INSERT INTO groups SELECT model_id, group_id, prompt_id, task_id, n, reward_mean, reward_std, zero_adv, "
             "policy_version, arrival, group_id IN (SELECT group_id FROM _kept), ?, ? FROM _complete",
             [filter_name, self.ckpt],
         )
+        # A group already named in a recorded batch (adopted before its samples were ingested, after a
+        # restart) was consumed: it goes to the replay pool, never to fresh.
         self.con.sql(
-            f"INSERT INTO fresh SELECT {GROUP_COLUMNS}, {_REFS} FROM _complete SEMI JOIN _kept USING (group_id)"
+            f"INSERT INTO fresh SELECT {GROUP_COLUMNS}, {_REFS} FROM _complete SEMI JOIN _kept USING (group_id) "
+            "ANTI JOIN served USING (model_id, group_id)"
+        )
+        self.con.sql(
+            f"INSERT INTO replay SELECT {GROUP_COLUMNS}, {_REFS}, s.times, s.last_step FROM _complete "
+            "JOIN (SELECT model_id, group_id, count(*)::INTEGER AS times, max(step) AS last_step FROM served "
+            "GROUP BY ALL) s USING (model_id, group_id)"
         )
         self.con.sql("DELETE FROM pending WHERE (model_id, group_id) IN (SELECT (model_id, group_id) FROM _complete)")
-        rows = self.con.sql(
-            "SELECT model_id, prompt_id, task_id, reward_mean, zero_adv, rewards, "
-            "group_id IN (SELECT group_id FROM _kept) FROM _complete ORDER BY arrival"
-        ).fetchall()
+        self._fold_prompt_stats(decay)
+        tasks = [(r[0], r[1]) for r in self.con.sql("SELECT DISTINCT model_id, task_id FROM _complete").fetchall()]
+        total = self._scalar("SELECT count(*) FROM _complete")
+        n_kept = self._scalar("SELECT count(*) FROM _complete SEMI JOIN _kept USING (group_id)")
         self.con.sql("DROP TABLE _complete")
         self.con.sql("DROP TABLE _kept")
-        self._fold_prompt_stats(rows, decay)
-        n_kept = sum(1 for r in rows if r[6])
-        return CompleteResult(n_kept, len(rows) - n_kept, sorted({(r[0], r[2]) for r in rows}))
+        return CompleteResult(n_kept, total - n_kept, sorted(tasks))
 
-    def _fold_prompt_stats(self, rows: list[tuple[Any, ...]], decay: float) -> None:
-        if not rows:
-            return
-        keys = sorted({(r[0], r[1]) for r in rows})
-        self.con.execute(
-            "CREATE OR REPLACE TEMP TABLE _keys AS "
-            "SELECT unnest(?::VARCHAR[]) AS model_id, unnest(?::VARCHAR[]) AS prompt_id",
-            [[k[0] for k in keys], [k[1] for k in keys]],
+    def _fold_prompt_stats(self, decay: float) -> None:
+        """Fold the staged groups into prompt_stats, in arrival order, in one statement.
+
+        Per prompt with k new groups (shares s_0..s_{k-1} of positive rewards, oldest first):
+        pass_ema <- d^k * old + sum_j (1 - d) d^(k-1-j) s_j (the first group ever seeds it with
+        s_0); last_mean <- the newest group's mean; zero_var_streak grows by k if every new
+        group had zero variance, else restarts at the number of trailing zero-variance groups.
+        """
+        d = float(decay)
+        self.con.sql(
+            f"""
+            WITH c AS (
+                SELECT model_id, prompt_id, arrival, zero_adv, reward_mean,
+                       len(list_filter(rewards, lambda x: x > 0)) / len(rewards) AS share,
+                       row_number() OVER (PARTITION BY model_id, prompt_id ORDER BY arrival) - 1 AS j,
+                       count(*) OVER (PARTITION BY model_id, prompt_id) AS k
+                FROM _complete
+            ),
+            a AS (
+                SELECT model_id, prompt_id, any_value(k) AS k,
+                       sum(CASE WHEN j > 0 THEN (1 - {d}) * pow({d}, k - 1 - j) * share ELSE 0 END) AS tail,
+                       max(CASE WHEN j = 0 THEN share END) AS share0,
+                       arg_max(reward_mean, arrival) AS last_mean,
+                       max(CASE WHEN NOT zero_adv THEN j END) AS last_varied
+                FROM c GROUP BY model_id, prompt_id
+            )
+            INSERT INTO prompt_stats
+            SELECT a.model_id, a.prompt_id, coalesce(s.groups, 0) + a.k,
+                   CASE WHEN s.pass_ema IS NULL THEN pow({d}, a.k - 1) * a.share0 + a.tail
+                        ELSE pow({d}, a.k) * s.pass_ema + (1 - {d}) * pow({d}, a.k - 1) * a.share0 + a.tail END,
+                   a.last_mean,
+                   CASE WHEN a.last_varied IS NULL THEN coalesce(s.zero_var_streak, 0) + a.k
+                        ELSE a.k - 1 - a.last_varied END,
+                   coalesce(s.rejections, 0), coalesce(s.issued, 0)
+            FROM a LEFT JOIN prompt_stats s USING (model_id, prompt_id)
+            ON CONFLICT (model_id, prompt_id) DO UPDATE SET groups = excluded.groups,
+                pass_ema = excluded.pass_ema, last_mean = excluded.last_mean,
+                zero_var_streak = excluded.zero_var_streak
+            """
         )
-        current = {
-            (r[0], r[1]): list(r[2:])
-            for r in self.con.sql(
-                "SELECT s.model_id, s.prompt_id, groups, pass_ema, last_mean, zero_var_streak, rejections, issued "
-                "FROM prompt_stats s SEMI JOIN _keys USING (model_id, prompt_id)"
-            ).fetchall()
-        }
-        for model_id, prompt_id, _, mean, zero_adv, rewards, _ in rows:
-            stats = current.setdefault((model_id, prompt_id), [0, None, None, 0, 0, 0])
-            share = sum(1 for r in rewards if r > 0) / len(rewards)
-            stats[0] += 1
-            stats[1] = share if stats[1] is None else decay * stats[1] + (1 - decay) * share
-            stats[2] = mean
-            stats[3] = stats[3] + 1 if zero_adv else 0
-        table = pa.table(
-            {
-                "model_id": [k[0] for k in current],
-                "prompt_id": [k[1] for k in current],
-                **{c: [v[i] for v in current.values()] for i, c in enumerate(_STATS)},
-            }
-        )
-        self.upsert_prompt_stats(table)
-        self.con.sql("DROP TABLE _keys")
 
     def upsert_prompt_stats(self, table: pa.Table) -> None:
         """Insert or replace rows of prompt_stats (columns: model_id, prompt_id and any of _STATS)."""
@@ -278,7 +304,9 @@ class Catalog:
                     self.con.register("_part", part)
                     self.con.sql(f"INSERT INTO {name} SELECT * FROM _part")
                     self.con.unregister("_part")
-        self.arrival = self._scalar("SELECT coalesce(max(arrival) + 1, 0) FROM samples")
+        self.arrival = self._scalar(
+            "SELECT greatest((SELECT max(arrival) FROM groups), (SELECT max(arrival) FROM pending)) + 1"
+        )
         self.next_shard = self._scalar("SELECT coalesce(max(shard_idx) + 1, 0) FROM shards")
 
     def close(self) -> None:

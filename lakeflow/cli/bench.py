@@ -17,6 +17,7 @@ from lakeflow.cli.weights import bench_weights
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.s3 import S3Store
 from lakeflow.io.testserver import local_s3_bucket
+from lakeflow.text import text_table
 
 
 @click.group()
@@ -89,6 +90,37 @@ def _scratch(base_url: str | None, endpoint_url: str | None) -> Iterator[Store]:
                 store.delete(info.key)
 
 
+@bench.command("dataflow")
+@click.option(
+    "--sizes", default="1000000,10000000", show_default=True, help="Catalog sizes (samples), comma-separated."
+)
+@click.option(
+    "--buffer-sizes",
+    default="100000,1000000",
+    show_default=True,
+    help="Sizes for the in-memory buffer (it holds payload; larger sizes are extrapolated).",
+)
+@click.option("--batches", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option(
+    "--shard-samples",
+    type=int,
+    default=32768,
+    show_default=True,
+    help="Lake size for the end-to-end ingest measurement (0 to skip).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_dataflow(sizes: str, buffer_sizes: str, batches: int, shard_samples: int, as_json: bool) -> None:
+    """Ingest rate, batch-serving latency and memory: DuckDB catalog vs an in-memory buffer."""
+    from lakeflow.bench.dataflow import render, run
+
+    def ints(text: str) -> list[int]:
+        return [int(x) for x in text.split(",") if x.strip()]
+
+    report = run(ints(sizes), ints(buffer_sizes), batches, shard_samples)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
 def _machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}"
 
@@ -107,10 +139,8 @@ def _table(report: dict[str, Any]) -> str:
         "lakeflow_size_x",
     ]
     rows = [[str(r[c]) for c in cols] for r in report["results"]]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
     lines = [f"{report['samples']} samples ({report['arrow_mb']} MB Arrow) on {report['machine']}"]
-    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines += text_table(cols, rows)
     if "sql_scan_s3" in report:
         s = report["sql_scan_s3"]
         lines.append(

@@ -15,6 +15,7 @@ from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_lake
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.lake.synth import SynthSpec, write_synthetic
+from lakeflow.text import text_table
 
 
 def _versions(text: str) -> tuple[int, int]:
@@ -114,10 +115,7 @@ def _render(table: pa.Table, fmt: str, max_rows: int) -> str:
         return out.getvalue()
     names = table.column_names
     shown = [[_cell(r[n]) for n in names] for r in rows[:max_rows]]
-    widths = [max([len(n)] + [len(row[i]) for row in shown]) for i, n in enumerate(names)]
-    lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in shown]
+    lines = text_table(names, shown, rule=True)
     more = f"\n({len(rows) - max_rows} more rows; use --format csv or json for all)" if len(rows) > max_rows else ""
     return "\n".join(lines) + f"\n({len(rows)} rows)" + more
 

@@ -60,7 +60,9 @@ def balance_report(store: Store, catalog: Catalog, window: timedelta, now: datet
             wait_s += float(record.get("wait_s", 0))
             step_s += float(record.get("step_s", 0))
     wait = wait_s / (wait_s + step_s) if wait_s + step_s > 0 else None
-    produced = catalog.con.execute("SELECT count(*) FROM samples WHERE created_at >= ?", [since]).fetchone()[0]  # type: ignore[index]
+    produced = catalog.con.execute(
+        "SELECT coalesce(sum(rows), 0) FROM shards WHERE ingested_at >= ?", [since]
+    ).fetchone()[0]  # type: ignore[index]
     consumed = catalog.con.execute(
         "SELECT coalesce(sum(samples), 0) FROM batches WHERE created_at >= ?", [since]
     ).fetchone()[0]  # type: ignore[index]

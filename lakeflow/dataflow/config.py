@@ -100,6 +100,7 @@ class LoopConfig(_Strict):
     balance_window_s: float = Field(300, gt=0, description="Window of the balance report.")
     settle_s: float = Field(120, ge=0, description="Commit-listing window for late commits (writer clock skew).")
     verify_payload: bool = Field(True, description="Read whole shards at ingest (checksum, vocabulary, lengths).")
+    ingest_commits: int = Field(256, ge=1, description="Most commits ingested per loop iteration.")
 
 
 class DataflowConfig(_Strict):

@@ -1,7 +1,7 @@
 """Ingest: new commit records → validated sample metadata in the catalog; bad input → quarantine.
 
 Each committed shard is read once (whole, with its checksum verified, when
-`verify_payload`; else only the metadata columns and `loss_mask` for lengths). Rows that
+`verify_payload`; else only the metadata columns, and payload checks are skipped). Rows that
 fail a check are quarantined with the reason; the others are ingested. Nothing here
 raises on bad input: every problem becomes a quarantine record and a counter.
 """
@@ -27,7 +27,7 @@ from lakeflow.lake import CommitCursor, CommitRecord, LakeReader, layout
 from lakeflow.lake.checks import row_problems, schema_problem
 from lakeflow.lake.schema import METADATA_COLUMNS
 
-INGEST_COLUMNS = [c for c in METADATA_COLUMNS if c not in ("dataset", "task_type", "extra")]
+INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward"]
 
 
 @dataclass
@@ -82,7 +82,7 @@ class Ingestor:
         try:
             if self.config.loop.verify_payload:
                 return self.reader.read_shard(commit), None
-            return self.reader.read_shard(commit, [*METADATA_COLUMNS, "loss_mask"], verify=False), None
+            return self.reader.read_shard(commit, list(METADATA_COLUMNS), verify=False), None
         except CorruptShardError as e:
             return None, str(e)
 
@@ -108,10 +108,7 @@ class Ingestor:
         for reason, mask in row_problems(table, model.vocab_size, newest):
             self._quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask][:100]), stats)
             bad |= mask
-        lengths = pc.list_value_length(
-            table.column("response_ids" if "response_ids" in table.column_names else "loss_mask")
-        )
-        out = table.select(INGEST_COLUMNS).append_column("response_len", pc.cast(lengths, pa.int32()))
+        out = table.select(INGEST_COLUMNS)
         shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
         out = out.append_column("shard_idx", pa.array(np.full(table.num_rows, shard_idx, dtype=np.int32)))
         out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))

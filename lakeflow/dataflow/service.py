@@ -122,7 +122,7 @@ class DataflowService:
             latest = read_latest(self.store, model.id)
             if latest is not None:
                 self.catalog.set_weights_version(model.id, latest[0].version)
-        self.cursor, stats = self.ingestor.ingest(self.cursor)
+        self.cursor, stats = self.ingestor.ingest(self.cursor, self.config.loop.ingest_commits)
         self.counters.commits += stats.commits
         self.counters.samples += stats.samples
         self.counters.quarantined.update(stats.quarantined)

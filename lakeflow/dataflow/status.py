@@ -14,12 +14,14 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakeflow.dataflow.checkpoint import load_manifest
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
+from lakeflow.text import text_table
 from lakeflow.weights.publish import read_latest
 
 
@@ -73,7 +75,7 @@ def lake_status(store: Store) -> dict[str, Any]:
             "incomplete_groups": count("pending", "true", m),
             "stale_groups": count("dropped", "reason LIKE 'stale%'", m),
             "filtered_groups": count("groups", "NOT kept", m),
-            "samples": count("samples", "true", m),
+            "samples": _sum(tables.get("shards"), m),
             "tasks_open": len(open_ids - claimed),
             "tasks_claimed": len(open_ids & claimed),
         }
@@ -92,6 +94,13 @@ def lake_status(store: Store) -> dict[str, Any]:
             continue  # replaced while listing, or malformed: not ours to judge here
     report["raas"] = heartbeats
     return report
+
+
+def _sum(shards: pa.Table | None, model_id: str) -> int:
+    if shards is None:
+        return 0
+    mask = pc.equal(shards.column("model_id"), model_id)
+    return int(pc.sum(pc.filter(shards.column("rows"), mask)).as_py() or 0)
 
 
 def render_status(report: dict[str, Any]) -> str:
@@ -126,9 +135,7 @@ def render_status(report: dict[str, Any]) -> str:
         "tasks_claimed",
     ]
     rows = [[m] + [str(v[k]) if v[k] is not None else "-" for k in keys] for m, v in report["models"].items()]
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    lines.append("  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True)))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+    lines += text_table(cols, rows)
     lines.append(f"quarantined rows: {report['quarantined_rows']}")
     b = report.get("balance")
     if b:

@@ -108,10 +108,12 @@ class TaskIssuer:
         return reissued
 
     def release(self, done: list[tuple[str, str]]) -> None:
-        """Remove the objects of finished tasks."""
-        for model_id, task_id in done:
-            lake_tasks.release_task(self.store, model_id, task_id)
-            self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ? AND task_id = ?", [model_id, task_id])
+        """Remove the objects of finished tasks (groups whose task id has no object cost nothing)."""
+        for model_id in sorted({m for m, _ in done}):
+            open_ids, _ = lake_tasks.list_tasks(self.store, model_id)
+            for task_id in sorted({t for m, t in done if m == model_id} & open_ids):
+                lake_tasks.release_task(self.store, model_id, task_id)
+                self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ? AND task_id = ?", [model_id, task_id])
 
     def top_up(self, model: ModelConfig, trainer_version: int, now: datetime) -> int:
         """Issue tasks until the model's in-flight target is met; returns how many were issued."""
@@ -174,18 +176,16 @@ class TaskIssuer:
                 break
             (picked if row["submit"] else rejected).append(row["prompt_id"])
         self._count_skips(model.id, picked, rejected)
-        if not picked:
-            return []
-        con.execute("CREATE OR REPLACE TEMP TABLE _picked AS SELECT unnest(?::VARCHAR[]) AS prompt_id", [picked])
+        self.catalog.ids("_picked", picked, "prompt_id")
+        self.catalog.ids("_rejected", rejected, "prompt_id")
         stats = con.sql(
             f"SELECT _picked.prompt_id, coalesce(s.issued, 0) + 1 AS issued, 0 AS rejections FROM _picked "
             f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = _picked.prompt_id"
         ).to_arrow_table()
-        skipped = con.execute(
+        skipped = con.sql(
             "SELECT r.prompt_id, coalesce(s.rejections, 0) + 1 AS rejections "
-            "FROM (SELECT unnest(?::VARCHAR[]) AS prompt_id) r "
-            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = r.prompt_id",
-            [rejected],
+            "FROM _rejected r "
+            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = r.prompt_id"
         ).to_arrow_table()
         for table in (stats, skipped):
             if table.num_rows:
@@ -194,7 +194,8 @@ class TaskIssuer:
             f"SELECT prompt_id, prompt, answer, task_type, dataset FROM prompts SEMI JOIN _picked USING (prompt_id) "
             f"WHERE model_id = {m}"
         ).fetchall()
-        con.sql("DROP TABLE _picked")
+        con.unregister("_picked")
+        con.unregister("_rejected")
         return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
 
     def _count_skips(self, model_id: str, picked: list[str], rejected: list[str]) -> None:
@@ -202,14 +203,16 @@ class TaskIssuer:
         ids = picked + rejected
         if not ids:
             return
+        self.catalog.ids("_considered", ids, "prompt_id")
         easy = {
             r[0]
             for r in self.catalog.con.execute(
-                "SELECT prompt_id FROM prompt_stats "
-                "WHERE model_id = ? AND list_contains(?, prompt_id) AND last_mean > 0.5",
-                [model_id, ids],
+                "SELECT prompt_id FROM prompt_stats SEMI JOIN _considered USING (prompt_id) "
+                "WHERE model_id = ? AND last_mean > 0.5",
+                [model_id],
             ).fetchall()
         }
+        self.catalog.con.unregister("_considered")
         for pid in ids:
             kind = "easy" if pid in easy else "hard"
             g.seen[kind] += 1

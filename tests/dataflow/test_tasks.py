@@ -115,3 +115,21 @@ def test_greso_skips_zero_variance_prompts_probabilistically_with_a_safety_valve
     assert sum(s["rejections"] for s in stats) > 0 or sum(s["issued"] for s in stats) < 50
     assert all(s["rejections"] <= 3 for s in stats)
     service.close()
+
+
+def test_greso_adapts_p_toward_the_target_skip_shares(store: Store) -> None:
+    cfg = config(
+        policies={"curation": "greso"},
+        greso={"p_easy": 0.5, "p_hard": 0.5, "step": 0.01, "target_skip_easy": 0.5, "target_skip_hard": 0.5},
+    )
+    service = DataflowService(store, cfg)
+    issuer, model = service.issuer, cfg.models[0]
+    issuer._adapt_greso(model, 0)  # first version seen: nothing to adapt from yet
+    g = issuer.greso["policy"]
+    g.seen, g.skipped = {"easy": 10, "hard": 10}, {"easy": 9, "hard": 1}  # easy skipped too often
+    issuer._adapt_greso(model, 1)
+    assert (round(g.p_easy, 2), round(g.p_hard, 2)) == (0.51, 0.49)  # skip fewer easy, more hard
+    g.seen, g.skipped = {"easy": 10, "hard": 10}, {"easy": 9, "hard": 1}
+    issuer._adapt_greso(model, 1)  # same version: no second adjustment
+    assert (round(g.p_easy, 2), round(g.p_hard, 2)) == (0.51, 0.49)
+    service.catalog.close()
