@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,17 +37,17 @@ FORMATS = [
 ]
 
 
-def link_seconds(nbytes: int) -> float:
-    """Time to move `nbytes` over LINK: parts spread over `connections` TCP streams, each in slow
-    start from the initial window, doubling per RTT up to `window_bytes` per RTT; plus one RTT
-    for the request; never faster than the line rate."""
-    per_conn = nbytes / LINK["connections"]
-    t, sent, cwnd = LINK["rtt_s"], 0.0, float(LINK["initial_window_bytes"])
+def link_seconds(nbytes: int, link: Mapping[str, float] = LINK) -> float:
+    """Time to move `nbytes` over `link` (LINK unless given): parts spread over `connections` TCP
+    streams, each in slow start from the initial window, doubling per RTT up to `window_bytes` per
+    RTT; plus one RTT for the request; never faster than the line rate."""
+    per_conn = nbytes / link["connections"]
+    t, sent, cwnd = link["rtt_s"], 0.0, float(link["initial_window_bytes"])
     while sent < per_conn:
         sent += cwnd
-        t += LINK["rtt_s"]
-        cwnd = min(2 * cwnd, float(LINK["window_bytes"]))
-    return max(t, LINK["rtt_s"] + 8 * nbytes / LINK["rate_bps"])
+        t += link["rtt_s"]
+        cwnd = min(2 * cwnd, float(link["window_bytes"]))
+    return max(t, link["rtt_s"] + 8 * nbytes / link["rate_bps"])
 
 
 def format_sizes(old: State, new: State) -> dict[str, int]:
