@@ -29,7 +29,7 @@ from lakeflow.dataflow.tasks import GresoState, TaskIssuer
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
-from lakeflow.weights.publish import read_latest
+from lakeflow.weights.manifest import read_latest
 
 log = logging.getLogger("lakeflow.dataflow")
 

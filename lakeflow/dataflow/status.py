@@ -22,16 +22,19 @@ from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.text import text_table
-from lakeflow.weights.publish import read_latest
+from lakeflow.weights.manifest import read_latest
 
 
 def checkpoint_tables(store: Store) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
-    """Every table of the newest catalog checkpoint (without internal columns), and its manifest."""
+    """The tables of the newest catalog checkpoint (without internal columns), and its manifest.
+    `sample_hashes` is left out: it is only for duplicate detection and the largest table."""
     manifest = load_manifest(store)
     if manifest is None:
         return {}, None
     tables = {}
     for name, keys in manifest["parts"].items():
+        if name == "sample_hashes":
+            continue
         parts = [pq.read_table(io.BytesIO(store.get(key))) for key in keys]
         if parts:
             table = pa.concat_tables(parts)

@@ -12,7 +12,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from lakeflow.io import Store
+from lakeflow.lake import layout
+
 MANIFEST_SCHEMA = 1
+DEFAULT_SHARD_BYTES = 4 << 30  # largest model.safetensors shard of a full version
 
 
 class ObjectEntry(BaseModel):
@@ -81,3 +85,17 @@ class Latest(BaseModel):
 
     version: int = Field(ge=0, description="Newest complete version.")
     publisher: str = Field(description="Trainer that moved the pointer.")
+
+
+def read_latest(store: Store, model: str) -> tuple[Latest, str] | None:
+    """The LATEST pointer and its etag, or None before version 0 exists."""
+    try:
+        data, etag = store.get_with_etag(layout.latest_weights_key(model))
+    except FileNotFoundError:
+        return None
+    return Latest.model_validate_json(data), etag
+
+
+def read_manifest(store: Store, model: str, version: int) -> Manifest:
+    """Manifest of one version; FileNotFoundError if it was never published (or was collected)."""
+    return Manifest.model_validate_json(store.get(layout.weights_manifest_key(model, version)))

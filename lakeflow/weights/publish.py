@@ -21,7 +21,7 @@ from lakeflow.errors import EtagMismatchError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.weights.codec import encode_delta
-from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry
+from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Latest, Manifest, ObjectEntry, read_latest, read_manifest
 from lakeflow.weights.tensors import (
     INDEX_FILE,
     State,
@@ -36,22 +36,7 @@ from lakeflow.weights.tensors import (
 )
 
 DEFAULT_FULL_EVERY = 10
-DEFAULT_SHARD_BYTES = 4 << 30
 DELTA_FILE = "delta.safetensors"
-
-
-def read_latest(store: Store, model: str) -> tuple[Latest, str] | None:
-    """The LATEST pointer and its etag, or None before version 0 exists."""
-    try:
-        data, etag = store.get_with_etag(layout.latest_weights_key(model))
-    except FileNotFoundError:
-        return None
-    return Latest.model_validate_json(data), etag
-
-
-def read_manifest(store: Store, model: str, version: int) -> Manifest:
-    """Manifest of one version; FileNotFoundError if it was never published (or was collected)."""
-    return Manifest.model_validate_json(store.get(layout.weights_manifest_key(model, version)))
 
 
 def read_source(path: str) -> tuple[State, dict[str, bytes]]:

@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.weights.codec import decode_delta
-from lakeflow.weights.manifest import Manifest, ObjectEntry
-from lakeflow.weights.publish import DEFAULT_SHARD_BYTES, read_latest, read_manifest
+from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, read_latest, read_manifest
 from lakeflow.weights.tensors import (
     INDEX_FILE,
     State,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.weights.publish import read_latest, read_manifest
+from lakeflow.weights.manifest import read_latest, read_manifest
 
 
 def list_versions(store: Store, model: str) -> list[int]:
