@@ -1,0 +1,99 @@
+"""A tiny Qwen2 model and byte-level BPE tokenizer, built locally, saved as a Hugging Face directory.
+
+`resolve_model("tiny:<name>")` builds (once, cached) a ~0.2M-parameter Qwen2 whose shapes
+vLLM's CPU backend accepts (head_dim 64), with a tokenizer trained on arithmetic text and a
+chat template, so the whole RL loop runs on 2 CPU cores. Any other reference (a local
+directory, or a Hugging Face hub id for users who can reach the hub) is passed through.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lakeflow.errors import MissingExtraError
+
+TINY_PREFIX = "tiny:"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def _corpus(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(n):
+        a, b, c = rng.randint(1, 99), rng.randint(1, 99), rng.randint(1, 99)
+        lines.append(f"What is {a} + {b} * {c}? Answer with the number only. {a + b * c}")
+        lines.append(f"The answer is {rng.randint(0, 10000)}. user assistant system")
+    return lines
+
+
+def build_tiny_model(dest: str | Path, vocab_size: int = 512, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+    """Write a tiny randomly initialised Qwen2 + tokenizer to `dest` (a Hugging Face directory)."""
+    try:
+        import torch
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tf: Any = importlib.import_module("transformers")  # untyped for mypy: its stubs lag its API
+    except ImportError as e:
+        raise MissingExtraError("torch and transformers", "torch") from e
+    dest = Path(dest)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(_corpus(2000, seed), trainer=trainer)
+    fast = tf.PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = tf.Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=hidden,
+        intermediate_size=hidden * 4,
+        num_hidden_layers=layers,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        head_dim=64,  # vLLM's CPU attention refuses smaller heads
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
+        pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
+        bos_token_id=None,
+    )
+    model = tf.Qwen2ForCausalLM(config)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=dest.parent if dest.parent.exists() else None))
+    model.save_pretrained(tmp, safe_serialization=True)
+    fast.save_pretrained(tmp)
+    (tmp / "lakeflow-tiny.json").write_text(json.dumps({"vocab_size": vocab_size, "hidden": hidden, "layers": layers}))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, dest)  # atomic: a half-built model is never visible
+    return dest
+
+
+def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
+    """A local directory for `ref`: `tiny:<name>` is built once under `cache_dir`; a directory is
+    returned as is; anything else is taken to be a hub id (downloaded by transformers/vLLM)."""
+    if ref.startswith(TINY_PREFIX):
+        name = ref[len(TINY_PREFIX) :] or "default"
+        base = Path(cache_dir or os.path.join(tempfile.gettempdir(), "lakeflow-models"))
+        path = base / f"tiny-{name}"
+        if not (path / "config.json").exists():
+            try:
+                build_tiny_model(path)
+            except OSError:
+                if not (path / "config.json").exists():  # lost a race with another builder: fine if it won
+                    raise
+        return str(path)
+    return ref
