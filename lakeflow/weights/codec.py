@@ -14,6 +14,7 @@ new bits (zstd). The object is a safetensors file: header (zstd JSON), ans, bits
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,12 @@ def decode_delta(old: State, data: bytes) -> State:
 
 
 # --- encoding ------------------------------------------------------------------------------
+#
+# Hot elements are ranked per exponent ("context") in the order of the group's concatenation.
+# Each chunk sorts its hot elements by exponent (a stable radix sort of uint8), so the r-th hot
+# element of context c in the chunk sits at `start[c] + r`; across the group it has the key
+# `S[c] + seen[c] + r` (S: contexts before c, seen: earlier chunks), which is the element's place
+# in the group's hot elements sorted by (exponent, position). Events are kept as such keys.
 
 
 def _encode_group(
@@ -102,31 +109,31 @@ def _encode_group(
     mbits = MANTISSA_BITS.get(dtype)
     e_cut = _choose_cut(olds, news, mbits) if mbits is not None else 0
     absmask = _absmask(olds[0].dtype)
-    threshold = e_cut << mbits if mbits is not None else 0
+    threshold = absmask.dtype.type(e_cut << mbits if mbits is not None else 0)
+    key = _order_key_fn(olds[0].dtype)
     counts, flags, val_ctx, val_d, cold_pos, cold_new = [], [], [], [], [], []
-    base = 0
-    for o_all, n_all in zip(olds, news, strict=True):
-        for s in range(0, o_all.size, CHUNK):
-            o, n = o_all[s : s + CHUNK], n_all[s : s + CHUNK]
-            diff = o != n
-            a = o & absmask
+    for base, (o, n) in _chunks(olds, news):
+        diff = o != n
+        if not e_cut:
             changed = np.flatnonzero(diff)
-            cold = changed[a[changed] >= threshold]
-            cold_pos.append(cold + (base + s))
-            cold_new.append(n[cold])
-            if e_cut == 0:
-                continue
-            hot = np.flatnonzero(a < threshold)
-            ctx = (a[hot] >> mbits).astype(np.uint8)
-            order = np.argsort(ctx, kind="stable")
-            hot_sorted = hot[order]
-            flag = diff[hot_sorted]
-            counts.append(np.bincount(ctx, minlength=e_cut))
-            flags.append(flag)
-            moved = hot_sorted[flag]
-            val_ctx.append(ctx[order][flag])
-            val_d.append(_order_key(n[moved]) - _order_key(o[moved]))
-        base += o_all.size
+            cold_pos.append(changed + base)
+            cold_new.append(n[changed])
+            continue
+        a = o & absmask
+        hot = np.flatnonzero(a < threshold)
+        ctx = (a[hot] >> mbits).astype(np.uint8)
+        order = np.argsort(ctx, kind="stable")
+        hot_sorted, ctx_sorted = hot[order], ctx[order]
+        flag = diff[hot_sorted]  # changed, in (exponent, position) order
+        if np.count_nonzero(diff) > np.count_nonzero(flag):  # rare: a cold element changed
+            changed = np.flatnonzero(diff & (a >= threshold))
+            cold_pos.append(changed + base)
+            cold_new.append(n[changed])
+        counts.append(_bin_counts(ctx_sorted, e_cut))
+        flags.append(flag)
+        moved = hot_sorted[flag]
+        val_ctx.append(ctx_sorted[flag])
+        val_d.append(key(n[moved]) - key(o[moved]))
     header: dict[str, object] = {"e_cut": e_cut, "contexts": []}
     n_changed = sum(p.size for p in cold_pos)
     if e_cut:
@@ -146,31 +153,36 @@ def _encode_hot(
     val_d: list[np.ndarray],
     writer: StreamWriter,
 ) -> tuple[list[list[object]], int]:
-    per_chunk = np.stack(counts)  # (chunks, e_cut): hot elements of each exponent per chunk
+    per_chunk = np.stack(counts) if counts else np.zeros((0, e_cut), np.int64)  # (chunks, e_cut)
     n_ctx = per_chunk.sum(axis=0)
-    k_ctx = np.bincount(np.concatenate(val_ctx), minlength=e_cut) if val_ctx else np.zeros(e_cut, np.int64)
+    vc = np.concatenate(val_ctx) if val_ctx else np.zeros(0, np.uint8)
+    k_ctx = np.bincount(vc, minlength=e_cut)
     flip = k_ctx * 2 > n_ctx  # code the unchanged ones where most elements changed
-    offsets = np.cumsum(per_chunk, axis=0) - per_chunk  # rank of a chunk's first element per exponent
-    ev_ctx, ev_rank = [], []
+    group_start = np.cumsum(n_ctx) - n_ctx  # S[c]
+    seen = np.cumsum(per_chunk, axis=0) - per_chunk
+    keys, ev_counts = [], []
     for i, flag in enumerate(flags):
-        ctx_sorted = np.repeat(np.arange(e_cut, dtype=np.uint8), per_chunk[i])
-        idx = np.flatnonzero(flag ^ flip[ctx_sorted])
-        ev = ctx_sorted[idx]
+        events = np.flatnonzero(flag ^ np.repeat(flip, per_chunk[i]))  # places in the chunk's sorted order
         start = np.cumsum(per_chunk[i]) - per_chunk[i]
-        ev_ctx.append(ev)
-        ev_rank.append(idx - start[ev] + offsets[i, ev])
-    all_ctx, all_rank = np.concatenate(ev_ctx), np.concatenate(ev_rank)
-    by_ctx = np.argsort(all_ctx, kind="stable")
-    all_ctx, all_rank = all_ctx[by_ctx], all_rank[by_ctx]
-    vc = np.concatenate(val_ctx)
+        per_ctx = np.diff(np.searchsorted(events, start), append=events.size)
+        keys.append(events + np.repeat(group_start + seen[i] - start, per_ctx))
+        ev_counts.append(per_ctx)
+    # keys come chunk by chunk; put them in (context, chunk) order, which sorts them, by placing each run
+    per_run = np.stack(ev_counts) if ev_counts else np.zeros((0, e_cut), np.int64)
+    run_at = (np.cumsum(per_run.sum(axis=0)) - per_run.sum(axis=0)) + (np.cumsum(per_run, axis=0) - per_run)
+    all_keys = np.empty(int(per_run.sum()), dtype=np.int64)
+    for i, k in enumerate(keys):
+        all_keys[_runs(run_at[i], per_run[i])] = k
+    ev_bounds = np.append(0, np.cumsum(per_run.sum(axis=0)))
+    gaps = np.diff(all_keys, prepend=-1) - 1
+    firsts = ev_bounds[:-1][np.diff(ev_bounds) > 0]  # first event of each context: its gap is its rank
+    gaps[firsts] = all_keys[firsts] - group_start[np.diff(ev_bounds) > 0]
     by_val = np.argsort(vc, kind="stable")
-    vc, vd = vc[by_val], np.concatenate(val_d)[by_val]
+    vd = np.concatenate(val_d)[by_val] if val_d else np.zeros(0, np.int64)
+    val_bounds = np.append(0, np.cumsum(k_ctx))
     contexts: list[list[object]] = []
-    ev_bounds = np.searchsorted(all_ctx, np.arange(e_cut + 1))
-    val_bounds = np.searchsorted(vc, np.arange(e_cut + 1))
     for c in np.flatnonzero(n_ctx).tolist():
-        ranks = all_rank[ev_bounds[c] : ev_bounds[c + 1]]
-        gap_hist = writer.add(np.diff(ranks, prepend=-1) - 1, signed=False)
+        gap_hist = writer.add(gaps[ev_bounds[c] : ev_bounds[c + 1]], signed=False)
         val_hist = writer.add(vd[val_bounds[c] : val_bounds[c + 1]], signed=True)
         contexts.append([c, int(n_ctx[c]), bool(flip[c]), gap_hist, val_hist])
     return contexts, int(vc.size)
@@ -204,6 +216,11 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
 
 
 # --- decoding ------------------------------------------------------------------------------
+#
+# The decoder copies the old tensors and rewrites them chunk by chunk in place (a chunk's hot
+# set is read before any of its elements is written; cold changes go in last, so they cannot
+# move an element into the hot set). Per chunk, each context's events are the next
+# run of group keys below `S[c] + seen[c] + count[c]`: one searchsorted for all contexts.
 
 
 def _decode_group(
@@ -214,61 +231,83 @@ def _decode_group(
     e_cut = int(group["e_cut"])  # type: ignore[call-overload]
     bits_dtype = np.dtype(BITS_DTYPE[dtype])
     absmask = _absmask(bits_dtype)
-    threshold = e_cut << mbits
-    flip = np.zeros(max(e_cut, 1), dtype=bool)
+    threshold = bits_dtype.type(e_cut << mbits)
+    flip = np.zeros(e_cut, dtype=bool)
+    n_ctx = np.zeros(e_cut, dtype=np.int64)
     ranks: dict[int, np.ndarray] = {}
     values: dict[int, np.ndarray] = {}
-    expected = np.zeros(max(e_cut, 1), dtype=np.int64)
     for c, n_c, f, gap_hist, val_hist in group["contexts"]:  # type: ignore[attr-defined]
-        flip[c], expected[c] = f, n_c
+        if not 0 <= c < e_cut or c in ranks or n_c <= 0:
+            raise ValueError("delta header lists an invalid context")
+        flip[c], n_ctx[c] = f, n_c
         ranks[c] = np.cumsum(reader.read(gap_hist, signed=False) + 1) - 1
         values[c] = reader.read(val_hist, signed=True)
+        if ranks[c].size and ranks[c][-1] >= n_c:
+            raise ValueError("delta ranks an element beyond its exponent's count")
     cold_pos = np.cumsum(reader.read(group["cold"], signed=False) + 1) - 1  # type: ignore[arg-type]
     n_cold = cold_pos.size * bits_dtype.itemsize
     if cold_at + n_cold > len(cold):
         raise ValueError("delta cold stream is shorter than its header says")
-    if cold_pos.size and cold_pos[-1] >= sum(o.size for o in olds):
+    total = sum(o.size for o in olds)
+    if cold_pos.size and cold_pos[-1] >= total:
         raise ValueError("delta changes an element beyond the end of the local state")
+    # one copy per tensor, not one buffer for the group: freed tensors of the same sizes are reused
+    outs = [o.copy() for o in olds]
+    if e_cut:
+        _apply_hot(outs, e_cut, mbits, absmask, threshold, flip, n_ctx, ranks, values)
     cold_new = np.frombuffer(cold, dtype=bits_dtype, count=cold_pos.size, offset=cold_at)
-    rank_at = dict.fromkeys(ranks, 0)
-    value_at = dict.fromkeys(values, 0)
-    seen = np.zeros(max(e_cut, 1), dtype=np.int64)
-    outs, base = [], 0
-    for o_all in olds:
-        out_all = o_all.copy()
-        lo, hi = np.searchsorted(cold_pos, [base, base + o_all.size])
-        out_all[cold_pos[lo:hi] - base] = cold_new[lo:hi]
-        for s in range(0, o_all.size, CHUNK) if e_cut else ():
-            o = o_all[s : s + CHUNK]
-            hot = np.flatnonzero((o & absmask) < threshold)
-            ctx = ((o[hot] & absmask) >> mbits).astype(np.uint8)
-            order = np.argsort(ctx, kind="stable")
-            count = np.bincount(ctx, minlength=e_cut)
-            start = np.cumsum(count) - count
-            event = np.zeros(hot.size, dtype=bool)
-            moved_ctx = []
-            for c in np.flatnonzero(count).tolist():
-                r = ranks.get(c)
-                if r is None:
-                    raise ValueError("delta does not fit the local state: unexpected exponent")
-                j = rank_at[c] + int(np.searchsorted(r[rank_at[c] :], seen[c] + count[c]))
-                event[r[rank_at[c] : j] - seen[c] + start[c]] = True
-                n_events = j - rank_at[c]
-                n_moved = count[c] - n_events if flip[c] else n_events
-                moved_ctx.append(values[c][value_at[c] : value_at[c] + n_moved])
-                rank_at[c], value_at[c] = j, value_at[c] + n_moved
-                seen[c] += count[c]
-            ctx_sorted = np.repeat(np.arange(e_cut, dtype=np.uint8), count)
-            moved = hot[order[np.flatnonzero(event ^ flip[ctx_sorted])]]
-            d = np.concatenate(moved_ctx) if moved_ctx else np.zeros(0, np.int64)
-            out_all[s + moved] = _from_order_key(_order_key(o[moved]) + d, bits_dtype)
-        outs.append(out_all)
-        base += o_all.size
-    if not np.array_equal(seen[:e_cut], expected[:e_cut]) or any(
-        rank_at[c] != ranks[c].size or value_at[c] != values[c].size for c in ranks
-    ):
-        raise ValueError("delta does not fit the local state: element counts per exponent differ")
+    bounds = np.cumsum([0] + [o.size for o in olds])
+    for i, out in enumerate(outs):
+        lo, hi = np.searchsorted(cold_pos, bounds[i : i + 2])
+        out[cold_pos[lo:hi] - bounds[i]] = cold_new[lo:hi]
     return outs, cold_at + n_cold
+
+
+def _apply_hot(
+    outs: list[np.ndarray],
+    e_cut: int,
+    mbits: int,
+    absmask: np.unsignedinteger,
+    threshold: np.unsignedinteger,
+    flip: np.ndarray,
+    n_ctx: np.ndarray,
+    ranks: dict[int, np.ndarray],
+    values: dict[int, np.ndarray],
+) -> None:
+    """Rewrite the hot elements of `outs` (the old group's tensors, in order) in place."""
+    group_start = np.cumsum(n_ctx) - n_ctx  # S[c]
+    keys = np.concatenate([group_start[c] + ranks[c] for c in sorted(ranks)] or [np.zeros(0, np.int64)])
+    vals = np.concatenate([values[c] for c in sorted(values)] or [np.zeros(0, np.int64)])
+    n_val = np.zeros(e_cut, dtype=np.int64)
+    for c, v in values.items():
+        n_val[c] = v.size
+    val_end = np.cumsum(n_val)
+    val_at = val_end - n_val
+    ev_at = np.searchsorted(keys, group_start)
+    seen = np.zeros(e_cut, dtype=np.int64)
+    key, from_key = _order_key_fn(outs[0].dtype), _from_order_key_fn(outs[0].dtype)
+    for o in (out[s : s + CHUNK] for out in outs for s in range(0, out.size, CHUNK)):
+        a = o & absmask
+        hot = np.flatnonzero(a < threshold)
+        ctx = (a[hot] >> mbits).astype(np.uint8)
+        order = np.argsort(ctx, kind="stable")
+        count = _bin_counts(ctx[order], e_cut)
+        if np.any(seen + count > n_ctx):
+            raise ValueError("delta does not fit the local state: element counts per exponent differ")
+        ev_end = np.searchsorted(keys, group_start + seen + count)
+        n_ev = ev_end - ev_at
+        start = np.cumsum(count) - count
+        event = np.zeros(hot.size, dtype=bool)
+        event[keys[_runs(ev_at, n_ev)] - np.repeat(group_start + seen - start, n_ev)] = True
+        moved = hot[order[np.flatnonzero(event ^ np.repeat(flip, count))]]
+        n_moved = np.where(flip, count - n_ev, n_ev)
+        if np.any(val_at + n_moved > val_end):
+            raise ValueError("delta does not fit the local state: changed elements per exponent differ")
+        o[moved] = from_key(key(o[moved]) + vals[_runs(val_at, n_moved)])
+        seen += count
+        ev_at, val_at = ev_end, val_at + n_moved
+    if not np.array_equal(seen, n_ctx) or not np.array_equal(val_at, val_end):
+        raise ValueError("delta does not fit the local state: element counts per exponent differ")
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -277,6 +316,38 @@ def _decode_group(
 def _absmask(bits_dtype: np.dtype) -> np.unsignedinteger:
     width = 8 * np.dtype(bits_dtype).itemsize
     return np.dtype(bits_dtype).type((1 << (width - 1)) - 1)  # type: ignore[no-any-return]
+
+
+def _chunks(olds: list[np.ndarray], news: list[np.ndarray]) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """(offset, (old, new)) chunks of CHUNK elements over the group's concatenation: views, or small
+    copies where a chunk spans tensors (so many small tensors cost few numpy calls)."""
+    bounds = np.cumsum([0] + [o.size for o in olds]).tolist()
+    first = 0
+    for s in range(0, bounds[-1], CHUNK):
+        e = min(s + CHUNK, bounds[-1])
+        while bounds[first + 1] <= s:
+            first += 1
+        last = first
+        while last + 1 < len(olds) and bounds[last + 1] < e:
+            last += 1
+        if first == last:
+            lo, hi = s - bounds[first], e - bounds[first]
+            yield s, (olds[first][lo:hi], news[first][lo:hi])
+            continue
+        pieces = [(i, max(s, bounds[i]) - bounds[i], min(e, bounds[i + 1]) - bounds[i]) for i in range(first, last + 1)]
+        yield s, tuple(np.concatenate([g[i][lo:hi] for i, lo, hi in pieces]) for g in (olds, news))  # type: ignore[misc]
+
+
+def _bin_counts(ctx_sorted: np.ndarray, e_cut: int) -> np.ndarray:
+    """Elements per context (int64, length e_cut) of a sorted uint8 array (cheaper than bincount)."""
+    return np.diff(np.searchsorted(ctx_sorted, np.arange(e_cut, dtype=np.uint8)), append=ctx_sorted.size)
+
+
+def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Indices start[0]..start[0]+len[0]-1, start[1].., concatenated (int64)."""
+    first: np.ndarray = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths)
+    idx: np.ndarray = np.arange(first.size, dtype=np.int64) + first
+    return idx
 
 
 def _order_key(u: np.ndarray) -> np.ndarray:
@@ -293,6 +364,30 @@ def _from_order_key(k: np.ndarray, bits_dtype: np.dtype) -> np.ndarray:
     if k.size and (k.min() < 0 or k.max() >= 2 * half):
         raise ValueError("delta moves a value outside its dtype's bit patterns")
     return np.where(k >= half, k - half, half + (half - 1 - k)).astype(bits_dtype)
+
+
+# 16-bit patterns go through tables (one gather instead of a dozen int64 passes)
+_KEY16 = _order_key(np.arange(1 << 16, dtype=np.uint16)).astype(np.int32)
+_BITS16 = np.argsort(_KEY16).astype(np.uint16)  # inverse of _KEY16
+
+
+def _order_key_fn(bits_dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    if np.dtype(bits_dtype).itemsize == 2:
+        return lambda u: _KEY16[u]
+    return _order_key
+
+
+def _from_order_key_fn(bits_dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray]:
+    if np.dtype(bits_dtype).itemsize != 2:
+        return lambda k: _from_order_key(k, bits_dtype)
+
+    def from_key16(k: np.ndarray) -> np.ndarray:
+        if k.size and (k.min() < 0 or k.max() >= 1 << 16):
+            raise ValueError("delta moves a value outside its dtype's bit patterns")
+        bits: np.ndarray = _BITS16[k]
+        return bits
+
+    return from_key16
 
 
 def _check_same_layout(old: State, new: State) -> None:

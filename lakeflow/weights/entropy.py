@@ -18,39 +18,46 @@ _SLICE = 1 << 20  # values packed per numpy call; a multiple of 8 so slices end 
 _TOP = 4  # significant bits below the leading one that are entropy-coded; the rest are stored raw
 
 
-def _split(mag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(symbols, raw low bits) of uint64 magnitudes: the top `_TOP` significant bits go in the symbol."""
-    b = np.zeros(mag.shape, dtype=np.int64)
-    nz = mag > 0
-    b[nz] = np.frexp(mag[nz].astype(np.float64))[1]  # bit_length, exact below 2**53
-    shift = np.maximum(b - _TOP - 1, 0).astype(np.uint64)
-    top = (mag >> shift).astype(np.int64)  # < 2**(_TOP+1)
-    low = mag & ((np.uint64(1) << shift) - np.uint64(1))
-    return (shift.astype(np.int64) << (_TOP + 1)) | top, low
+_SMALL = 1 << (_TOP + 1)  # magnitudes below this are their own symbol, with no raw bits
+
+
+def _split(mag: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(symbols, shifts, low bits) of int64 magnitudes >= 0: the top `_TOP` significant bits go in
+    the symbol, the `shift` bits below them are stored raw. Only magnitudes >= _SMALL have raw
+    bits, and most values of a delta are small, so only those few get the arithmetic."""
+    sym = mag.copy()
+    shift = np.zeros(mag.shape, dtype=np.int64)
+    big = np.flatnonzero(mag >= _SMALL)
+    m = mag[big]
+    # bit length from the float64 exponent field: exact below 2**53
+    s = (m.astype(np.float64).view(np.int64) >> 52) - 1022 - _TOP - 1
+    sym[big] = (s << (_TOP + 1)) | (m >> s)
+    shift[big] = s
+    return sym, shift, mag & ((np.int64(1) << shift) - 1)
 
 
 def split_unsigned(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(symbols, low bits) of non-negative integers."""
-    return _split(x.astype(np.uint64))
+    sym, _, low = _split(x.astype(np.int64))
+    return sym, low
 
 
 def split_signed(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(symbols, low bits) of non-zero signed integers: |d|-1 split as above, sign in the lowest bit."""
     d = d.astype(np.int64)
-    sym, low = _split((np.abs(d) - 1).astype(np.uint64))
+    sym, _, low = _split(np.abs(d) - 1)
     return 2 * sym + (d < 0), low
 
 
-def _widths(sym: np.ndarray, signed: bool) -> np.ndarray:
-    return ((sym >> 1) if signed else sym) >> (_TOP + 1)
-
-
-def _join(sym: np.ndarray, low: np.ndarray, signed: bool) -> np.ndarray:
-    s = ((sym >> 1) if signed else sym).astype(np.int64)
-    mag = ((s & ((1 << (_TOP + 1)) - 1)) << (s >> (_TOP + 1))) + low.astype(np.int64)
+def _symbol_table(present: np.ndarray, signed: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per present symbol: its value when its raw bits are 0, its raw-bit width, and its sign."""
+    s = (present >> 1) if signed else present
+    width = s >> (_TOP + 1)
+    mag = (s & (_SMALL - 1)) << width
     if not signed:
-        return mag
-    return np.where(sym & 1, -(mag + 1), mag + 1)
+        return mag, width, np.ones_like(mag)
+    sign = np.where(present & 1, -1, 1)
+    return sign * (mag + 1), width, sign
 
 
 def _pack(values: np.ndarray, width: int) -> bytes:
@@ -90,14 +97,21 @@ class StreamWriter:
         """Queue one stream; returns the sparse histogram ([symbols], [counts]) the reader needs."""
         if values.size == 0:
             return []
-        sym, low = split_signed(values) if signed else split_unsigned(values)
-        present, counts = np.unique(sym, return_counts=True)
-        widths = _widths(sym, signed)
-        for w in np.unique(widths[widths > 0]).tolist():
-            self._bits.append(_pack(low[widths == w], int(w)))
+        v = values.astype(np.int64)
+        sym, shift, low = _split(np.abs(v) - 1 if signed else v)
+        if signed:
+            sym = 2 * sym + (v < 0)
+        counts = np.bincount(sym)
+        present = np.flatnonzero(counts)
+        wide = np.flatnonzero(shift)
+        for w in np.unique(shift[wide]).tolist():  # raw bits grouped by width, in stream order
+            self._bits.append(_pack(low[wide[shift[wide] == w]].astype(np.uint64), int(w)))
         # the model's alphabet is the symbols present, renumbered 0..k-1
-        self._streams.append((np.searchsorted(present, sym).astype(np.int32), counts.tolist()))
-        return [present.tolist(), counts.tolist()]
+        renumber = np.zeros(counts.size, dtype=np.int32)
+        renumber[present] = np.arange(present.size, dtype=np.int32)
+        hist = counts[present].tolist()
+        self._streams.append((renumber[sym], hist))
+        return [present.tolist(), hist]
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         coder = constriction.stream.stack.AnsCoder()
@@ -122,20 +136,24 @@ class StreamReader:
         present, counts = np.asarray(hist[0], dtype=np.int64), [int(c) for c in hist[1]]
         count = sum(counts)
         if len(counts) == 1:
-            sym = np.full(count, present[0], dtype=np.int64)
+            idx = np.zeros(count, dtype=np.intp)
         else:
-            sym = present[np.asarray(self._coder.decode(_model(counts), count), dtype=np.int64)]
-        widths = _widths(sym, signed)
-        low = np.zeros(count, dtype=np.uint64)
-        for w in np.unique(widths[widths > 0]).tolist():
-            where = widths == w
-            n = int(where.sum())
-            nbytes = (n * int(w) + 7) // 8
+            idx = np.asarray(self._coder.decode(_model(counts), count), dtype=np.intp)
+        value, width, sign = _symbol_table(present, signed)
+        out = value[idx]
+        if not width.any():
+            return out
+        wide = np.flatnonzero(width[idx])
+        wide_width = width[idx[wide]]
+        for w in np.unique(width[width > 0]).tolist():  # raw bits grouped by width, in stream order
+            at = wide[wide_width == w]
+            nbytes = (at.size * int(w) + 7) // 8
             if self._pos + nbytes > self._bits.size:
                 raise ValueError("delta bit stream is shorter than its header says")
-            low[where] = _unpack(self._bits[self._pos : self._pos + nbytes], n, int(w))
+            low = _unpack(self._bits[self._pos : self._pos + nbytes], at.size, int(w)).astype(np.int64)
+            out[at] += sign[idx[at]] * low
             self._pos += nbytes
-        return _join(sym, low, signed)
+        return out
 
     def check_done(self) -> None:
         if self._pos != self._bits.size or not self._coder.is_empty():

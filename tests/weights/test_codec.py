@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lakeflow.weights.codec import decode_delta, encode_delta
+from lakeflow.weights.codec import CHUNK, decode_delta, encode_delta
 from lakeflow.weights.tensors import State, raw_tensor
 from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
 
@@ -86,3 +86,31 @@ def test_delta_for_another_base_is_refused() -> None:
         decode_delta(other, delta.data)
     with pytest.raises(ValueError):
         decode_delta(old, delta.data[:-10])
+
+
+def test_tensors_straddling_chunks_and_mixed_dtypes() -> None:
+    # tensor sizes around CHUNK, so chunks span several tensors, and empty ones in between
+    rng = np.random.default_rng(3)
+    old: State = {}
+    new: State = {}
+    for i, size in enumerate([CHUNK - 1, 3, 0, CHUNK + 5, 17, 2 * CHUNK, 1, 0, 1000]):
+        dtype = ["BF16", "F32", "F16"][i % 3]
+        w = (rng.standard_normal(size).astype(np.float32) * 0.02).view(np.uint32)
+        moved = rng.random(size) < 0.03
+        w2 = w.copy()
+        w2[moved] += rng.integers(1, 3, int(moved.sum())).astype(np.uint32) << (0 if dtype == "F32" else 16)
+        if dtype != "F32":
+            w, w2 = (w >> 16).astype(np.uint16), (w2 >> 16).astype(np.uint16)
+        old[f"t{i}"] = raw_tensor(dtype, (size,), w)
+        new[f"t{i}"] = raw_tensor(dtype, (size,), w2)
+    _round_trip(old, new)
+
+
+def test_delta_for_same_layout_other_values_is_refused() -> None:
+    rng = np.random.default_rng(4)
+    old = to_bf16(rng.standard_normal(300_000) * 0.02)
+    new = to_bf16((old.astype(np.uint32) << 16).view(np.float32) - 3e-6 * rng.standard_normal(300_000))
+    delta = encode_delta({"w": raw_tensor("BF16", (300_000,), old)}, {"w": raw_tensor("BF16", (300_000,), new)})
+    other = to_bf16(rng.standard_normal(300_000) * 0.02)  # same name, dtype and shape; other exponents
+    with pytest.raises(ValueError, match="does not fit"):
+        decode_delta({"w": raw_tensor("BF16", (300_000,), other)}, delta.data)
