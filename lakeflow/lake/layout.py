@@ -142,6 +142,13 @@ def checkpoint_prefix(model_id: str, version: int) -> str:
     return f"checkpoints/{check_name(model_id, 'model id')}/{_number(version, 'version')}/"
 
 
+def checkpoint_object_key(model_id: str, version: int, name: str) -> str:
+    """One object of the trainer's checkpoint for weight version `version` (`optimizer.pt`, `trainer.json`)."""
+    if "/" in name or not name or name.startswith("."):
+        raise ValueError(f"invalid checkpoint object name {name!r}")
+    return checkpoint_prefix(model_id, version) + name
+
+
 # --- stats -------------------------------------------------------------------------------
 
 

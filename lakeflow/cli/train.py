@@ -1,0 +1,79 @@
+"""`lakeflow train`: one model's trainer process (wait for batch N, train, publish version N + 1)."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+import tempfile
+from types import FrameType
+
+import click
+
+from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.errors import ConfigError, WeightsConflictError
+
+
+@click.command("train")
+@lake_options
+@click.option("--model", "model_id", required=True, help="Model id: its batches/<model>/ and weights/<model>/.")
+@click.option(
+    "--config", "config_path", required=True, type=click.Path(dir_okay=False), help="Trainer config (YAML or JSON)."
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Stop once weight version STEPS is published (steps counted from version 0, across restarts); "
+    "default: run until stopped.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Local directory for pulled weights (default: a temporary directory, removed at exit).",
+)
+def train(
+    lake_url: str,
+    endpoint_url: str | None,
+    model_id: str,
+    config_path: str,
+    steps: int | None,
+    work_dir: str | None,
+) -> None:
+    """Train MODEL on the batches the dataflow layer serves and publish a weight version per step.
+
+    Resumes from the newest published version after any crash. SIGTERM or Ctrl-C stops it
+    cleanly (exit 0): the step in progress is finished if it is publishing, else abandoned.
+    """
+    from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        config = load_config(config_path)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from e
+    store = open_lake(lake_url, endpoint_url)
+    own_dir = work_dir is None
+    work = work_dir or tempfile.mkdtemp(prefix=f"lakeflow-train-{model_id}-")
+    trainer = Trainer(store, model_id, config, work)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logging.getLogger("lakeflow.trainer").info("signal %d: stopping", signum)
+        trainer.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        trainer.start()
+        trainer.run(until_version=steps)
+    except WeightsConflictError as e:
+        raise click.ClickException(str(e)) from e
+    finally:
+        if own_dir:
+            shutil.rmtree(work, ignore_errors=True)
+    click.echo(f"{model_id}: weights version {trainer.version} published in {store.url}")
+
+
+if __name__ == "__main__":
+    train()

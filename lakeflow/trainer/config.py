@@ -1,0 +1,108 @@
+"""The trainer's configuration: typed, validated, unknown keys refused with the key and the file named.
+
+One YAML or JSON file per trainer (`lakeflow train --config FILE`). The objective is a union
+told apart by `type` (`grpo`, `m2po`, `sft`); advantages and the KL penalty are shared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lakeflow.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GrpoLoss(_Strict):
+    """Token-level PPO-clip (GRPO): ratio clipped to [1 - clip_eps, 1 + clip_eps_high]."""
+
+    type: Literal["grpo"] = "grpo"
+    clip_eps: float = Field(0.2, gt=0, lt=1, description="Lower clip: the ratio is not pushed below 1 - clip_eps.")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="Upper clip (1 + clip_eps_high); None: the same as clip_eps."
+    )
+
+
+class M2poLoss(_Strict):
+    """M2PO: the clip range is derived per microbatch from the second moment of the log-ratio."""
+
+    type: Literal["m2po"] = "m2po"
+    m2_threshold: float = Field(
+        0.04, gt=0, description="Largest mean squared log-ratio kept unclipped (over tokens moving with A)."
+    )
+
+
+class SftLoss(_Strict):
+    """Supervised fine-tuning: negative log-likelihood of the response tokens (advantages unused)."""
+
+    type: Literal["sft"] = "sft"
+
+
+LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss, Field(discriminator="type")]
+
+
+class KlConfig(_Strict):
+    """Penalty against a frozen reference (weight version 0)."""
+
+    coef: float = Field(0.0, ge=0, description="Weight of the KL term; 0 turns it off (no reference is loaded).")
+    estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Schulman's estimator of KL(policy || reference).")
+
+
+class AdvantageConfig(_Strict):
+    """How rewards become advantages, from the group statistics the dataflow layer stored in the batch."""
+
+    scale_by_std: bool = Field(True, description="Divide (reward - group mean) by (group std + eps); else only centre.")
+    eps: float = Field(1e-6, gt=0, description="Added to standard deviations before dividing.")
+    batch_norm: bool = Field(False, description="Then normalise advantages to mean 0, std 1 over the whole batch.")
+
+
+class TrainerConfig(_Strict):
+    """The whole file."""
+
+    model: str = Field(description="Base model: `tiny:<name>`, a local Hugging Face directory, or a hub id.")
+    model_cache_dir: str | None = Field(None, description="Where `tiny:` models are built (default: system temp).")
+    loss: LossConfig = Field(default_factory=GrpoLoss, description="The objective; told apart by `type`.")
+    kl: KlConfig = Field(default_factory=KlConfig, description="KL penalty against the reference.")
+    advantages: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage computation.")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
+    grad_clip: float | None = Field(1.0, gt=0, description="Clip the global gradient norm to this; None: no clip.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per training step (the batch split evenly).")
+    max_tokens_per_microbatch: int = Field(
+        8192, ge=1, description="Padded tokens (rows x longest row) per forward/backward; gradients accumulate."
+    )
+    full_every: int = Field(10, ge=1, description="Publish a full weight copy every K versions (else deltas).")
+    poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
+    max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameter dtype, trained and published (float32 on CPU)."
+    )
+    seed: int = Field(0, description="Torch seed set at start.")
+
+
+def load_config(path: str | Path) -> TrainerConfig:
+    """Parse and validate a YAML or JSON config; errors name the key and the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read trainer config {path}: {e}") from e
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    try:
+        return TrainerConfig.model_validate(data or {})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from e

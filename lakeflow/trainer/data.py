@@ -1,0 +1,152 @@
+"""From batch N's sample references to padded training tensors, and their split into microbatches.
+
+A row is prompt + response, right-padded. Per-token tensors are aligned to the token they
+score: position t holds what concerns token t (its behaviour logprob, whether it is trained),
+so the model's prediction for token t comes from its logits at t - 1. Position 0 is never
+trained (nothing predicts it), which is why a prompt must have at least one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import torch
+
+from lakeflow.io import Store
+from lakeflow.lake import LakeReader, SampleRef
+from lakeflow.lake.batch import read_batch
+from lakeflow.trainer.config import AdvantageConfig
+from lakeflow.trainer.losses import batch_normalize, group_advantages
+
+PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask"]
+
+
+@dataclass
+class StepBatch:
+    """B rows padded to T tokens."""
+
+    input_ids: torch.Tensor  # [B, T] int64, pad_id after each row's end
+    attention_mask: torch.Tensor  # [B, T] int64, 1 on real tokens
+    mask: torch.Tensor  # [B, T] float32, 1.0 on response tokens with loss_mask = 1
+    old_logp: torch.Tensor  # [B, T] float32, behaviour logprob of the token at t (0 off-response)
+    advantages: torch.Tensor  # [B] float32
+    rewards: torch.Tensor  # [B] float32
+    lengths: torch.Tensor  # [B] int64, real tokens per row
+
+    @property
+    def rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def tokens(self) -> int:
+        """Trained tokens (the denominator of the token mean)."""
+        return int(self.mask.sum())
+
+    def select(self, rows: list[int]) -> StepBatch:
+        """These rows, trimmed to their longest row."""
+        index = torch.tensor(rows, dtype=torch.int64)
+        width = int(self.lengths[index].max()) if rows else 0
+        return StepBatch(
+            self.input_ids[index, :width],
+            self.attention_mask[index, :width],
+            self.mask[index, :width],
+            self.old_logp[index, :width],
+            self.advantages[index],
+            self.rewards[index],
+            self.lengths[index],
+        )
+
+
+def load_batch(
+    store: Store, model_id: str, step: int, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
+) -> tuple[StepBatch, dict[str, object]]:
+    """Batch `step` with its payload read from the shards; FileNotFoundError while it is not written."""
+    table, meta = read_batch(store, model_id, step)
+    refs = [
+        SampleRef(shard, row, sid)
+        for shard, row, sid in zip(
+            table.column("shard").to_pylist(),
+            table.column("row").to_pylist(),
+            table.column("sample_id").to_pylist(),
+            strict=True,
+        )
+    ]
+    payload = LakeReader(store).read_samples(refs, columns=PAYLOAD)
+    return build_batch(table, payload, advantages, pad_id, vocab_size), meta
+
+
+def build_batch(
+    batch: pa.Table, payload: pa.Table, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
+) -> StepBatch:
+    """Pad the payload rows (in batch order) and compute advantages from the batch's group statistics."""
+    prompts = payload.column("prompt_ids").to_pylist()
+    responses = payload.column("response_ids").to_pylist()
+    logprobs = payload.column("response_logprobs").to_pylist()
+    loss_masks = payload.column("loss_mask").to_pylist()
+    n = len(prompts)
+    if n == 0:
+        raise ValueError("the batch has no samples")
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(lengths)
+    input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
+    attention = torch.zeros((n, width), dtype=torch.int64)
+    mask = torch.zeros((n, width), dtype=torch.float32)
+    old_logp = torch.zeros((n, width), dtype=torch.float32)
+    for i, (prompt, response, lp, lm) in enumerate(zip(prompts, responses, logprobs, loss_masks, strict=True)):
+        if not prompt:
+            raise ValueError(f"sample {i} of the batch has an empty prompt: its first token cannot be scored")
+        if not len(response) == len(lp) == len(lm):
+            raise ValueError(
+                f"sample {i}: response_ids ({len(response)}), response_logprobs ({len(lp)}) and loss_mask "
+                f"({len(lm)}) differ in length"
+            )
+        p, r = len(prompt), len(response)
+        input_ids[i, : p + r] = torch.tensor(prompt + response, dtype=torch.int64)
+        attention[i, : p + r] = 1
+        if r:
+            mask[i, p : p + r] = torch.tensor(lm, dtype=torch.float32)
+            old_logp[i, p : p + r] = torch.tensor(lp, dtype=torch.float32)
+    if vocab_size is not None and int(input_ids.max()) >= vocab_size:
+        raise ValueError(f"token id {int(input_ids.max())} is outside the model's vocabulary ({vocab_size})")
+    reward = torch.tensor(batch.column("reward").to_pylist(), dtype=torch.float32)
+    adv = group_advantages(
+        reward,
+        torch.tensor(batch.column("group_mean").to_pylist(), dtype=torch.float32),
+        torch.tensor(batch.column("group_std").to_pylist(), dtype=torch.float32),
+        advantages.scale_by_std,
+        advantages.eps,
+    )
+    if advantages.batch_norm:
+        adv = batch_normalize(adv, advantages.eps)
+    return StepBatch(input_ids, attention, mask, old_logp, adv, reward, torch.tensor(lengths, dtype=torch.int64))
+
+
+def minibatches(rows: int, count: int) -> list[list[int]]:
+    """Row indices split into `count` contiguous, near-equal parts (fewer when rows < count)."""
+    count = max(1, min(count, rows))
+    size, extra = divmod(rows, count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(list(range(start, end)))
+        start = end
+    return out
+
+
+def microbatches(batch: StepBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive groups of `rows` whose padded size (rows x longest row) stays within `max_tokens`;
+    a row longer than the budget is a microbatch of its own."""
+    out: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for row in rows:
+        length = int(batch.lengths[row])
+        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+            out.append(current)
+            current, longest = [], 0
+        current.append(row)
+        longest = max(longest, length)
+    if current:
+        out.append(current)
+    return out

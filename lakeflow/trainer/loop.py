@@ -1,0 +1,283 @@
+"""The trainer process: wait for batch N, train on it, publish weight version N + 1, repeat.
+
+The trainer holding weights version N trains batch N. Per step, in this order:
+1. wait for `batches/<model>/<N>` (poll with backoff), load its payload, train (minibatches,
+   gradient accumulation by token budget, AdamW, gradient clipping);
+2. write the optimizer checkpoint `checkpoints/<model>/<N+1>/optimizer.pt` (+ `trainer.json`);
+3. write the heartbeat `stats/trainer/<model>/<N>.json`;
+4. publish version N + 1 (objects, manifest, then LATEST by compare-and-swap): the commit point.
+
+Crash safety (kill -9 anywhere): on start the trainer resumes from LATEST = V and trains batch
+V next, so a batch is trained into the published chain exactly once. A crash before step 4
+completes leaves a checkpoint and a heartbeat for the unpublished N + 1, and perhaps some of its
+weight objects: the restarted trainer retrains batch N from version N and overwrites all three
+(the first publish of a process uses `force`, since leftovers can only be its predecessor's).
+Because 2 precedes 4 in the same process, a published version's optimizer checkpoint is always
+the one of its own training. A published version without a checkpoint (written by another
+tool, or checkpoints deleted) resumes from its weights with fresh AdamW moments: the first and
+second moment estimates and the bias-correction step count are lost, and the log says so.
+SIGTERM (`stop()`): waiting or between minibatches, the step is abandoned (nothing written);
+once a step's writes began they are finished; then `run` returns.
+
+One process on CPU. Not implemented yet: placing the model on a GPU, and multi-GPU training
+with FSDP2 under torchrun. Do not launch this trainer under torchrun: every rank would train
+the same batch and the ranks would race to publish (all but one fail on LATEST).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from lakeflow.errors import WeightsConflictError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.models import resolve_model
+from lakeflow.trainer.config import TrainerConfig
+from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
+from lakeflow.trainer.losses import LossInputs, build_loss
+from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs
+from lakeflow.weights import State, TransferOptions, publish, pull, read_latest
+
+log = logging.getLogger("lakeflow.trainer")
+
+OPTIMIZER_FILE = "optimizer.pt"
+TRAINER_FILE = "trainer.json"
+
+
+class Stopped(Exception):
+    """The trainer was asked to stop while waiting or training; nothing of the step was written."""
+
+
+class Trainer:
+    """One model's trainer. `start()` resumes (or publishes version 0), `run()` trains."""
+
+    def __init__(self, store: Store, model_id: str, config: TrainerConfig, work_dir: str) -> None:
+        self.store = store
+        self.model_id = layout.check_name(model_id, "model id")
+        self.config = config
+        self.work_dir = work_dir
+        self.objective = build_loss(config.loss, config.kl)
+        self.version = -1  # weights version held in memory (= the next step), -1 before start()
+        self.model: Any = None
+        self.reference: Any = None
+        self.optimizer: torch.optim.AdamW | None = None
+        self.base: State = {}  # the published state of `version`: what the next delta is coded against
+        self._stop = threading.Event()
+        self._force_publish = True  # leftovers of a crashed predecessor may exist for the first publish
+
+    def stop(self) -> None:
+        """Ask the loop to stop (safe from a signal handler)."""
+        self._stop.set()
+
+    # --- start and resume ----------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Load the newest published version (or publish the base model as version 0); returns the next step."""
+        torch.manual_seed(self.config.seed)
+        os.makedirs(self.work_dir, exist_ok=True)
+        latest = read_latest(self.store, self.model_id)
+        if latest is None:
+            source = resolve_model(self.config.model, self.config.model_cache_dir)
+            self.model = load_model(source, self.config.dtype)
+            self.base = to_state(self.model)
+            manifest = publish(
+                self.store,
+                self.model_id,
+                self.base,
+                files=side_files(source),
+                full_every=self.config.full_every,
+                publisher="trainer",
+                force=True,
+            )
+            self._force_publish = False
+            self.version = manifest.version
+            log.info("published the base model %s as version %d of %s", self.config.model, self.version, self.model_id)
+        else:
+            self.version = latest[0].version
+            dest = os.path.join(self.work_dir, "policy")
+            pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
+            self.model = load_model(dest, self.config.dtype)
+            self.base = to_state(self.model)
+            log.info("resuming %s from published version %d", self.model_id, self.version)
+        self.optimizer = self._make_optimizer()
+        self._load_optimizer()
+        if self.config.kl.coef > 0:
+            self.reference = self._load_reference()
+        return self.version
+
+    def _optim(self) -> torch.optim.AdamW:
+        if self.optimizer is None:
+            raise RuntimeError("Trainer.start() must run before training")
+        return self.optimizer
+
+    def _make_optimizer(self) -> torch.optim.AdamW:
+        c = self.config
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return torch.optim.AdamW(params, lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
+
+    def _load_optimizer(self) -> None:
+        optimizer = self._optim()
+        key = layout.checkpoint_object_key(self.model_id, self.version, OPTIMIZER_FILE)
+        try:
+            data = self.store.get(key)
+        except FileNotFoundError:
+            lost = "" if self.version == 0 else " (Adam moments and step count of earlier training are lost)"
+            log.info("no optimizer checkpoint for version %d: starting AdamW fresh%s", self.version, lost)
+            return
+        saved = torch.load(io.BytesIO(data), weights_only=True)
+        optimizer.load_state_dict(saved["optimizer"])
+        for group in optimizer.param_groups:  # the config, not the checkpoint, sets hyperparameters
+            group.update(lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay)
+        log.info("loaded optimizer state of version %d from %s", self.version, key)
+
+    def _load_reference(self) -> Any:
+        """Version 0 from the lake, frozen: the reference of the KL penalty."""
+        dest = os.path.join(self.work_dir, "reference")
+        pull(self.store, self.model_id, dest, 0, TransferOptions(progress=False))
+        reference = load_model(dest, self.config.dtype)
+        reference.eval()
+        reference.requires_grad_(False)
+        return reference
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def run(self, until_version: int | None = None) -> None:
+        """Train until version `until_version` is published (None: forever) or `stop()` is called."""
+        if self.version < 0:
+            self.start()
+        while until_version is None or self.version < until_version:
+            try:
+                self.train_step()
+            except Stopped:
+                log.info("stopped before finishing step %d; it will be trained on restart", self.version)
+                return
+
+    def wait_for_batch(self) -> tuple[StepBatch, float]:
+        """Batch `version` and the seconds spent waiting for it; Stopped if asked to stop meanwhile."""
+        started = time.monotonic()
+        delay = self.config.poll_s
+        vocab = getattr(self.model.config, "vocab_size", None)
+        pad = getattr(self.model.config, "pad_token_id", None)
+        while True:
+            try:
+                batch, _meta = load_batch(
+                    self.store, self.model_id, self.version, self.config.advantages, pad or 0, vocab
+                )
+                return batch, time.monotonic() - started
+            except FileNotFoundError:
+                pass
+            if self._stop.wait(delay):
+                raise Stopped
+            delay = min(delay * 2, self.config.max_poll_s)
+
+    def train_step(self) -> dict[str, Any]:
+        """Train batch N = `version` and publish version N + 1; returns the heartbeat written."""
+        step = self.version
+        batch, wait_s = self.wait_for_batch()
+        started = time.monotonic()
+        metrics = self._train(batch)
+        new_state = to_state(self.model)
+        self._write_checkpoint(step + 1)
+        stats = {
+            "step": step,
+            "batch": step,  # the batch object trained
+            "trained_from": step,  # weights version the step started from
+            "version": step + 1,  # weights version it publishes
+            "samples": batch.rows,
+            "tokens": batch.tokens,
+            "reward_mean": float(batch.rewards.mean()),
+            **metrics,
+            "wait_s": wait_s,
+            "step_s": time.monotonic() - started,
+            "at": datetime.now(UTC).isoformat(),
+        }
+        self.store.put(layout.trainer_stats_key(self.model_id, step), json.dumps(stats).encode())
+        self._publish(new_state, step + 1)
+        log.info(
+            "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained+published in %.2fs -> version %d",
+            step,
+            stats["loss"],
+            stats["reward_mean"],
+            stats["tokens"],
+            wait_s,
+            time.monotonic() - started,
+            step + 1,
+        )
+        return stats
+
+    def _train(self, batch: StepBatch) -> dict[str, Any]:
+        """Minibatches of the batch, each one optimizer step over its accumulated microbatches."""
+        optimizer = self._optim()
+        c = self.config
+        losses: list[float] = []
+        sums: dict[str, float] = {}
+        norms: list[float] = []
+        for rows in minibatches(batch.rows, c.minibatches):
+            if self._stop.is_set():
+                raise Stopped
+            tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
+            optimizer.zero_grad(set_to_none=True)
+            total = 0.0
+            for micro_rows in microbatches(batch, rows, c.max_tokens_per_microbatch):
+                micro = batch.select(micro_rows)
+                logp = token_logprobs(self.model, micro.input_ids, micro.attention_mask)
+                ref = None
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref = token_logprobs(self.reference, micro.input_ids, micro.attention_mask)
+                out = self.objective(LossInputs(logp, micro.old_logp, micro.advantages, micro.mask, ref))
+                loss = out.per_token.sum() / tokens
+                loss.backward()  # type: ignore[no-untyped-call]
+                total += float(loss.detach())
+                for name, value in out.sums.items():
+                    sums[name] = sums.get(name, 0.0) + value
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            max_norm = c.grad_clip if c.grad_clip is not None else math.inf
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            optimizer.step()
+            losses.append(total)
+        denom = max(batch.tokens, 1)
+        out_metrics: dict[str, Any] = {"loss": sum(losses) / len(losses), "grad_norm": max(norms)}
+        out_metrics.update({f"{name}_mean": value / denom for name, value in sums.items()})
+        return out_metrics
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    def _write_checkpoint(self, version: int) -> None:
+        """Optimizer state (and the resolved config) of `version`, written before `version` is published."""
+        buffer = io.BytesIO()
+        torch.save({"optimizer": self._optim().state_dict(), "version": version}, buffer)
+        self.store.put(layout.checkpoint_object_key(self.model_id, version, OPTIMIZER_FILE), buffer.getvalue())
+        info = {"model_id": self.model_id, "version": version, "config": self.config.model_dump(mode="json")}
+        self.store.put(layout.checkpoint_object_key(self.model_id, version, TRAINER_FILE), json.dumps(info).encode())
+
+    def _publish(self, state: State, version: int) -> None:
+        latest = read_latest(self.store, self.model_id)
+        if latest is None or latest[0].version != version - 1:
+            found = None if latest is None else latest[0].version
+            raise WeightsConflictError(
+                f"LATEST of {self.model_id!r} is {found}, expected {version - 1}: another trainer publishes this "
+                "model; only one trainer may run per model"
+            )
+        manifest = publish(
+            self.store,
+            self.model_id,
+            state,
+            base=self.base,
+            full_every=self.config.full_every,
+            publisher="trainer",
+            force=self._force_publish,
+        )
+        self._force_publish = False
+        self.base = state
+        self.version = manifest.version

@@ -1,0 +1,195 @@
+"""Training objectives as pure torch functions: advantages, GRPO / PPO-clip, M2PO, KL penalty, SFT.
+
+Shapes: B samples, T token positions. Per-token tensors are [B, T] and aligned to the token
+they score (`logp[b, t]` = log p(token t | tokens < t)); `mask` is 1.0 on response tokens
+that are trained (loss_mask = 1) and 0.0 elsewhere (prompt, padding, tool output). Every
+objective returns a per-token loss that is 0 where `mask` is 0; the trainer sums it over a
+minibatch's microbatches and divides by the minibatch's trained-token count (token mean).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from lakeflow.trainer.config import GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
+
+
+@dataclass
+class LossInputs:
+    """What an objective sees for one microbatch ([B, T] tensors unless noted)."""
+
+    logp: torch.Tensor  # current policy, with gradient
+    old_logp: torch.Tensor  # behaviour policy (the rollout engine's logprobs), no gradient
+    advantages: torch.Tensor  # [B], one per sample
+    mask: torch.Tensor  # float, 1.0 on trained response tokens
+    ref_logp: torch.Tensor | None = None  # frozen reference, no gradient; needed when KL is on
+
+
+@dataclass
+class LossOutput:
+    """Per-token loss [B, T] (0 off-mask) and sums of diagnostics over the masked tokens."""
+
+    per_token: torch.Tensor
+    sums: dict[str, float] = field(default_factory=dict)  # divided by the token count when reported
+
+
+Objective = Callable[[LossInputs], LossOutput]
+
+
+# --- advantages --------------------------------------------------------------------------------
+
+
+def group_advantages(
+    reward: torch.Tensor,
+    group_mean: torch.Tensor,
+    group_std: torch.Tensor,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """[B] advantages (reward - group mean), divided by (group std + eps) when `scale_by_std`.
+
+    The group statistics come from the batch object (unbiased std, 1.0 for a singleton group).
+    """
+    centred = reward - group_mean
+    return centred / (group_std + eps) if scale_by_std else centred
+
+
+def batch_normalize(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """[B] advantages shifted and scaled to mean 0 and (population) std 1 over the batch."""
+    if advantages.numel() < 2:
+        return advantages - advantages.mean()
+    return (advantages - advantages.mean()) / (advantages.std(unbiased=False) + eps)
+
+
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Scalar: the sum of a masked per-token quantity over the mean's token count (0 with no tokens)."""
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+# --- objectives ----------------------------------------------------------------------------------
+
+
+def grpo_loss(inputs: LossInputs, clip_eps: float = 0.2, clip_eps_high: float | None = None) -> LossOutput:
+    """PPO-clip per token: -min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = exp(logp - old_logp)."""
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    adv = inputs.advantages[:, None]  # [B, 1], broadcast over tokens
+    ratio = torch.exp(inputs.logp - inputs.old_logp)
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
+    per_token = -torch.minimum(ratio * adv, clipped * adv) * inputs.mask
+    was_clipped = ((clipped * adv) < (ratio * adv)).float() * inputs.mask  # the clipped term was chosen
+    sums = {"clip_frac": float(was_clipped.sum()), "ratio": float((ratio.detach() * inputs.mask).sum())}
+    return LossOutput(per_token, sums)
+
+
+def m2po_cutoff(log_ratio: torch.Tensor, candidates: torch.Tensor, m2_threshold: float) -> tuple[float, torch.Tensor]:
+    """M2PO's cutoff over the candidate tokens (bool [B, T]).
+
+    Sort the candidates' squared log-ratios q = (logp - old_logp)^2 in descending order and drop
+    the k largest, with k the smallest number for which the mean q of the remaining candidates
+    is strictly below `m2_threshold` (the mean of no tokens counts as 0, so k <= count).
+    Returns (b, dropped): b = sqrt of the largest remaining q (0.0 when every candidate was
+    dropped; +inf when none was), and the bool [B, T] mask of the k dropped tokens. Ties with
+    the largest remaining value stay on the remaining side only as far as the sort order puts
+    them there; they have |log r| = b, so clipping them at b changes nothing.
+    """
+    q = log_ratio.detach().pow(2)[candidates]  # [n]
+    n = q.numel()
+    dropped = torch.zeros_like(candidates)
+    if n == 0:
+        return math.inf, dropped
+    values, order = torch.sort(q, descending=True)
+    suffix_sum = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])  # suffix_sum[k] = sum(values[k:])
+    remaining = torch.arange(n, 0, -1, dtype=values.dtype)  # n - k
+    means = torch.cat([suffix_sum / remaining, values.new_zeros(1)])  # [n + 1], means[n] = 0 (all dropped)
+    k = int(torch.nonzero(means < m2_threshold)[0])
+    if k == 0:
+        return math.inf, dropped
+    positions = torch.nonzero(candidates.reshape(-1)).squeeze(1)[order[:k]]  # flat indices of the k largest
+    dropped.view(-1)[positions] = True
+    bound = math.sqrt(float(values[k])) if k < n else 0.0
+    return bound, dropped
+
+
+def m2po_loss(inputs: LossInputs, m2_threshold: float = 0.04) -> LossOutput:
+    """M2PO, exactly as implemented here (over the tokens of one microbatch):
+
+    1. log r = logp - old_logp per masked token; candidates are the tokens where the ratio moves
+       in the advantage's direction (log r * A > 0), i.e. those PPO's clip can act on.
+    2. `m2po_cutoff` drops the largest squared log-ratios of the candidates until their mean is
+       below `m2_threshold`; the bound b is sqrt of the largest remaining squared log-ratio.
+    3. Dropped tokens contribute -exp(sign(log r) * b) * A, a constant: the ratio clipped at the
+       cutoff, no gradient. All other masked tokens contribute -r * A, unclipped (with nothing
+       dropped this is the plain importance-weighted policy gradient).
+    The denominator of the token mean counts dropped tokens too (as PPO counts clipped ones).
+    """
+    adv = inputs.advantages[:, None]  # [B, 1]
+    log_ratio = inputs.logp - inputs.old_logp
+    ratio = torch.exp(log_ratio)
+    candidates = (log_ratio.detach() * adv > 0) & (inputs.mask > 0)
+    bound, dropped = m2po_cutoff(log_ratio, candidates, m2_threshold)
+    b = bound if math.isfinite(bound) else 0.0  # nothing dropped when infinite: the value is unused
+    clipped_ratio = torch.exp(torch.sign(log_ratio.detach()) * b)  # constant, [B, T]
+    per_token = -torch.where(dropped, clipped_ratio * adv, ratio * adv) * inputs.mask
+    sums = {
+        "clip_frac": float(dropped.float().sum()),
+        "ratio": float((ratio.detach() * inputs.mask).sum()),
+        "m2": float((log_ratio.detach().pow(2) * inputs.mask).sum()),
+    }
+    return LossOutput(per_token, sums)
+
+
+def sft_loss(inputs: LossInputs) -> LossOutput:
+    """Negative log-likelihood of the masked response tokens; advantages and old_logp are unused."""
+    return LossOutput(-inputs.logp * inputs.mask, {})
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """[B, T] per-token estimate of KL(policy || reference) from samples of the policy.
+
+    With log ρ = ref_logp - logp (Schulman's r = π_ref / π): k1 = -log ρ, k2 = (log ρ)^2 / 2,
+    k3 = (ρ - 1) - log ρ. k1 is unbiased but can be negative; k3 is unbiased and >= 0; k2 is
+    biased, >= 0, with the lowest variance.
+    """
+    log_rho = ref_logp - logp
+    if estimator == "k1":
+        return -log_rho
+    if estimator == "k2":
+        return 0.5 * log_rho.pow(2)
+    if estimator == "k3":
+        return torch.exp(log_rho) - 1.0 - log_rho
+    raise ValueError(f"unknown KL estimator {estimator!r}; use k1, k2 or k3")
+
+
+def with_kl(objective: Objective, coef: float, estimator: str, inputs: LossInputs) -> LossOutput:
+    """The objective plus coef * KL estimate per masked token."""
+    out = objective(inputs)
+    if inputs.ref_logp is None:
+        raise ValueError("the KL penalty needs reference logprobs (ref_logp)")
+    kl = kl_penalty(inputs.logp, inputs.ref_logp, estimator) * inputs.mask
+    sums = dict(out.sums, kl=float(kl.detach().sum()))
+    return LossOutput(out.per_token + coef * kl, sums)
+
+
+LOSSES: dict[str, Callable[..., LossOutput]] = {"grpo": grpo_loss, "m2po": m2po_loss, "sft": sft_loss}
+
+
+def build_loss(config: LossConfig, kl: KlConfig | None = None) -> Objective:
+    """The objective for a loss config (looked up in LOSSES by `type`), with the KL term when coef > 0."""
+    params: dict[str, float | None]
+    if isinstance(config, GrpoLoss):
+        params = {"clip_eps": config.clip_eps, "clip_eps_high": config.clip_eps_high}
+    elif isinstance(config, M2poLoss):
+        params = {"m2_threshold": config.m2_threshold}
+    elif isinstance(config, SftLoss):
+        params = {}
+    else:
+        raise ValueError(f"unknown loss config {config!r}; known types: {sorted(LOSSES)}")
+    objective: Objective = functools.partial(LOSSES[config.type], **params)
+    if kl is not None and kl.coef > 0:
+        return functools.partial(with_kl, objective, kl.coef, kl.estimator)
+    return objective

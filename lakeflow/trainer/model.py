@@ -1,0 +1,95 @@
+"""The trainer's torch side: load a causal LM, score tokens, and turn parameters into a weight-store State.
+
+Conversion to `State` is bit-exact: each tensor's bytes are reinterpreted as unsigned integers
+(bf16 has no numpy dtype), never converted through float arithmetic, and copied, so a state
+taken before an optimizer step is not changed by it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lakeflow.errors import MissingExtraError
+from lakeflow.weights import State, raw_tensor
+from lakeflow.weights.tensors import is_weight_file
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_SAFETENSORS = {
+    torch.float32: ("F32", torch.uint32),
+    torch.bfloat16: ("BF16", torch.uint16),
+    torch.float16: ("F16", torch.uint16),
+}
+
+
+def load_model(path: str, dtype: str) -> Any:
+    """A causal LM from a local Hugging Face directory or a hub id, in `dtype`, in train mode."""
+    try:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError as e:
+        raise MissingExtraError("transformers", "torch") from e
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # one bar per load on stderr otherwise
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=TORCH_DTYPES[dtype])
+    model.train()
+    return model
+
+
+def side_files(path: str) -> dict[str, bytes]:
+    """Config, tokenizer and other non-weight files to publish with version 0.
+
+    A local directory ships its files as they are; for a hub id the config and tokenizer are
+    written out by transformers.
+    """
+    files: dict[str, bytes] = {}
+    if os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            full = os.path.join(path, name)
+            if os.path.isfile(full) and not is_weight_file(name) and not name.startswith("."):
+                with open(full, "rb") as f:
+                    files[name] = f.read()
+        return files
+    import tempfile
+
+    from transformers import AutoConfig, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="lakeflow-side-") as tmp:
+        AutoConfig.from_pretrained(path).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(path).save_pretrained(tmp)
+        for name in sorted(os.listdir(tmp)):
+            with open(os.path.join(tmp, name), "rb") as f:
+                files[name] = f.read()
+    return files
+
+
+def to_state(model: torch.nn.Module) -> State:
+    """Parameters and buffers that a checkpoint stores, as raw bits (copied).
+
+    Tied tensors (an LM head sharing the embedding) appear once, under the first name in
+    `state_dict` order, as `save_pretrained` writes them.
+    """
+    state: State = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach()
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        if t.dtype not in _SAFETENSORS:
+            raise ValueError(f"tensor {name} has dtype {t.dtype}; the trainer publishes float32, bfloat16 or float16")
+        dtype, view = _SAFETENSORS[t.dtype]
+        bits = t.contiguous().cpu().view(view).numpy().copy()
+        state[name] = raw_tensor(dtype, tuple(t.shape), bits)
+    return state
+
+
+def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] float32: position t holds log p(input_ids[t] | input_ids[:t]); position 0 holds 0."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()  # [B, T, V]
+    b, t, v = logits.shape
+    targets = input_ids[:, 1:].reshape(-1)
+    scored = -F.cross_entropy(logits[:, :-1].reshape(-1, v), targets, reduction="none").view(b, t - 1)
+    return torch.cat([scored.new_zeros(b, 1), scored], dim=1)

@@ -1,0 +1,102 @@
+"""Build trainer inputs in a lake without a dataflow process: samples tokenised by the tiny model's
+tokenizer, committed as shards, and batch objects that reference them."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import yaml
+
+from lakeflow.io import Store
+from lakeflow.lake import write_samples
+from lakeflow.lake.batch import BATCH_SCHEMA, write_batch
+
+MODEL = "policy"
+
+
+def tokenizer(model_dir: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def make_group(tok: Any, rng: random.Random, n: int, version: int = 0) -> list[dict[str, Any]]:
+    """n samples of one arithmetic prompt; answers right (reward 1) or wrong (0); one tool token masked."""
+    a, b = rng.randint(1, 50), rng.randint(1, 50)
+    prompt = tok.apply_chat_template([{"role": "user", "content": f"What is {a} + {b}?"}], add_generation_prompt=True)
+    prompt_ids = list(prompt if isinstance(prompt, list) else prompt["input_ids"])
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    gid = uuid.uuid4().hex[:12]
+    samples = []
+    for i in range(n):
+        right = i % 2 == 0
+        response = [*tok.encode(str(a + b if right else a + b + rng.randint(1, 9))), end]
+        samples.append(
+            {
+                "sample_id": uuid.uuid4().hex,
+                "episode_id": uuid.uuid4().hex,
+                "group_id": gid,
+                "prompt_id": f"p-{gid}",
+                "task_id": gid,
+                "model_id": MODEL,
+                "policy_version": version,
+                "max_version": version,
+                "prompt_ids": prompt_ids,
+                "response_ids": response,
+                "response_logprobs": [round(-rng.uniform(4.0, 7.0), 3) for _ in response],
+                "loss_mask": [1] * (len(response) - 1) + [0 if i == 1 else 1],  # sample 1: last token "tool"
+                "reward": 1.0 if right else 0.0,
+                "finish_reason": "stop",
+                "raas_id": "test",
+            }
+        )
+    return samples
+
+
+def write_step_batch(store: Store, step: int, tok: Any, groups: int = 2, n: int = 4, seed: int = 0) -> list[str]:
+    """Commit `groups` groups of n samples and write them as batch `step`; returns the sample ids."""
+    rng = random.Random(seed * 1000 + step)
+    samples = [s for _ in range(groups) for s in make_group(tok, rng, n, version=step)]
+    (commit,) = write_samples(store, samples, name=f"raas-{step}")
+    rows = []
+    for row, s in enumerate(samples):
+        rewards = [x["reward"] for x in samples if x["group_id"] == s["group_id"]]
+        rows.append(
+            {
+                "sample_id": s["sample_id"],
+                "shard": commit.shard,
+                "row": row,
+                "group_id": s["group_id"],
+                "prompt_id": s["prompt_id"],
+                "kind": "fresh",
+                "policy_version": s["policy_version"],
+                "reward": s["reward"],
+                "group_mean": statistics.fmean(rewards),
+                "group_std": statistics.stdev(rewards) if len(rewards) > 1 else 1.0,
+                "group_size": len(rewards),
+            }
+        )
+    write_batch(store, MODEL, step, pa.Table.from_pylist(rows, schema=BATCH_SCHEMA), {"test": True})
+    return [s["sample_id"] for s in samples]
+
+
+def write_config(path: Path, cache_dir: str, **overrides: Any) -> Path:
+    """A trainer config for the tiny model (built once under `cache_dir`)."""
+    config: dict[str, Any] = {
+        "model": "tiny:trainer",
+        "model_cache_dir": cache_dir,
+        "lr": 1e-3,
+        "minibatches": 2,
+        "max_tokens_per_microbatch": 64,
+        "full_every": 10,
+        "poll_s": 0.05,
+        "max_poll_s": 0.2,
+    }
+    config.update(overrides)
+    path.write_text(yaml.safe_dump(config))
+    return path

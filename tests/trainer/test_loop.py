@@ -1,0 +1,142 @@
+"""The trainer in-process on a local lake: versions 0..N published from batches 0..N-1, weights change,
+heartbeats written, the published state is the trainer's state bit for bit, and crashes resume."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli.weights import weights as weights_cli
+from lakeflow.io import Store, open_store
+from lakeflow.lake import layout
+from lakeflow.trainer import Trainer, load_config
+from lakeflow.trainer.model import to_state
+from lakeflow.weights import list_versions, load_state, read_latest, read_manifest, state_sha256
+from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
+
+
+def trainer(store: Store, tmp_path: Path, cache: str, name: str = "work", **overrides: object) -> Trainer:
+    config = load_config(write_config(tmp_path / f"{name}.yaml", cache, **overrides))
+    return Trainer(store, MODEL, config, str(tmp_path / name))
+
+
+def test_two_steps_publish_versions_and_match_a_pull_bit_for_bit(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str
+) -> None:
+    lake = str(tmp_path / "lake")
+    store = open_store(lake)
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1):
+        write_step_batch(store, step, tok)
+    t = trainer(store, tmp_path, tiny_cache)
+    assert t.start() == 0
+    v0 = to_state(t.model)
+    t.run(until_version=2)
+    assert [v for v in list_versions(store, MODEL)] == [0, 1, 2]
+    latest = read_latest(store, MODEL)
+    assert latest is not None and latest[0].version == 2 == t.version
+    assert read_manifest(store, MODEL, 0).kind == "full" and read_manifest(store, MODEL, 2).kind == "delta"
+    changed = [n for n in v0 if not np.array_equal(v0[n].bits, t.base[n].bits)]
+    assert changed, "training changed no weight"
+    for step in (0, 1):
+        stats = json.loads(store.get(layout.trainer_stats_key(MODEL, step)))
+        assert stats["step"] == stats["batch"] == stats["trained_from"] == step and stats["version"] == step + 1
+        assert stats["samples"] == 8 and stats["tokens"] > 0 and np.isfinite(stats["loss"])
+        assert stats["wait_s"] >= 0 and stats["step_s"] > 0 and stats["at"].endswith("+00:00")
+        assert store.get(layout.checkpoint_object_key(MODEL, step + 1, "optimizer.pt"))
+    # `lakeflow weights pull` of version 2 is the trainer's in-memory state, bit for bit
+    dest = tmp_path / "pulled"
+    result = CliRunner().invoke(weights_cli, ["pull", "--lake", lake, "--model", MODEL, "--dest", str(dest)])
+    assert result.exit_code == 0, result.output
+    pulled = load_state(str(dest))
+    mine = to_state(t.model)
+    assert pulled.keys() == mine.keys()
+    for name in mine:
+        assert pulled[name].dtype == mine[name].dtype and np.array_equal(pulled[name].bits, mine[name].bits), name
+    assert state_sha256(pulled) == read_manifest(store, MODEL, 2).state_sha256
+
+
+def test_resume_loads_weights_and_optimizer_and_continues(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1):
+        write_step_batch(store, step, tok)
+    first = trainer(store, tmp_path, tiny_cache, "first")
+    first.run(until_version=1)
+    second = trainer(store, tmp_path, tiny_cache, "second")
+    assert second.start() == 1
+    assert state_sha256(second.base) == state_sha256(first.base)
+    a, b = first.optimizer, second.optimizer
+    assert a is not None and b is not None
+    for pa_, pb in zip(a.param_groups[0]["params"], b.param_groups[0]["params"], strict=True):
+        assert np.array_equal(a.state[pa_]["exp_avg_sq"].numpy(), b.state[pb]["exp_avg_sq"].numpy())
+    second.run(until_version=2)
+    assert list_versions(store, MODEL) == [0, 1, 2]
+
+
+def test_crash_after_checkpoint_before_latest_retrains_the_same_batch(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kill -9 between writing version 2's objects and moving LATEST: the restart trains batch 1 again
+    from version 1, overwrites the leftovers and publishes version 2; nothing is skipped or repeated."""
+    publish_module = importlib.import_module("lakeflow.weights.publish")  # the package re-exports `publish`
+
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1, 2):
+        write_step_batch(store, step, tok)
+    first = trainer(store, tmp_path, tiny_cache, "first")
+    first.run(until_version=1)
+    real_move = publish_module._move_latest
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt("simulated crash before LATEST moves")
+
+    monkeypatch.setattr(publish_module, "_move_latest", crash)
+    with pytest.raises(KeyboardInterrupt):
+        first.run(until_version=2)
+    assert read_latest(store, MODEL)[0].version == 1  # type: ignore[index]
+    assert store.get(layout.weights_manifest_key(MODEL, 2))  # leftovers of the crashed publish
+    monkeypatch.setattr(publish_module, "_move_latest", real_move)
+    second = trainer(store, tmp_path, tiny_cache, "second")
+    assert second.start() == 1
+    second.run(until_version=3)
+    assert list_versions(store, MODEL) == [0, 1, 2, 3]
+    for step in (0, 1, 2):
+        stats = json.loads(store.get(layout.trainer_stats_key(MODEL, step)))
+        assert stats["batch"] == stats["trained_from"] == step
+    assert state_sha256(second.base) == read_manifest(store, MODEL, 3).state_sha256
+
+
+def test_missing_optimizer_checkpoint_still_resumes_from_latest(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    write_step_batch(store, 0, tok)
+    trainer(store, tmp_path, tiny_cache, "first").run(until_version=1)
+    store.delete(layout.checkpoint_object_key(MODEL, 1, "optimizer.pt"))
+    caplog.set_level("INFO", logger="lakeflow.trainer")
+    second = trainer(store, tmp_path, tiny_cache, "second")
+    assert second.start() == 1
+    assert "no optimizer checkpoint for version 1" in caplog.text
+    assert second.optimizer is not None and not second.optimizer.state
+
+
+def test_kl_and_sft_objectives_train(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1):
+        write_step_batch(store, step, tok)
+    t = trainer(store, tmp_path, tiny_cache, loss={"type": "m2po", "m2_threshold": 0.04}, kl={"coef": 0.1})
+    t.run(until_version=1)
+    stats = json.loads(store.get(layout.trainer_stats_key(MODEL, 0)))
+    assert "kl_mean" in stats and "m2_mean" in stats
+    sft = trainer(store, tmp_path, tiny_cache, "sft", loss={"type": "sft"})
+    sft.run(until_version=2)
+    assert json.loads(store.get(layout.trainer_stats_key(MODEL, 1)))["loss"] > 0  # an NLL is positive
