@@ -7,6 +7,7 @@ import click
 from lakeflow.cli.bench import bench
 from lakeflow.cli.dataflow import dataflow, policy, status
 from lakeflow.cli.lake import sql, synth
+from lakeflow.cli.raas import raas
 from lakeflow.cli.train import train
 from lakeflow.cli.weights import weights
 
@@ -25,3 +26,4 @@ main.add_command(status)
 main.add_command(policy)
 main.add_command(weights)
 main.add_command(train)
+main.add_command(raas)

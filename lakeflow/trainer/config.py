@@ -71,6 +71,9 @@ class TrainerConfig(_Strict):
     loss: LossConfig = Field(default_factory=GrpoLoss, description="The objective; told apart by `type`.")
     kl: KlConfig = Field(default_factory=KlConfig, description="KL penalty against the reference.")
     advantages: AdvantageConfig = Field(default_factory=AdvantageConfig, description="Advantage computation.")
+    temperature: float = Field(
+        1.0, gt=0, description="Sampling temperature of the rollout services: logprobs are of logits / T (must match)."
+    )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")

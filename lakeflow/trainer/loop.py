@@ -230,11 +230,13 @@ class Trainer:
             total = 0.0
             for micro_rows in microbatches(batch, rows, c.max_tokens_per_microbatch):
                 micro = batch.select(micro_rows)
-                logp = token_logprobs(self.model, micro.input_ids, micro.attention_mask)
+                logp = token_logprobs(self.model, micro.input_ids, micro.attention_mask, self.config.temperature)
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
-                        ref = token_logprobs(self.reference, micro.input_ids, micro.attention_mask)
+                        ref = token_logprobs(
+                            self.reference, micro.input_ids, micro.attention_mask, self.config.temperature
+                        )
                 out = self.objective(LossInputs(logp, micro.old_logp, micro.advantages, micro.mask, ref))
                 loss = out.per_token.sum() / tokens
                 loss.backward()  # type: ignore[no-untyped-call]

@@ -86,9 +86,12 @@ def to_state(model: torch.nn.Module) -> State:
     return state
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] float32: position t holds log p(input_ids[t] | input_ids[:t]); position 0 holds 0."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()  # [B, T, V]
+def token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """[B, T] float32: position t holds log p(input_ids[t] | input_ids[:t]) under the policy at
+    `temperature` (logits / T, as the rollout service sampled); position 0 holds 0."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [B, T, V]
     b, t, v = logits.shape
     targets = input_ids[:, 1:].reshape(-1)
     scored = -F.cross_entropy(logits[:, :-1].reshape(-1, v), targets, reduction="none").view(b, t - 1)

@@ -1,0 +1,85 @@
+"""`lakeflow raas`: one rollout service (claim tasks, generate, score, commit) until SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+from dataclasses import asdict
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.errors import ConfigError, MissingExtraError
+
+if TYPE_CHECKING:
+    from lakeflow.raas.config import RaasConfig
+    from lakeflow.raas.service import RolloutService
+
+
+@click.command()
+@lake_options
+@click.option("--model", "model_id", required=True, help="Model id: whose tasks to roll out and whose weights to load.")
+@click.option("--engine", type=click.Choice(["hf", "vllm"]), default=None, help="Inference engine (default: config's).")
+@click.option("--region", default=None, help="Region label stamped on samples and the heartbeat.")
+@click.option(
+    "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
+)
+@click.option("--max-groups", type=int, default=None, help="Exit after committing N groups (default: until SIGTERM).")
+def raas(
+    lake_url: str,
+    endpoint_url: str | None,
+    model_id: str,
+    engine: str | None,
+    region: str | None,
+    config_path: str | None,
+    max_groups: int | None,
+) -> None:
+    """Roll out tasks of one model: claim, generate, score, commit; follow the published weights."""
+    stopping: list[int] = []  # signals that arrive before the service exists (imports, model build)
+    service: RolloutService | None = None
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.append(signum)
+        if service is not None:
+            service.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        from lakeflow.raas.service import RolloutService
+
+        config = _config(config_path, engine, region)
+        store = open_lake(lake_url, endpoint_url)
+        try:
+            service = RolloutService(store, model_id, config)
+        except MissingExtraError as e:
+            raise click.ClickException(str(e)) from e
+        except ValueError as e:
+            raise click.UsageError(str(e)) from e
+        if stopping:
+            service.stop()
+        click.echo(f"{service.raas_id}: rolling out {model_id} from {store.url} ({config.engine.type})", err=True)
+        try:
+            stats = service.run(max_groups=max_groups)
+        finally:
+            service.close()
+        click.echo(json.dumps({"raas_id": service.raas_id, "weights_version": service.version, **asdict(stats)}))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _config(path: str | None, engine: str | None, region: str | None) -> RaasConfig:
+    """The config file (or defaults) with the command line's overrides; a usage error names the bad key."""
+    from lakeflow.raas.config import RaasConfig, load_config, parse_config
+
+    try:
+        data = (load_config(path) if path else RaasConfig()).model_dump()
+        if engine is not None and data["engine"]["type"] != engine:
+            data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
+        if region is not None:
+            data["region"] = region
+        return parse_config(data, path or "command line")
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e

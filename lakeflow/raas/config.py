@@ -1,0 +1,92 @@
+"""The rollout service's configuration: typed, validated, unknown keys refused.
+
+A YAML or JSON file (or CLI flags) chooses the engine (a union told apart by `type`), the
+workflow, sampling and the service's timings. `load_config` names the bad key and the file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lakeflow.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HFEngineConfig(_Strict):
+    """transformers `generate`: runs anywhere torch runs (the CPU fallback)."""
+
+    type: Literal["hf"] = "hf"
+    device: str = Field("cpu", description="torch device of the model ('cpu', 'cuda', 'cuda:1').")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's."
+    )
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
+
+
+class VLLMEngineConfig(_Strict):
+    """vLLM, the production engine (not in this build yet)."""
+
+    type: Literal["vllm"] = "vllm"
+    max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion in tokens.")
+    gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="Share of accelerator memory vLLM may take.")
+    enforce_eager: bool = Field(False, description="Disable CUDA graphs / compilation (faster start, slower decode).")
+
+
+EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig, Field(discriminator="type")]
+
+
+class RaasConfig(_Strict):
+    """One rollout service."""
+
+    engine: EngineConfig = Field(default_factory=HFEngineConfig, description="Inference engine, by `type`.")
+    model: str | None = Field(
+        None,
+        description=(
+            "Roll out this model instead of the lake's published weights: 'tiny:<name>', a local directory or a "
+            "Hugging Face hub id; frozen, stamped version 0. None (default): pull weights/<model>/ and follow LATEST."
+        ),
+    )
+    workflow: str = Field("rlvr", description="Workflow name in lakeflow.raas.workflows.WORKFLOWS.")
+    max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature; logprobs are of the tempered policy.")
+    reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this get reward 0 ('overlong').")
+    claim_ttl_s: float = Field(300, gt=0, description="Claim lifetime; renewed every third of it while generating.")
+    heartbeat_s: float = Field(5, gt=0, description="Interval of the stats/raas/<id>.json heartbeat.")
+    poll_s: float = Field(1.0, gt=0, description="Sleep when no task is open or no weights are published yet.")
+    region: str = Field("", description="Region label stamped on samples and the heartbeat.")
+    id: str | None = Field(None, description="Rollout service id (default: raas-<12 hex>); unique per instance.")
+    cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
+    seed: int | None = Field(None, description="Seed of the sampler (default: nondeterministic).")
+
+
+def load_config(path: str | Path) -> RaasConfig:
+    """Parse and validate a YAML or JSON config; errors name the key and the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read config {path}: {e}") from e
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+    return parse_config(data or {}, str(path))
+
+
+def parse_config(data: object, source: str = "config") -> RaasConfig:
+    """Validate a config given as a dict; errors name the key and `source`."""
+    try:
+        return RaasConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{source}: {problems}") from e

@@ -1,0 +1,293 @@
+"""The rollout service: claim a task, run the workflow, commit the group, follow the weights.
+
+Loop: between groups (never inside one) pull a newer LATEST and reload the engine; claim an
+open task (create-only: another instance's claim is skipped); generate and score the group
+while a background thread renews the claim and writes the heartbeat; renew once more, then
+commit the group as one shard. A lost claim means the task was reissued: the group is
+dropped (abandoned). `stop()` (SIGTERM) lets the current group finish and commit, then exits;
+a process killed outright leaves its claim to expire, and the dataflow reissues the task.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from lakeflow.errors import LakeflowError, WeightsIntegrityError
+from lakeflow.io import Store
+from lakeflow.lake import ShardWriter, layout
+from lakeflow.lake import tasks as lake_tasks
+from lakeflow.models import resolve_model
+from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.engines import Engine, build_engine
+from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
+from lakeflow.weights import pull, read_latest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RaasStats:
+    """Counters of one service's life."""
+
+    groups: int = 0  # groups committed
+    samples: int = 0  # samples committed
+    tokens: int = 0  # response tokens committed
+    abandoned: int = 0  # groups dropped because the claim was lost
+    reloads: int = 0  # weight versions loaded into the engine
+
+
+@dataclass
+class _Held:
+    task: lake_tasks.Task
+    claim: lake_tasks.Claim
+    etag: str
+    renewed: float  # time.monotonic() of the last successful renewal
+    lost: bool = False
+
+
+class RolloutService:
+    """One rollout service instance for one model."""
+
+    def __init__(self, store: Store, model_id: str, config: RaasConfig | None = None, engine: Engine | None = None):
+        self.store = store
+        self.model_id = layout.check_name(model_id, "model id")
+        self.config = config or RaasConfig()
+        self.raas_id = layout.check_name(self.config.id or f"raas-{uuid.uuid4().hex[:12]}", "rollout service id")
+        self.engine = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
+        self.workflow = build_workflow(self.config.workflow)
+        self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature)
+        self.writer = ShardWriter(store, self.raas_id, max_rows=1 << 30)  # a group is never split across shards
+        self.version: int | None = None  # weights version loaded in the engine
+        self.stats = RaasStats()
+        self.state = "starting"
+        self.started_at = datetime.now(UTC)
+        self._own_cache = self.config.cache_dir is None
+        self.cache_dir = self.config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-raas-")
+        self.weights_dir = os.path.join(self.cache_dir, self.model_id)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()  # guards _held and the heartbeat fields
+        self._held: _Held | None = None
+        self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
+
+    # --- control ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to exit after the current group (safe from a signal handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, max_groups: int | None = None) -> RaasStats:
+        """Roll out groups until `stop()`, or until this call has committed `max_groups` groups."""
+        first = self.stats.groups
+        done = threading.Event()
+        keeper = threading.Thread(target=self._keep, args=(done,), name=f"{self.raas_id}-keeper", daemon=True)
+        self._heartbeat()
+        keeper.start()
+        try:
+            while not self.stopping and (max_groups is None or self.stats.groups - first < max_groups):
+                if not self.step():
+                    self._stop.wait(self.config.poll_s)
+            self.state = "stopped"
+        except BaseException:
+            self.state = "failed"
+            raise
+        finally:
+            done.set()
+            keeper.join()
+            self._heartbeat()
+        return self.stats
+
+    def close(self) -> None:
+        """Remove the weights cache when the service made it (a configured cache_dir is kept for restarts)."""
+        if self._own_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    # --- one iteration ------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Refresh weights, then roll out one task; False when there was nothing to do."""
+        self.refresh_weights()
+        if self.version is None:
+            self.state = "waiting-for-weights"
+            return False
+        held = self._claim_next()
+        if held is None:
+            self.state = "idle"
+            return False
+        try:
+            self._roll_out(held, self.version)
+        finally:
+            with self._lock:
+                self._held = None
+        return True
+
+    def refresh_weights(self) -> bool:
+        """Load a newer published version into the engine; True when the weights changed."""
+        if self.config.model is not None:  # a frozen model: loaded once, version 0
+            if self.version is None:
+                self.engine.load(resolve_model(self.config.model, self.cache_dir))
+                self.version = 0
+                return True
+            return False
+        latest = read_latest(self.store, self.model_id)
+        if latest is None or latest[0].version == self.version:
+            return False
+        self.state = "pulling-weights"
+        try:
+            result = pull(self.store, self.model_id, self.weights_dir, latest[0].version)
+        except (WeightsIntegrityError, FileNotFoundError) as e:  # a broken or collected version: try again later
+            log.warning("cannot pull %s version %s: %s", self.model_id, latest[0].version, e)
+            return False
+        self.engine.load(result.path)
+        self.version = result.version
+        self.stats.reloads += 1
+        log.info("%s: loaded %s version %s (%s)", self.raas_id, self.model_id, result.version, result.route)
+        return True
+
+    def _claim_next(self) -> _Held | None:
+        open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
+        candidates = sorted(open_ids - claimed)
+        random.shuffle(candidates)  # instances starting together do not all race for the same task
+        ttl = timedelta(seconds=self.config.claim_ttl_s)
+        for task_id in candidates:
+            if self.stopping:
+                return None
+            if lake_tasks.claim_task(self.store, self.model_id, task_id, self.raas_id, ttl) is None:
+                continue  # another instance has it
+            try:
+                task = lake_tasks.read_task(self.store, self.model_id, task_id)
+            except FileNotFoundError:  # released between the listing and the claim: drop our stray claim
+                self.store.delete(layout.claim_key(self.model_id, task_id))
+                continue
+            except LakeflowError as e:
+                log.error("skipping task %s: %s", task_id, e)  # our claim expires; the dataflow sees it
+                continue
+            found = lake_tasks.read_claim(self.store, self.model_id, task_id)
+            if found is None or found[0].raas_id != self.raas_id:
+                continue  # taken away already
+            held = _Held(task, found[0], found[1], time.monotonic())
+            with self._lock:
+                self._held = held
+            return held
+        return None
+
+    def _roll_out(self, held: _Held, version: int) -> None:
+        """Generate, score and commit one group with the weights of `version` (never reloaded meanwhile)."""
+        task = held.task
+        self.state = "generating"
+        reward = build_reward(task.task_type, self.config.reward_max_chars)
+        started = time.monotonic()
+        trajectories = self.workflow(task, {POLICY: self.engine}, reward, self.sampling)
+        seconds = time.monotonic() - started
+        if not self._renew(held, force=True):
+            self.stats.abandoned += 1
+            log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, task.task_id)
+            return
+        self.state = "committing"
+        for t in trajectories:
+            self.writer.add(self._sample(task, t, version))
+        self.writer.flush()
+        tokens = sum(len(t.response_ids) for t in trajectories)
+        with self._lock:
+            self.stats.groups += 1
+            self.stats.samples += len(trajectories)
+            self.stats.tokens += tokens
+            self._speed.append((tokens, seconds))
+
+    def _sample(self, task: lake_tasks.Task, t: Trajectory, version: int) -> dict[str, Any]:
+        extra = {**t.extra, "attempt": task.attempt}
+        return {
+            "sample_id": uuid.uuid4().hex,
+            "episode_id": t.episode_id,
+            "group_id": task.task_id,
+            "prompt_id": task.prompt_id,
+            "task_id": task.task_id,
+            "model_id": self.model_id,
+            "role": t.role,
+            "policy_version": version,
+            "max_version": version,
+            "prompt_ids": t.prompt_ids,
+            "response_ids": t.response_ids,
+            "response_logprobs": t.response_logprobs,
+            "loss_mask": t.loss_mask,
+            "reward": float(t.reward),
+            "finish_reason": t.finish_reason,
+            "task_type": task.task_type,
+            "dataset": task.dataset,
+            "raas_id": self.raas_id,
+            "region": self.config.region,
+            "extra": json.dumps(extra, sort_keys=True),
+        }
+
+    # --- claim renewal and heartbeat (background thread) --------------------------------
+
+    def _renew(self, held: _Held, force: bool = False) -> bool:
+        """Extend the claim when a third of its lifetime has passed (or now); False once it is lost."""
+        with self._lock:
+            if held.lost:
+                return False
+            if not force and time.monotonic() - held.renewed < self.config.claim_ttl_s / 3:
+                return True
+            ttl = timedelta(seconds=self.config.claim_ttl_s)
+            renewed = lake_tasks.renew_claim(self.store, self.model_id, held.claim, held.etag, ttl)
+            if renewed is None:
+                held.lost = True
+                return False
+            held.claim, held.etag, held.renewed = renewed[0], renewed[1], time.monotonic()
+            return True
+
+    def _keep(self, done: threading.Event) -> None:
+        tick = min(self.config.heartbeat_s, self.config.claim_ttl_s / 3)
+        last_beat = time.monotonic()
+        while not done.wait(tick):
+            try:
+                with self._lock:
+                    held = self._held
+                if held is not None:
+                    self._renew(held)
+                if time.monotonic() - last_beat >= self.config.heartbeat_s:
+                    self._heartbeat()
+                    last_beat = time.monotonic()
+            except Exception:  # a failed PUT must not stop renewals; the next tick retries
+                log.warning("%s: claim renewal or heartbeat failed", self.raas_id, exc_info=True)
+
+    def heartbeat(self) -> dict[str, Any]:
+        """The stats/raas/<id>.json record as it would be written now."""
+        with self._lock:
+            tokens = sum(t for t, _ in self._speed)
+            seconds = sum(s for _, s in self._speed)
+            held = self._held
+            return {
+                "raas_id": self.raas_id,
+                "at": datetime.now(UTC).isoformat(),
+                "state": self.state,
+                "groups": self.stats.groups,
+                "samples": self.stats.samples,
+                "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+                "weights_version": self.version,
+                "region": self.config.region,
+                "model_id": self.model_id,
+                "engine": self.config.engine.type,
+                "task_id": held.task.task_id if held else None,
+                "started_at": self.started_at.isoformat(),
+                **{k: v for k, v in asdict(self.stats).items() if k not in ("groups", "samples")},
+            }
+
+    def _heartbeat(self) -> None:
+        self.store.put(layout.raas_stats_key(self.raas_id), json.dumps(self.heartbeat()).encode())

@@ -1,0 +1,118 @@
+"""Workflows: what one task becomes (prompts to engines, rewards), by name in `WORKFLOWS`.
+
+A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`:
+- `engines` maps a role to the engine that plays it ("policy" for single-policy workflows;
+  a solver/verifier workflow gets one engine per role, each on its own model).
+- It returns every trajectory of the task's group: `task.n_samples` episodes, one
+  `Trajectory` per role per episode. The service stamps ids, model, weight versions and
+  context, and commits the whole group in one shard.
+- Multi-turn episodes concatenate turns in one trajectory: tokens the role sampled carry
+  their logprobs and loss_mask 1; tokens it did not sample (tool output, other roles'
+  messages, chat-template glue between turns) carry logprob 0.0 and loss_mask 0.
+- Bad model output is scored, never raised: the reward function returns 0 and a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.engines import ChatMessage, Engine
+from lakeflow.raas.rewards import RewardFn
+
+POLICY = "policy"  # the role of a single-policy workflow
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How completions are drawn."""
+
+    max_tokens: int
+    temperature: float
+
+
+@dataclass
+class Trajectory:
+    """One role's side of one episode: what becomes one sample record."""
+
+    role: str
+    episode_id: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float]  # 0.0 where loss_mask is 0
+    loss_mask: list[int]  # 1: sampled by this role; 0: tool output, other roles, template glue
+    reward: float
+    finish_reason: str  # stop, length, abort, error, tool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Workflow = Callable[[Task, Mapping[str, Engine], RewardFn, Sampling], list[Trajectory]]
+
+
+def task_messages(task: Task) -> list[ChatMessage]:
+    """The task's prompt as chat messages: a JSON list of {role, content}, else one user message."""
+    text = task.prompt
+    if text.lstrip().startswith("["):
+        try:
+            messages = json.loads(text)
+        except ValueError:
+            messages = None
+        if (
+            isinstance(messages, list)
+            and messages
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+            and all(isinstance(m.get("content"), str) for m in messages)
+        ):
+            return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return [{"role": "user", "content": text}]
+
+
+def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
+    """One policy: the prompt, n sampled completions, a verifiable reward for each."""
+    engine = engines[POLICY]
+    prompt_ids = engine.encode_chat(task_messages(task))
+    room = engine.max_model_len - len(prompt_ids)
+    if room < 1:  # the task cannot be rolled out: a complete group of errors lets the dataflow move on
+        reason = f"prompt of {len(prompt_ids)} tokens leaves no room under {engine.max_model_len}"
+        return [_error(prompt_ids, reason) for _ in range(task.n_samples)]
+    max_tokens = min(sampling.max_tokens, room)
+    (completions,) = engine.generate([prompt_ids], task.n_samples, max_tokens, sampling.temperature)
+    out = []
+    for c in completions:
+        r = reward(c.text, task.answer)
+        extra = {"reward_reason": r.reason, "temperature": sampling.temperature}
+        if r.extracted:
+            extra["extracted"] = r.extracted
+        out.append(
+            Trajectory(
+                role=POLICY,
+                episode_id=uuid.uuid4().hex,
+                prompt_ids=c.prompt_ids,
+                response_ids=c.token_ids,
+                response_logprobs=c.logprobs,
+                loss_mask=[1] * len(c.token_ids),
+                reward=r.value,
+                finish_reason=c.finish_reason,
+                extra=extra,
+            )
+        )
+    return out
+
+
+def _error(prompt_ids: list[int], reason: str) -> Trajectory:
+    return Trajectory(POLICY, uuid.uuid4().hex, prompt_ids, [], [], [], 0.0, "error", {"reward_reason": reason})
+
+
+WORKFLOWS: dict[str, Workflow] = {"rlvr": rlvr}
+
+
+def build_workflow(name: str) -> Workflow:
+    """The workflow registered under `name`."""
+    try:
+        return WORKFLOWS[name]
+    except KeyError as e:
+        raise ValueError(f"unknown workflow {name!r}; known: {', '.join(sorted(WORKFLOWS))}") from e

@@ -1,0 +1,45 @@
+"""Rollout-service fixtures: the tiny model built once per session, a lake with it published as version 0."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lakeflow.io import Store
+from lakeflow.models import resolve_model
+from lakeflow.weights import State, publish, raw_tensor, read_source
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A local Hugging Face directory: the ~164k-parameter Qwen2 and its tokenizer."""
+    return resolve_model("tiny:raas-test", tmp_path_factory.mktemp("models"))
+
+
+def publish_dir(store: Store, model_id: str, path: str) -> State:
+    """What `lakeflow weights publish --model M PATH` does; returns the published state."""
+    state, files = read_source(path)
+    publish(store, model_id, state, files=files or None, publisher="test")
+    return state
+
+
+def perturbed(state: State, seed: int = 1, scale: float = 0.05) -> State:
+    """Every float32 tensor plus small noise: a trainer step's worth of new weights."""
+    rng = np.random.default_rng(seed)
+    out: State = {}
+    for name, t in state.items():
+        values = t.bits.view(np.float32)
+        new = (values + rng.normal(0, scale, values.shape)).astype(np.float32)
+        out[name] = raw_tensor(t.dtype, t.shape, new)
+    return out
+
+
+@pytest.fixture
+def lake(tmp_path: Path, tiny_dir: str) -> tuple[Store, State]:
+    """A local lake whose model 'policy' has the tiny model published as version 0."""
+    from lakeflow.io import open_store
+
+    store = open_store(str(tmp_path / "lake"))
+    return store, publish_dir(store, "policy", tiny_dir)
