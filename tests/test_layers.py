@@ -21,8 +21,23 @@ ALLOWED = {
     "models": {"text", "errors"},
     "raas": {"text", "models", "weights", "lake", "io", "errors"},
     "trainer": {"text", "models", "weights", "lake", "io", "errors"},
+    "report": {"text", "catalog", "weights", "lake", "io", "errors"},
+    "run": {"text", "raas", "trainer", "dataflow", "weights", "lake", "io", "errors"},
     "bench": {"text", "raas", "trainer", "models", "dataflow", "catalog", "weights", "lake", "io", "errors"},
-    "cli": {"text", "bench", "raas", "trainer", "models", "dataflow", "catalog", "weights", "lake", "io", "errors"},
+    "cli": {
+        "text",
+        "bench",
+        "run",
+        "raas",
+        "trainer",
+        "models",
+        "dataflow",
+        "catalog",
+        "weights",
+        "lake",
+        "io",
+        "errors",
+    },
 }
 STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
 HEAVY = {"torch", "transformers", "vllm"}

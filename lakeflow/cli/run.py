@@ -1,0 +1,70 @@
+"""`lakeflow run CONFIG`: the whole loop on one machine (dataflow, rollout services, trainers)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+
+import click
+from tqdm import tqdm
+
+from lakeflow.cli.common import open_lake
+from lakeflow.errors import ConfigError
+from lakeflow.run import Launcher, load_run_config
+
+
+@click.command()
+@click.argument("config_path", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
+@click.option("--lake", "lake_url", default=None, help="Lake URL (default: the config's, else ./runs/<name>/lake).")
+@click.option("--endpoint-url", default=None, help="S3-compatible endpoint for an s3:// lake.")
+@click.option("--run-dir", default=None, help="Where configs and logs go (default: ./runs/<name>).")
+def run(config_path: str, lake_url: str | None, endpoint_url: str | None, run_dir: str | None) -> None:
+    """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
+    trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
+    try:
+        config = load_run_config(config_path)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e
+    directory = Path(run_dir or Path("runs") / config.name)
+    url = lake_url or config.lake or str(directory / "lake")
+    store = open_lake(url, endpoint_url)
+    launcher = Launcher(config, store, url, directory, endpoint_url)
+    interrupted: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        interrupted.append(signum)
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    bars = {
+        m.id: tqdm(total=config.steps, position=i, desc=m.id, unit="step", dynamic_ncols=True, leave=True)
+        for i, m in enumerate(config.models)
+    }
+    launcher.start()
+    click.echo(f"lake {url}; logs in {directory / 'logs'}", err=True)
+    outcome: str | None = None
+    try:
+        while not interrupted and outcome is None:
+            time.sleep(1.0)
+            outcome = launcher.poll()
+            for model_id, p in launcher.progress().items():
+                bar = bars[model_id]
+                bar.n = min(config.steps, p.version or 0)
+                bar.set_postfix(
+                    reward="-" if p.reward is None else f"{p.reward:.3f}",
+                    wait="-" if p.wait_fraction is None else f"{p.wait_fraction:.0%}",
+                )
+    finally:
+        launcher.stop()
+        for bar in bars.values():
+            bar.close()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if interrupted:
+        click.echo("stopped; run the same command again to resume", err=True)
+        raise SystemExit(130)
+    if outcome and outcome.startswith("failed"):
+        raise click.ClickException(outcome)
+    click.echo(f"done: {config.steps} steps per model in {url}")
+    click.echo(f"report: lakeflow report --lake {url} --out {directory / 'report'}")

@@ -1,0 +1,85 @@
+"""A run's config: per model its dataflow settings, its trainer and its rollout pool, in one file.
+
+Each section is the config of the process it launches (`lakeflow.dataflow.config.ModelConfig`,
+`lakeflow.trainer.config.TrainerConfig`, `lakeflow.raas.config.RaasConfig`), so every key is
+validated where it is used; unknown keys are refused with the key and the file named.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
+from lakeflow.errors import ConfigError
+from lakeflow.raas.config import RaasConfig
+from lakeflow.trainer.config import TrainerConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PoolConfig(_Strict):
+    """The rollout services of one model."""
+
+    replicas: int = Field(1, ge=0, description="Rollout service processes to start.")
+    config: RaasConfig = Field(default_factory=RaasConfig, description="Each instance's config.")
+
+
+class RunModel(_Strict):
+    """One model of the run: how its data flows, how it trains, who rolls it out."""
+
+    id: str = Field(description="Model id.")
+    dataflow: dict[str, Any] = Field(description="lakeflow.dataflow.config.ModelConfig fields, without `id`.")
+    trainer: TrainerConfig = Field(description="The model's trainer.")
+    raas: PoolConfig = Field(default_factory=PoolConfig, description="The model's rollout pool.")
+
+    def dataflow_config(self) -> ModelConfig:
+        return ModelConfig.model_validate({"id": self.id, **self.dataflow})
+
+
+class RunConfig(_Strict):
+    """The whole file."""
+
+    name: str = Field(description="Run name; the default lake is ./runs/<name>.")
+    lake: str | None = Field(None, description="Lake URL (default: ./runs/<name>; --lake overrides).")
+    steps: int = Field(ge=1, description="Stop when every trainer has published weight version `steps`.")
+    models: list[RunModel] = Field(min_length=1, description="The models of the run.")
+    tasks: TasksConfig = Field(default_factory=TasksConfig, description="Dataflow task settings.")
+    loop: LoopConfig = Field(default_factory=LoopConfig, description="Dataflow loop settings.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        self.dataflow()  # validates every model's dataflow section
+        for m in self.models:
+            if m.raas.config.temperature != m.trainer.temperature:
+                raise ValueError(
+                    f"model {m.id}: raas temperature {m.raas.config.temperature} != trainer temperature "
+                    f"{m.trainer.temperature}; the trainer's importance ratios need the sampling temperature"
+                )
+        return self
+
+    def dataflow(self) -> DataflowConfig:
+        return DataflowConfig(models=[m.dataflow_config() for m in self.models], tasks=self.tasks, loop=self.loop)
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Parse and validate a run config (YAML or JSON); errors name the key and the file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read run config {path}: {e}") from e
+    try:
+        return RunConfig.model_validate(data or {})
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from e
