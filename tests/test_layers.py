@@ -27,6 +27,7 @@ ALLOWED = {
     "cli": {
         "text",
         "bench",
+        "report",
         "run",
         "raas",
         "trainer",
