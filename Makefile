@@ -12,7 +12,7 @@ venv: $(STAMP)  ## create .venv and install everything pinned in requirements/lo
 
 $(STAMP): pyproject.toml requirements/lock.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements/lock.txt -e '.[test,bench,torch,raas]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements/lock.txt -e '.[test,bench,torch,raas,report]'
 	touch $(STAMP)
 
 test: venv lint  ## lint, then the whole test suite (local dir, memory and a moto S3 server)

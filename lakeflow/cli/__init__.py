@@ -8,6 +8,7 @@ from lakeflow.cli.bench import bench
 from lakeflow.cli.dataflow import dataflow, policy, status
 from lakeflow.cli.lake import sql, synth
 from lakeflow.cli.raas import raas
+from lakeflow.cli.report import report
 from lakeflow.cli.run import run
 from lakeflow.cli.train import train
 from lakeflow.cli.weights import weights
@@ -29,3 +30,4 @@ main.add_command(weights)
 main.add_command(train)
 main.add_command(raas)
 main.add_command(run)
+main.add_command(report)

@@ -95,6 +95,11 @@ def claim_key(model_id: str, task_id: str) -> str:
     return f"{tasks_prefix(model_id)}{check_name(task_id, 'task id')}.claim"
 
 
+def batches_root() -> str:
+    """Parent of every model's batches prefix: listing it finds the models that have batches."""
+    return "batches/"
+
+
 def batches_prefix(model_id: str) -> str:
     return f"batches/{check_name(model_id, 'model id')}/"
 
@@ -104,6 +109,11 @@ def batch_key(model_id: str, step: int) -> str:
 
 
 # --- weights and checkpoints (written by the trainer of each model) ------------------------
+
+
+def weights_root() -> str:
+    """Parent of every model's weights prefix: listing it finds the models that have weights."""
+    return "weights/"
 
 
 def weights_prefix(model_id: str) -> str:

@@ -1,0 +1,30 @@
+"""`lakeflow report`: write the run's HTML report (plots of reward, waits, throughput, staleness, deltas)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.errors import MissingExtraError
+from lakeflow.report import write_report
+
+
+@click.command()
+@lake_options
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for index.html and its PNGs (created; earlier files are replaced).",
+)
+def report(lake_url: str, endpoint_url: str | None, out_dir: Path) -> None:
+    """Write an HTML report of the run at --lake into --out and print the page's path."""
+    store = open_lake(lake_url, endpoint_url)
+    try:
+        page = write_report(store, out_dir)
+    except MissingExtraError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"report: {page}")

@@ -1,0 +1,283 @@
+"""The report's numbers, read from the lake: no plotting here, so every number is testable alone.
+
+Samples come from the SQL view of committed shards, batches and weight manifests through their
+own readers, trainer stats and quarantine records as JSON objects. Objects that cannot be read
+are left out and named in `ReportData.notes`, never fatal: a report of a live run must not die
+on one half-written or malformed object.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from lakeflow.catalog import connect_lake
+from lakeflow.catalog.engine import LakeQuery
+from lakeflow.errors import LakeflowError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.lake.batch import list_batch_steps, read_batch
+from lakeflow.weights.manifest import read_manifest
+from lakeflow.weights.retention import list_versions
+
+MAX_RATE_POINTS = 500  # throughput bins per model: wider bins than a minute for long runs
+
+
+@dataclass(frozen=True)
+class VersionReward:
+    """Mean reward of the committed samples one weight version generated."""
+
+    version: int
+    mean_reward: float
+    samples: int
+
+
+@dataclass(frozen=True)
+class TrainerStep:
+    """One trainer step's heartbeat (`stats/trainer/<model>/<step>.json`)."""
+
+    step: int
+    at: datetime
+    wait_s: float
+    step_s: float
+
+    @property
+    def wait_fraction(self) -> float:
+        total = self.wait_s + self.step_s
+        return self.wait_s / total if total > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class WeightVersion:
+    """Sizes and sparsity of one published weight version, from its manifest."""
+
+    version: int
+    kind: str  # 'full' or 'delta'
+    delta_bytes: int | None  # None: no delta stored (version 0, or a full copy that was smaller)
+    full_bytes: int  # bytes of the full copy (0 for a delta-only version)
+    state_bytes: int  # bytes of all tensors
+    params: int
+    sparsity: float | None  # fraction of elements unchanged from the previous version
+    changed: int | None
+
+
+@dataclass
+class ModelData:
+    """Everything the report shows about one model."""
+
+    model_id: str
+    rewards: list[VersionReward] = field(default_factory=list)
+    trainer: list[TrainerStep] = field(default_factory=list)
+    # throughput: bin start (epoch seconds, UTC) and samples per minute in that bin
+    rate_start_s: list[float] = field(default_factory=list)
+    rate_per_min: list[float] = field(default_factory=list)
+    rate_bin_min: int = 1
+    # staleness (step - policy_version) of every trained row, by the row's kind
+    staleness: dict[str, list[int]] = field(default_factory=dict)
+    batches: int = 0
+    weights: list[WeightVersion] = field(default_factory=list)
+    samples: int = 0
+    quarantined_rows: int = 0
+
+
+@dataclass
+class ReportData:
+    """The whole report: per-model data, plus what could not be read and why."""
+
+    lake_url: str
+    models: dict[str, ModelData]
+    quarantined_unattributed: int = 0  # quarantined rows whose source names no model
+    notes: list[str] = field(default_factory=list)
+
+
+def gather(store: Store) -> ReportData:
+    """Read every number the report shows from the lake at `store`."""
+    lake = connect_lake(store)
+    notes = [f"left out of the sample view: {key}: {why}" for key, why in lake.skipped]
+    ids = model_ids(store, lake)
+    models = {m: ModelData(m) for m in ids}
+    for m, rows in reward_by_version(lake).items():
+        models[m].rewards = rows
+        models[m].samples = sum(r.samples for r in rows)
+    for m, (start, rate, width) in throughput(lake).items():
+        models[m].rate_start_s, models[m].rate_per_min, models[m].rate_bin_min = start, rate, width
+    for m, data in models.items():
+        data.trainer = trainer_steps(store, m, notes)
+        steps, data.staleness = staleness(store, m, notes)
+        data.batches = steps
+        data.weights = weight_versions(store, m, notes)
+    per_model, unattributed = quarantined_rows(store, notes)
+    for m, n in per_model.items():
+        if m in models:
+            models[m].quarantined_rows = n
+        else:
+            unattributed += n
+    return ReportData(store.url, models, unattributed, notes)
+
+
+def model_ids(store: Store, lake: LakeQuery) -> list[str]:
+    """Models with committed samples, weights or batches, sorted."""
+    found = {r["model_id"] for r in lake.sql("SELECT DISTINCT model_id FROM trajectories").to_pylist()}
+    for prefix in (layout.weights_root(), layout.batches_root()):
+        for info in store.list(prefix):
+            name, sep, _ = info.key[len(prefix) :].partition("/")
+            if sep and _valid_name(name):
+                found.add(name)
+    return sorted(found)
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        layout.check_name(name, "model id")
+    except ValueError:
+        return False  # not a model directory lakeflow wrote
+    return True
+
+
+def reward_by_version(lake: LakeQuery) -> dict[str, list[VersionReward]]:
+    """Mean reward and sample count per (model, policy_version) of the committed samples."""
+    table = lake.sql(
+        "SELECT model_id, policy_version, avg(reward) AS mean_reward, count(*) AS n "
+        "FROM trajectories GROUP BY model_id, policy_version ORDER BY model_id, policy_version"
+    )
+    out: dict[str, list[VersionReward]] = {}
+    for r in table.to_pylist():
+        out.setdefault(r["model_id"], []).append(VersionReward(r["policy_version"], r["mean_reward"], r["n"]))
+    return out
+
+
+def throughput(lake: LakeQuery) -> dict[str, tuple[list[float], list[float], int]]:
+    """Samples per minute by the samples' `created_at`, per model: (bin starts in epoch s, rates, bin minutes).
+
+    Minutes without samples count as 0; runs longer than MAX_RATE_POINTS minutes get wider bins.
+    """
+    table = lake.sql(
+        "SELECT model_id, CAST(floor(epoch(created_at) / 60) AS BIGINT) AS minute, count(*) AS n "
+        "FROM trajectories GROUP BY model_id, minute ORDER BY model_id, minute"
+    )
+    counts: dict[str, dict[int, int]] = {}
+    for r in table.to_pylist():
+        counts.setdefault(r["model_id"], {})[r["minute"]] = r["n"]
+    out: dict[str, tuple[list[float], list[float], int]] = {}
+    for m, by_minute in counts.items():
+        first, last = min(by_minute), max(by_minute)
+        width = max(1, math.ceil((last - first + 1) / MAX_RATE_POINTS))
+        bins = [0] * ((last - first) // width + 1)
+        for minute, n in by_minute.items():
+            bins[(minute - first) // width] += n
+        out[m] = ([(first + i * width) * 60.0 for i in range(len(bins))], [n / width for n in bins], width)
+    return out
+
+
+def trainer_steps(store: Store, model_id: str, notes: list[str]) -> list[TrainerStep]:
+    """The trainer heartbeats of one model, by step; malformed ones are named in `notes`."""
+    steps = []
+    for info in store.list(layout.trainer_stats_prefix(model_id)):
+        try:
+            raw: dict[str, Any] = json.loads(store.get(info.key))
+            steps.append(
+                TrainerStep(
+                    step=int(raw["step"]),
+                    at=datetime.fromisoformat(raw["at"]),
+                    wait_s=float(raw["wait_s"]),
+                    step_s=float(raw["step_s"]),
+                )
+            )
+        except FileNotFoundError:
+            continue  # deleted while listing
+        except (ValueError, KeyError, TypeError) as e:
+            notes.append(f"trainer stats {info.key} left out: {type(e).__name__}: {e}")
+    return sorted(steps, key=lambda s: s.step)
+
+
+def staleness(store: Store, model_id: str, notes: list[str]) -> tuple[int, dict[str, list[int]]]:
+    """Number of batch objects and, per row kind ('fresh', 'replay'), step - policy_version of every row."""
+    out: dict[str, list[int]] = {}
+    steps = list_batch_steps(store, model_id)
+    for step in steps:
+        try:
+            table, _ = read_batch(store, model_id, step)
+        except (FileNotFoundError, LakeflowError) as e:
+            notes.append(f"batch {model_id} step {step} left out: {e}")
+            continue
+        for kind, version in zip(
+            table.column("kind").to_pylist(), table.column("policy_version").to_pylist(), strict=True
+        ):
+            out.setdefault(kind, []).append(step - version)
+    return len(steps), out
+
+
+def weight_versions(store: Store, model_id: str, notes: list[str]) -> list[WeightVersion]:
+    """Every version with a manifest; versions being published or collected have none and are skipped."""
+    out = []
+    for v in list_versions(store, model_id):
+        try:
+            m = read_manifest(store, model_id, v)
+        except FileNotFoundError:
+            continue
+        except ValidationError as e:
+            notes.append(f"weights {model_id} version {v}: manifest left out: {e.errors()[0]['msg']}")
+            continue
+        out.append(
+            WeightVersion(
+                version=m.version,
+                kind=m.kind,
+                delta_bytes=m.delta.size if m.delta is not None else None,
+                full_bytes=m.full_bytes(),
+                state_bytes=m.state_bytes,
+                params=m.params,
+                sparsity=m.sparsity,
+                changed=m.changed,
+            )
+        )
+    return out
+
+
+def quarantined_rows(store: Store, notes: list[str]) -> tuple[dict[str, int], int]:
+    """Quarantined rows per model (by the shard key each record names) and rows naming no model."""
+    per_model: dict[str, int] = {}
+    unattributed = 0
+    for info in store.list(layout.QUARANTINE):
+        try:
+            record = json.loads(store.get(info.key))
+            rows, source = int(record["rows"]), str(record["source"])
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, TypeError) as e:
+            notes.append(f"quarantine record {info.key} left out: {type(e).__name__}: {e}")
+            continue
+        try:
+            model = layout.parse_shard_key(source).model_id
+        except ValueError:
+            unattributed += rows
+            continue
+        per_model[model] = per_model.get(model, 0) + rows
+    return per_model, unattributed
+
+
+def summary(data: ReportData) -> list[dict[str, Any]]:
+    """The page's first table, one row per model: versions, batches, samples, first and latest reward."""
+    rows = []
+    for m in data.models.values():
+        first = m.rewards[0] if m.rewards else None
+        last = m.rewards[-1] if m.rewards else None
+        rows.append(
+            {
+                "model": m.model_id,
+                "weight_versions": len(m.weights),
+                "latest_version": m.weights[-1].version if m.weights else None,
+                "batches": m.batches,
+                "samples": m.samples,
+                "first_version": first.version if first else None,
+                "first_reward": first.mean_reward if first else None,
+                "latest_sampled_version": last.version if last else None,
+                "latest_reward": last.mean_reward if last else None,
+                "quarantined_rows": m.quarantined_rows,
+            }
+        )
+    return rows

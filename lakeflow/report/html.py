@@ -1,0 +1,156 @@
+"""The report page: gathers the numbers, draws the plots and writes `index.html` next to them.
+
+One self-contained HTML file (inline CSS, no scripts) that links the PNGs by relative name, so
+the output folder can be copied or served as is. Every piece of text is escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lakeflow.io import Store
+from lakeflow.report import plots
+from lakeflow.report.data import ModelData, ReportData, gather, summary
+
+INDEX = "index.html"
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One plot of the page: its file, heading, what to look for, and how to draw it."""
+
+    file: str
+    title: str
+    caption: str
+    draw: Callable[[Sequence[ModelData], Path], bool]
+
+
+PLOTS = (
+    Plot(
+        "reward.png",
+        "Reward per weight version",
+        "Mean reward should rise with the version; versions with few samples (bottom) are noisy.",
+        plots.reward_plot,
+    ),
+    Plot(
+        "trainer_wait.png",
+        "Trainer wait fraction",
+        "Time the trainer waits for its next batch: high means rollouts are the bottleneck, "
+        "near zero means the trainer is.",
+        plots.wait_plot,
+    ),
+    Plot(
+        "throughput.png",
+        "Rollout throughput",
+        "Samples committed per minute by the rollout services; drops to zero mean they stalled or were stopped.",
+        plots.throughput_plot,
+    ),
+    Plot(
+        "staleness.png",
+        "Staleness of trained samples",
+        "How many versions behind the trainer each trained sample was; mass far from 0 means off-policy data.",
+        plots.staleness_plot,
+    ),
+    Plot(
+        "weights.png",
+        "Weight deltas",
+        "Bytes each version adds to the lake and the share of weights unchanged; "
+        "a delta close to the full state size means updates are dense.",
+        plots.weights_plot,
+    ),
+)
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1000px; color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } .meta { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: 1em 0; } td, th { border: 1px solid #ccc; padding: 4px 10px; }
+th { background: #f3f3f3; text-align: left; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
+img { max-width: 100%; border: 1px solid #eee; } .caption { color: #444; margin-top: 0.3em; }
+.empty { color: #888; font-style: italic; } .notes { color: #555; font-size: 0.9em; }
+"""
+
+_COLUMNS = (
+    ("model", "model"),
+    ("weight_versions", "weight versions"),
+    ("latest_version", "latest version"),
+    ("batches", "batches"),
+    ("samples", "samples"),
+    ("first_version", "first sampled version"),
+    ("first_reward", "its mean reward"),
+    ("latest_sampled_version", "latest sampled version"),
+    ("latest_reward", "its mean reward"),
+    ("quarantined_rows", "quarantined rows"),
+)
+
+
+def write_report(store: Store, out: Path, now: datetime | None = None) -> Path:
+    """Write `out/index.html` and its PNGs (replacing earlier ones) for the lake at `store`; returns the page."""
+    plots.require_matplotlib()
+    data = gather(store)
+    out.mkdir(parents=True, exist_ok=True)
+    models = list(data.models.values())
+    drawn = {p.file: p.draw(models, out / p.file) for p in PLOTS}
+    page = out / INDEX
+    tmp = out / f".{INDEX}.tmp"
+    tmp.write_text(render(data, drawn, now or datetime.now(UTC)), encoding="utf-8")
+    os.replace(tmp, page)  # a browser refreshing the page never sees half of it
+    return page
+
+
+def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
+    """The page for `data`; `drawn[file]` says whether that plot's PNG was written."""
+    e = html.escape
+    when = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>lakeflow report: {e(data.lake_url)}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>lakeflow report: {e(data.lake_url)}</h1>",
+        f'<p class="meta">Generated {e(when)} · {len(data.models)} model(s)</p>',
+        "<h2>Summary</h2>",
+        _summary_table(data),
+    ]
+    for plot in PLOTS:
+        parts.append(f"<h2>{e(plot.title)}</h2>")
+        if drawn.get(plot.file):
+            parts.append(f'<img src="{e(plot.file)}" alt="{e(plot.title)}">')
+            parts.append(f'<p class="caption">{e(plot.caption)}</p>')
+        else:
+            parts.append('<p class="empty">No data yet.</p>')
+    if data.notes:
+        parts.append("<h2>Left out</h2>")
+        parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in data.notes) + "</ul>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _summary_table(data: ReportData) -> str:
+    rows = summary(data)
+    if not rows:
+        return '<p class="empty">No data yet: the lake has no samples, batches or weights.</p>'
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _COLUMNS)
+    body = []
+    for row in rows:
+        cells = "".join(_cell(row[name]) for name, _ in _COLUMNS)
+        body.append(f"<tr>{cells}</tr>")
+    extra = ""
+    if data.quarantined_unattributed:
+        extra = f'<p class="notes">Quarantined rows naming no model: {data.quarantined_unattributed}</p>'
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>{extra}"
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return '<td class="n">–</td>'
+    if isinstance(value, float):
+        return f'<td class="n">{value:.3f}</td>'
+    if isinstance(value, int):
+        return f'<td class="n">{value}</td>'
+    return f"<td>{html.escape(str(value))}</td>"

@@ -1,0 +1,178 @@
+"""The report on a lake built with lakeflow's own writers: its numbers, its files, the CLI, an empty lake."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli.report import report
+from lakeflow.errors import MissingExtraError
+from lakeflow.io import S3Options, Store, open_store
+from lakeflow.lake import layout, write_samples
+from lakeflow.lake.batch import BATCH_SCHEMA, write_batch
+from lakeflow.report import write_report
+from lakeflow.report.data import gather, summary
+from lakeflow.report.html import PLOTS
+from lakeflow.weights import publish, read_manifest
+from tests.dataflow.helpers import group
+from tests.weights.weight_states import adam_step, make_state
+
+T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+VERSIONS = 4
+GROUPS_PER_VERSION = 2
+# per model: rewards of each group of version v (mean rises with v)
+REWARDS = {"alpha": lambda v: [0.1 * v, 0.1 * v + 0.2], "beta": lambda v: [0.05 * v, 0.05 * v, 0.05 * v + 0.3]}
+# alpha's batches: step -> (kind, policy_version) of each row
+BATCHES = {
+    0: [("fresh", 0), ("fresh", 0)],
+    1: [("fresh", 1), ("fresh", 0), ("replay", 0)],
+    2: [("fresh", 2), ("replay", 0), ("replay", 1)],
+}
+WAITS = [(3.0, 1.0), (1.0, 1.0), (0.0, 2.0)]  # alpha's (wait_s, step_s) per step
+
+
+def _batch_rows(rows: list[tuple[str, int]]) -> pa.Table:
+    n = len(rows)
+    return pa.table(
+        {
+            "sample_id": [f"s{i}" for i in range(n)],
+            "shard": ["trajectories/x.parquet"] * n,
+            "row": list(range(n)),
+            "group_id": [f"g{i}" for i in range(n)],
+            "prompt_id": [f"p{i}" for i in range(n)],
+            "kind": [k for k, _ in rows],
+            "policy_version": [v for _, v in rows],
+            "reward": [0.5] * n,
+            "group_mean": [0.5] * n,
+            "group_std": [1.0] * n,
+            "group_size": [n] * n,
+        },
+        schema=BATCH_SCHEMA,
+    )
+
+
+def build_lake(store: Store) -> None:
+    """Two models over several versions; batches, weights and trainer stats for alpha only."""
+    samples = []
+    for model, rewards in REWARDS.items():
+        for v in range(VERSIONS):
+            when = T0 + timedelta(minutes=2 * v, seconds=10)  # minutes 0, 2, 4, 6: the odd ones are empty
+            for _ in range(GROUPS_PER_VERSION):
+                samples += group(model, rewards(v), v, created_at=when)
+    commits = write_samples(store, samples, "raas")
+    for step, rows in BATCHES.items():
+        write_batch(store, "alpha", step, _batch_rows(rows), {})
+    state = make_state(0)
+    for v in range(3):
+        publish(store, "alpha", state, full_every=2)
+        state = adam_step(state, v)
+    for step, (wait_s, step_s) in enumerate(WAITS):
+        stats = {"step": step, "wait_s": wait_s, "step_s": step_s, "at": (T0 + timedelta(minutes=step)).isoformat()}
+        store.put(layout.trainer_stats_key("alpha", step), json.dumps(stats).encode())
+    alpha_shard = next(c.shard for c in commits if c.model_id == "alpha")
+    for source, rows in ((alpha_shard, 3), ("catalog", 2)):
+        record = {"source": source, "rows": rows, "reason": "bad", "at": T0.isoformat(), "sample_ids": []}
+        store.put(layout.quarantine_key(T0, f"{source}-{rows}"), json.dumps(record).encode())
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Store:
+    store = open_store(str(tmp_path / "runs & tests" / "lake"))
+    build_lake(store)
+    return store
+
+
+def test_numbers(lake: Store) -> None:
+    data = gather(lake)
+    assert list(data.models) == ["alpha", "beta"]
+    for model, rewards in REWARDS.items():
+        got = data.models[model].rewards
+        assert [r.version for r in got] == list(range(VERSIONS))
+        for r in got:
+            assert r.mean_reward == pytest.approx(sum(rewards(r.version)) / len(rewards(r.version)))
+            assert r.samples == GROUPS_PER_VERSION * len(rewards(r.version))
+        assert data.models[model].samples == sum(r.samples for r in got)
+        # 2 groups at minutes 0, 2, 4, 6, nothing in between
+        per_minute = GROUPS_PER_VERSION * len(rewards(0))
+        assert data.models[model].rate_per_min == [per_minute, 0, per_minute, 0, per_minute, 0, per_minute]
+        assert data.models[model].rate_start_s[0] == T0.timestamp()
+    alpha, beta = data.models["alpha"], data.models["beta"]
+    assert alpha.batches == 3 and beta.batches == 0
+    assert sorted(alpha.staleness["fresh"]) == [0, 0, 0, 0, 1]
+    assert sorted(alpha.staleness["replay"]) == [1, 1, 2]
+    assert beta.staleness == {}
+    assert [w.version for w in alpha.weights] == [0, 1, 2] and beta.weights == []
+    for w in alpha.weights:
+        manifest = read_manifest(lake, "alpha", w.version)
+        assert w.delta_bytes == (manifest.delta.size if manifest.delta else None)
+        assert w.kind == manifest.kind and w.sparsity == manifest.sparsity
+    assert alpha.weights[0].delta_bytes is None and alpha.weights[1].delta_bytes
+    assert [s.wait_fraction for s in alpha.trainer] == [0.75, 0.5, 0.0]
+    assert alpha.quarantined_rows == 3 and beta.quarantined_rows == 0 and data.quarantined_unattributed == 2
+    first = summary(data)[0]
+    assert first["model"] == "alpha" and first["weight_versions"] == 3 and first["latest_version"] == 2
+    assert first["first_reward"] == pytest.approx(0.1) and first["latest_reward"] == pytest.approx(0.4)
+    assert data.notes == []
+
+
+def test_page_and_pngs(lake: Store, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    page = write_report(lake, out)
+    text = page.read_text()
+    linked = set(re.findall(r'<img src="([^"]+)"', text))
+    pngs = {p.name for p in out.glob("*.png")}
+    assert linked == pngs == {p.file for p in PLOTS}
+    for name in pngs:
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+    assert text.count('class="caption"') == len(PLOTS) and "No data yet" not in text
+    # the lake URL has '&' in it: escaped everywhere, never raw
+    assert "runs &amp; tests" in text and "runs & tests" not in text
+
+
+def test_empty_lake_through_cli(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "reward.png").write_bytes(b"an earlier report's plot")
+    result = CliRunner().invoke(report, ["--lake", str(tmp_path / "empty"), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"report: {out / 'index.html'}" in result.output
+    text = (out / "index.html").read_text()
+    assert text.count("No data yet") == len(PLOTS) + 1  # every plot and the summary
+    assert "<img" not in text and list(out.glob("*.png")) == []  # the stale plot is gone
+
+
+def test_cli_on_a_lake(lake: Store, tmp_path: Path) -> None:
+    out = tmp_path / "new" / "dir"
+    result = CliRunner().invoke(report, ["--lake", lake.url, "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(list(out.glob("*.png"))) == len(PLOTS) and (out / "index.html").exists()
+
+
+def test_missing_matplotlib_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in sys.modules if n == "matplotlib" or n.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(MissingExtraError, match=r"lakeflow\[report\]"):
+        write_report(open_store(str(tmp_path / "lake")), tmp_path / "out")
+    result = CliRunner().invoke(report, ["--lake", str(tmp_path / "lake"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "pip install 'lakeflow[report]'" in result.output
+
+
+@pytest.mark.s3
+def test_report_of_an_s3_lake(s3_url: str, s3_endpoint: str, tmp_path: Path) -> None:
+    store = open_store(s3_url, S3Options(endpoint_url=s3_endpoint))
+    build_lake(store)
+    data = gather(store)
+    assert [r.mean_reward for r in data.models["alpha"].rewards] == pytest.approx([0.1, 0.2, 0.3, 0.4])
+    args = ["--lake", s3_url, "--endpoint-url", s3_endpoint, "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(report, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert len(list((tmp_path / "out").glob("*.png"))) == len(PLOTS)
