@@ -131,7 +131,11 @@ class LocalStore:
                     continue
                 self._walk(sub, prefix, start_after, out)
             elif key.startswith(prefix) and (start_after is None or key > start_after):
-                out.append(ObjectInfo(key, entry.stat().st_size))
+                try:
+                    size = entry.stat().st_size
+                except FileNotFoundError:
+                    continue  # deleted while we listed: it is gone, as a later listing would say
+                out.append(ObjectInfo(key, size))
 
     def delete(self, key: str) -> None:
         with contextlib.suppress(FileNotFoundError):

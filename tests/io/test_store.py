@@ -128,3 +128,27 @@ def test_local_store_hides_temp_files_of_a_killed_writer(tmp_path) -> None:  # t
     store.put("a/b.json", b"1")
     (tmp_path / "a" / ".~lakeflow-deadbeef").write_bytes(b"half")
     assert [o.key for o in store.list("a/")] == ["a/b.json"]
+
+
+def test_listing_while_another_process_deletes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Rollout services delete their claims while the dataflow process lists: never an error."""
+    store = open_store(str(tmp_path))
+    folder = tmp_path / "tasks" / "m"
+    folder.mkdir(parents=True)
+    stop = threading.Event()
+
+    def churn() -> None:  # another process's puts and deletes, as fast as the filesystem goes
+        i = 0
+        while not stop.is_set():
+            (folder / f"t{i % 200}.claim").write_bytes(b"x")
+            (folder / f"t{(i + 100) % 200}.claim").unlink(missing_ok=True)
+            i += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        for _ in range(2000):
+            assert all(o.key.startswith("tasks/m/") for o in store.list("tasks/m/"))
+    finally:
+        stop.set()
+        worker.join()
