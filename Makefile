@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv test test-fast lint format bench lock clean
+.PHONY: help venv test test-fast lint format bench demo lock clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -29,6 +29,10 @@ lint: venv  ## ruff (lint + format check) and mypy on lakeflow/
 format: venv  ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix lakeflow tests
 	$(VENV)/bin/ruff format lakeflow tests
+
+demo: venv  ## the whole loop on this machine (tiny model, CPU), then its report
+	$(VENV)/bin/lakeflow run jobs/examples/tiny-math.yaml
+	$(VENV)/bin/lakeflow report --lake runs/tiny-math/lake --out runs/tiny-math/report
 
 bench: venv  ## the benchmarks whose numbers the README quotes
 	$(VENV)/bin/lakeflow bench lake --samples 16384
