@@ -6,14 +6,12 @@ workflow, sampling and the service's timings. `load_config` names the bad key an
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from lakeflow.errors import ConfigError
+from lakeflow.configfile import load_config_file, validate_config
 
 
 class _Strict(BaseModel):
@@ -69,24 +67,9 @@ class RaasConfig(_Strict):
 
 def load_config(path: str | Path) -> RaasConfig:
     """Parse and validate a YAML or JSON config; errors name the key and the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e}") from e
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
-    return parse_config(data or {}, str(path))
+    return load_config_file(RaasConfig, path)
 
 
 def parse_config(data: object, source: str = "config") -> RaasConfig:
     """Validate a config given as a dict; errors name the key and `source`."""
-    try:
-        return RaasConfig.model_validate(data)
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{source}: {problems}") from e
+    return validate_config(RaasConfig, data, source)

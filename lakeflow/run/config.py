@@ -7,15 +7,13 @@ validated where it is used; unknown keys are refused with the key and the file n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from lakeflow.configfile import load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
-from lakeflow.errors import ConfigError
 from lakeflow.raas.config import RaasConfig
 from lakeflow.trainer.config import TrainerConfig
 
@@ -70,16 +68,4 @@ class RunConfig(_Strict):
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Parse and validate a run config (YAML or JSON); errors name the key and the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read run config {path}: {e}") from e
-    try:
-        return RunConfig.model_validate(data or {})
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{path}: {problems}") from e
+    return load_config_file(RunConfig, path)

@@ -6,14 +6,12 @@ told apart by `type` (`grpo`, `m2po`, `sft`); advantages and the KL penalty are 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from lakeflow.errors import ConfigError
+from lakeflow.configfile import load_config_file
 
 
 class _Strict(BaseModel):
@@ -93,19 +91,4 @@ class TrainerConfig(_Strict):
 
 def load_config(path: str | Path) -> TrainerConfig:
     """Parse and validate a YAML or JSON config; errors name the key and the file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read trainer config {path}: {e}") from e
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
-    try:
-        return TrainerConfig.model_validate(data or {})
-    except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top level)'}: {err['msg']}" for err in e.errors()
-        )
-        raise ConfigError(f"{path}: {problems}") from e
+    return load_config_file(TrainerConfig, path)
