@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from lakeflow.bench.lake import add_ratios, bench_store, make_samples
+from lakeflow.cli.bench_loop import bench_loop
 from lakeflow.cli.weights import bench_weights
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.s3 import S3Store
@@ -26,6 +27,7 @@ def bench() -> None:
 
 
 bench.add_command(bench_weights)
+bench.add_command(bench_loop)
 
 
 @bench.command("lake")

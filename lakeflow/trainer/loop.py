@@ -7,6 +7,11 @@ The trainer holding weights version N trains batch N. Per step, in this order:
 3. write the heartbeat `stats/trainer/<model>/<N>.json`;
 4. publish version N + 1 (objects, manifest, then LATEST by compare-and-swap): the commit point.
 
+Lake I/O in the heartbeat: `load_s` is the read of batch N and its payload (part of `wait_s`);
+`publish_s` is the write of checkpoint N + 1 plus the publish of version N at the end of the
+previous step (the heartbeat precedes its own step's publish; 0 for that part on a process's
+first step, whose predecessor publish was not timed).
+
 Crash safety (kill -9 anywhere): on start the trainer resumes from LATEST = V and trains batch
 V next, so a batch is trained into the published chain exactly once. A crash before step 4
 completes leaves a checkpoint and a heartbeat for the unpublished N + 1, and perhaps some of its
@@ -74,6 +79,7 @@ class Trainer:
         self.base: State = {}  # the published state of `version`: what the next delta is coded against
         self._stop = threading.Event()
         self._force_publish = True  # leftovers of a crashed predecessor may exist for the first publish
+        self._publish_s = 0.0  # seconds of the last weights publish of a step, reported in the next heartbeat
 
     def stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler)."""
@@ -162,18 +168,21 @@ class Trainer:
                 log.info("stopped before finishing step %d; it will be trained on restart", self.version)
                 return
 
-    def wait_for_batch(self) -> tuple[StepBatch, float]:
-        """Batch `version` and the seconds spent waiting for it; Stopped if asked to stop meanwhile."""
+    def wait_for_batch(self) -> tuple[StepBatch, float, float]:
+        """Batch `version`, the seconds spent waiting for it, and the seconds of the read that found it
+        (batch object + payload, included in the wait); Stopped if asked to stop meanwhile."""
         started = time.monotonic()
         delay = self.config.poll_s
         vocab = getattr(self.model.config, "vocab_size", None)
         pad = getattr(self.model.config, "pad_token_id", None)
         while True:
+            attempt = time.monotonic()
             try:
                 batch, _meta = load_batch(
                     self.store, self.model_id, self.version, self.config.advantages, pad or 0, vocab
                 )
-                return batch, time.monotonic() - started
+                done = time.monotonic()
+                return batch, done - started, done - attempt
             except FileNotFoundError:
                 pass
             if self._stop.wait(delay):
@@ -183,11 +192,13 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """Train batch N = `version` and publish version N + 1; returns the heartbeat written."""
         step = self.version
-        batch, wait_s = self.wait_for_batch()
+        batch, wait_s, load_s = self.wait_for_batch()
         started = time.monotonic()
         metrics = self._train(batch)
         new_state = to_state(self.model)
+        checkpoint_started = time.monotonic()
         self._write_checkpoint(step + 1)
+        checkpoint_s = time.monotonic() - checkpoint_started
         stats = {
             "step": step,
             "batch": step,  # the batch object trained
@@ -199,10 +210,14 @@ class Trainer:
             **metrics,
             "wait_s": wait_s,
             "step_s": time.monotonic() - started,
+            "load_s": load_s,
+            "publish_s": checkpoint_s + self._publish_s,
             "at": datetime.now(UTC).isoformat(),
         }
         self.store.put(layout.trainer_stats_key(self.model_id, step), json.dumps(stats).encode())
+        publish_started = time.monotonic()
         self._publish(new_state, step + 1)
+        self._publish_s = time.monotonic() - publish_started
         log.info(
             "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained+published in %.2fs -> version %d",
             step,

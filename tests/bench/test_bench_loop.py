@@ -1,0 +1,30 @@
+"""`lakeflow bench loop` end to end with small settings: the JSON's structure, positive numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli.bench_loop import bench_loop
+
+
+@pytest.mark.slow
+def test_bench_loop_json() -> None:
+    args = ["--steps", "3", "--s3-samples", "512", "--s3-batch", "128", "--codec-params", "2000000", "--json"]
+    result = CliRunner().invoke(bench_loop, args)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    for section, keys in {
+        "lake": ["wall_per_step_s", "median_step_plus_wait_s", "median_load_s", "median_publish_s", "io_share"],
+        "sync": ["median_iteration_s", "median_generate_s"],
+        "s3": ["stored_bytes_per_token", "read_mbps", "write_mbps"],
+        "codec": ["encode_gbps", "synthetic_bytes_per_param", "real_bytes_per_param"],
+        "projection": ["load_s", "encode_s", "upload_s", "publish_s", "share"],
+    }.items():
+        for key in keys:
+            assert out[section][key] > 0, (section, key)
+    assert out["lake"]["steps"] == 3
+    assert [g["limit"] for g in out["goals"]] == [0.05, 0.01]
+    assert all(isinstance(g["met"], bool) for g in out["goals"])
