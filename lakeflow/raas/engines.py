@@ -63,6 +63,25 @@ def is_token_ids(prompt: Prompt) -> bool:
     return all(isinstance(t, int) for t in prompt)
 
 
+def chat_token_ids(tokenizer: Any, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of chat messages through the tokenizer's chat template (shared by every engine)."""
+    ids = tokenizer.apply_chat_template(
+        [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, return_dict=False
+    )
+    return [int(t) for t in ids]
+
+
+def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """Text of generated token ids, special tokens dropped."""
+    return str(tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
+
+def check_sampling(n: int, max_tokens: int, temperature: float) -> None:
+    """ValueError for sampling arguments no engine accepts."""
+    if n < 1 or max_tokens < 1 or temperature <= 0:
+        raise ValueError(f"need n >= 1, max_tokens >= 1, temperature > 0; got {n}, {max_tokens}, {temperature}")
+
+
 class HFEngine:
     """transformers `generate` on one device: float32 on CPU by default."""
 
@@ -135,22 +154,18 @@ class HFEngine:
 
     def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
         self._require_model()
-        ids = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, return_dict=False
-        )
-        return [int(t) for t in ids]
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         self._require_model()
-        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+        return decode_text(self.tokenizer, token_ids)
 
     # --- sampling -----------------------------------------------------------------------
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
     ) -> list[list[Completion]]:
-        if n < 1 or max_tokens < 1 or temperature <= 0:
-            raise ValueError(f"need n >= 1, max_tokens >= 1, temperature > 0; got {n}, {max_tokens}, {temperature}")
+        check_sampling(n, max_tokens, temperature)
         self._require_model()
         return [self._generate_one(p, n, max_tokens, temperature) for p in prompts]
 

@@ -26,7 +26,16 @@ from typing import Any
 
 from lakeflow.errors import MissingExtraError
 from lakeflow.raas.config import VLLMEngineConfig
-from lakeflow.raas.engines import ChatMessage, Completion, Prompt, _read_config, is_token_ids
+from lakeflow.raas.engines import (
+    ChatMessage,
+    Completion,
+    Prompt,
+    _read_config,
+    chat_token_ids,
+    check_sampling,
+    decode_text,
+    is_token_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,22 +123,18 @@ class VLLMEngine:
 
     def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
         self._require_model()
-        ids = self.tokenizer.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, return_dict=False
-        )
-        return [int(t) for t in ids]
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         self._require_model()
-        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))
+        return decode_text(self.tokenizer, token_ids)
 
     # --- sampling -----------------------------------------------------------------------
 
     def generate(
         self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
     ) -> list[list[Completion]]:
-        if n < 1 or max_tokens < 1 or temperature <= 0:
-            raise ValueError(f"need n >= 1, max_tokens >= 1, temperature > 0; got {n}, {max_tokens}, {temperature}")
+        check_sampling(n, max_tokens, temperature)
         self._require_model()
         all_ids = []
         for prompt in prompts:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from lakeflow.errors import MissingExtraError
 from lakeflow.weights import State, raw_tensor
-from lakeflow.weights.tensors import is_weight_file
+from lakeflow.weights.publish import read_side_files
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _SAFETENSORS = {
@@ -44,14 +44,8 @@ def side_files(path: str) -> dict[str, bytes]:
     A local directory ships its files as they are; for a hub id the config and tokenizer are
     written out by transformers.
     """
-    files: dict[str, bytes] = {}
     if os.path.isdir(path):
-        for name in sorted(os.listdir(path)):
-            full = os.path.join(path, name)
-            if os.path.isfile(full) and not is_weight_file(name) and not name.startswith("."):
-                with open(full, "rb") as f:
-                    files[name] = f.read()
-        return files
+        return read_side_files(path)
     import tempfile
 
     from transformers import AutoConfig, AutoTokenizer
@@ -59,10 +53,7 @@ def side_files(path: str) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory(prefix="lakeflow-side-") as tmp:
         AutoConfig.from_pretrained(path).save_pretrained(tmp)
         AutoTokenizer.from_pretrained(path).save_pretrained(tmp)
-        for name in sorted(os.listdir(tmp)):
-            with open(os.path.join(tmp, name), "rb") as f:
-                files[name] = f.read()
-    return files
+        return read_side_files(tmp)
 
 
 def to_state(model: torch.nn.Module) -> State:

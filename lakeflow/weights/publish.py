@@ -39,17 +39,20 @@ DEFAULT_FULL_EVERY = 10
 DELTA_FILE = "delta.safetensors"
 
 
+def read_side_files(directory: str) -> dict[str, bytes]:
+    """The non-weight files of a Hugging Face directory (config, tokenizer, …), by name."""
+    files: dict[str, bytes] = {}
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        if os.path.isfile(full) and not is_weight_file(name) and not name.startswith("."):
+            with open(full, "rb") as f:
+                files[name] = f.read()
+    return files
+
+
 def read_source(path: str) -> tuple[State, dict[str, bytes]]:
     """Tensors and side files (config, tokenizer, …) of a HF directory, or a lone .safetensors file."""
-    state = load_state(path)
-    files: dict[str, bytes] = {}
-    if os.path.isdir(path):
-        for name in sorted(os.listdir(path)):
-            full = os.path.join(path, name)
-            if os.path.isfile(full) and not is_weight_file(name) and not name.startswith("."):
-                with open(full, "rb") as f:
-                    files[name] = f.read()
-    return state, files
+    return load_state(path), read_side_files(path) if os.path.isdir(path) else {}
 
 
 def publish(
