@@ -16,9 +16,30 @@ from lakeflow.dataflow.config import FileDataset
 from lakeflow.errors import ConfigError
 from lakeflow.io import S3Options, open_store
 from lakeflow.io.testserver import local_s3_bucket
-from lakeflow.run import Launcher, load_run_config
+from lakeflow.run import Launcher, RunConfig, load_run_config
 
 CONFIG = "jobs/examples/tiny-math.yaml"
+
+
+def run_lake_loop(config: RunConfig, model_id: str) -> dict[str, Any]:
+    """The config through `lakeflow run`'s launcher on a temporary local lake; the trainer's numbers."""
+    with tempfile.TemporaryDirectory(prefix="lakeflow-bench-loop-") as tmp:
+        url = str(Path(tmp) / "lake")
+        store = open_store(url)
+        launcher = Launcher(config, store, url, Path(tmp) / "run")
+        started = time.monotonic()
+        launcher.start()
+        try:
+            outcome = None
+            while outcome is None:
+                time.sleep(0.2)
+                outcome = launcher.poll()
+        finally:
+            launcher.stop()
+        wall_s = time.monotonic() - started
+        if outcome != "done":
+            raise click.ClickException(f"the lakeflow run did not finish: {outcome}")
+        return lake_loop_stats(store, model_id, wall_s)
 
 
 @click.command("loop")
@@ -39,23 +60,10 @@ def bench_loop(steps: int, config_path: str, s3_samples: int, s3_batch: int, cod
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
     model = config.models[0]
-    with tempfile.TemporaryDirectory(prefix="lakeflow-bench-loop-") as tmp:
-        url = str(Path(tmp) / "lake")
-        store = open_store(url)
-        launcher = Launcher(config, store, url, Path(tmp) / "run")
-        started = time.monotonic()
-        launcher.start()
-        try:
-            outcome = None
-            while outcome is None:
-                time.sleep(0.2)
-                outcome = launcher.poll()
-        finally:
-            launcher.stop()
-        wall_s = time.monotonic() - started
-        if outcome != "done":
-            raise click.ClickException(f"the lakeflow run did not finish: {outcome}")
-        lake = lake_loop_stats(store, model.id, wall_s)
+    lake = run_lake_loop(config, model.id)
+    inline_trainer = model.trainer.model_copy(update={"overlap_io": False})
+    inline = config.model_copy(update={"models": [model.model_copy(update={"trainer": inline_trainer})]})
+    lake_inline = run_lake_loop(inline, model.id)
     flow = model.dataflow_config()
     if not isinstance(flow.dataset, FileDataset):
         raise click.UsageError(f"{config_path}: the synchronous loop needs a `file` dataset for its prompts")
@@ -71,6 +79,7 @@ def bench_loop(steps: int, config_path: str, s3_samples: int, s3_batch: int, cod
     result: dict[str, Any] = {
         "config": config_path,
         "lake": lake,
+        "lake_inline": lake_inline,
         "sync": sync,
         "s3": s3,
         "codec": codec,

@@ -80,6 +80,9 @@ class TrainerConfig(_Strict):
     max_tokens_per_microbatch: int = Field(
         8192, ge=1, description="Padded tokens (rows x longest row) per forward/backward; gradients accumulate."
     )
+    overlap_io: bool = Field(
+        True, description="Read the next batch and publish the last step's weights while training (else in line)."
+    )
     full_every: int = Field(10, ge=1, description="Publish a full weight copy every K versions (else deltas).")
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")

@@ -1,28 +1,37 @@
 """The trainer process: wait for batch N, train on it, publish weight version N + 1, repeat.
 
-The trainer holding weights version N trains batch N. Per step, in this order:
-1. wait for `batches/<model>/<N>` (poll with backoff), load its payload, train (minibatches,
-   gradient accumulation by token budget, AdamW, gradient clipping);
-2. write the optimizer checkpoint `checkpoints/<model>/<N+1>/optimizer.pt` (+ `trainer.json`);
-3. write the heartbeat `stats/trainer/<model>/<N>.json`;
-4. publish version N + 1 (objects, manifest, then LATEST by compare-and-swap): the commit point.
+The trainer holding weights version N trains batch N. Per step:
+1. wait for `batches/<model>/<N>` (read ahead by a prefetch thread while step N - 1 trained),
+   train (minibatches, gradient accumulation by token budget, AdamW, gradient clipping);
+2. snapshot the weights and serialise the optimizer state (blocking: the next step changes them;
+   the weights are copied into a state buffer the writer no longer needs: three rotate, the
+   published base, the pending job's state and the new snapshot);
+3. hand the step's writes to the background writer and go on to step N + 1. The writer, in
+   this order: the optimizer checkpoint `checkpoints/<model>/<N+1>/optimizer.pt` (+
+   `trainer.json`), the heartbeat `stats/trainer/<model>/<N>.json`, then the publish of
+   version N + 1 (objects, manifest, LATEST by compare-and-swap: the commit point).
+At most one step's writes are pending: before handing over step N + 1's, the trainer waits for
+step N's. `overlap_io: false` does the same writes before `train_step` returns.
 
-Lake I/O in the heartbeat: `load_s` is the read of batch N and its payload (part of `wait_s`);
-`publish_s` is the write of checkpoint N + 1 plus the publish of version N at the end of the
-previous step (the heartbeat precedes its own step's publish; 0 for that part on a process's
-first step, whose predecessor publish was not timed).
+Lake I/O in the heartbeat: `load_s` is the read of batch N (batch object + payload), wherever it
+ran; `wait_s` is what the trainer blocked for it; `snapshot_s` is step 2; `publish_block_s` the
+wait for the previous step's writes (in line: all of them); `publish_s` how long those writes took in the background;
+`io_block_s = min(wait_s, load_s) + snapshot_s + publish_block_s` is the lake I/O on the
+trainer's critical path.
 
 Crash safety (kill -9 anywhere): on start the trainer resumes from LATEST = V and trains batch
-V next, so a batch is trained into the published chain exactly once. A crash before step 4
-completes leaves a checkpoint and a heartbeat for the unpublished N + 1, and perhaps some of its
-weight objects: the restarted trainer retrains batch N from version N and overwrites all three
-(the first publish of a process uses `force`, since leftovers can only be its predecessor's).
-Because 2 precedes 4 in the same process, a published version's optimizer checkpoint is always
-the one of its own training. A published version without a checkpoint (written by another
-tool, or checkpoints deleted) resumes from its weights with fresh AdamW moments: the first and
-second moment estimates and the bias-correction step count are lost, and the log says so.
-SIGTERM (`stop()`): waiting or between minibatches, the step is abandoned (nothing written);
-once a step's writes began they are finished; then `run` returns.
+V next, so a batch is trained into the published chain exactly once. Training runs ahead of
+publishing by at most one step: a crash loses the unpublished steps, which the restarted
+trainer retrains from V. A crash inside the writer leaves a checkpoint and a heartbeat for an
+unpublished version, and perhaps some of its weight objects: the restarted trainer overwrites
+all three (the first publish of a process uses `force`, since leftovers can only be its
+predecessor's). Because the checkpoint precedes the publish in the same job, a published
+version's optimizer checkpoint is always the one of its own training. A published version
+without a checkpoint (written by another tool, or checkpoints deleted) resumes from its weights
+with fresh AdamW moments: the first and second moment estimates and the bias-correction step
+count are lost, and the log says so. SIGTERM (`stop()`): waiting or between minibatches, the
+step is abandoned (nothing written); pending writes of earlier steps are finished; then `run`
+returns.
 
 One process on CPU. Not implemented yet: placing the model on a GPU, and multi-GPU training
 with FSDP2 under torchrun. Do not launch this trainer under torchrun: every rank would train
@@ -39,6 +48,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import torch
@@ -47,6 +57,7 @@ from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.models import resolve_model
+from lakeflow.trainer.background import Prefetch, Writer
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
 from lakeflow.trainer.losses import LossInputs, build_loss
@@ -79,11 +90,19 @@ class Trainer:
         self.base: State = {}  # the published state of `version`: what the next delta is coded against
         self._stop = threading.Event()
         self._force_publish = True  # leftovers of a crashed predecessor may exist for the first publish
-        self._publish_s = 0.0  # seconds of the last weights publish of a step, reported in the next heartbeat
+        self.published = -1  # newest version this process published (or found published at start)
+        self._writer = Writer()  # checkpoint, heartbeat and publish of a step, behind the next step
+        self._prefetch: Prefetch[tuple[StepBatch, float]] | None = None  # the next batch, read while training
+        self._spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
+        self._inline_block_s = 0.0  # in line: the seconds the last step's writes blocked, for the next heartbeat
+        self._until: int | None = None  # the version `run` stops at: nothing is prefetched beyond it
 
     def stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler)."""
         self._stop.set()
+        prefetch = self._prefetch
+        if prefetch is not None:
+            prefetch.cancel()
 
     # --- start and resume ----------------------------------------------------------------------
 
@@ -106,10 +125,10 @@ class Trainer:
                 force=True,
             )
             self._force_publish = False
-            self.version = manifest.version
+            self.version = self.published = manifest.version
             log.info("published the base model %s as version %d of %s", self.config.model, self.version, self.model_id)
         else:
-            self.version = latest[0].version
+            self.version = self.published = latest[0].version
             dest = os.path.join(self.work_dir, "policy")
             pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
             self.model = load_model(dest, self.config.dtype)
@@ -158,47 +177,70 @@ class Trainer:
     # --- the loop ------------------------------------------------------------------------------
 
     def run(self, until_version: int | None = None) -> None:
-        """Train until version `until_version` is published (None: forever) or `stop()` is called."""
+        """Train until version `until_version` is published (None: forever) or `stop()` is called.
+
+        Returns once every write of the steps trained has finished (errors of those writes are raised)."""
         if self.version < 0:
             self.start()
-        while until_version is None or self.version < until_version:
-            try:
-                self.train_step()
-            except Stopped:
-                log.info("stopped before finishing step %d; it will be trained on restart", self.version)
-                return
+        self._until = until_version
+        try:
+            while until_version is None or self.version < until_version:
+                try:
+                    self.train_step()
+                except Stopped:
+                    log.info("stopped before finishing step %d; it will be trained on restart", self.version)
+                    return
+        finally:
+            if self._prefetch is not None:
+                self._prefetch.cancel()
+                self._prefetch = None
+            self._writer.drain()
 
-    def wait_for_batch(self) -> tuple[StepBatch, float, float]:
-        """Batch `version`, the seconds spent waiting for it, and the seconds of the read that found it
-        (batch object + payload, included in the wait); Stopped if asked to stop meanwhile."""
-        started = time.monotonic()
+    def _fetch_batch(self, version: int, cancelled: threading.Event | None = None) -> tuple[StepBatch, float]:
+        """Batch `version` once it exists, and the seconds of the read that found it (batch object +
+        payload); polls with backoff; Stopped if asked to stop (or `cancelled`) meanwhile."""
+        wake = cancelled or self._stop
         delay = self.config.poll_s
         vocab = getattr(self.model.config, "vocab_size", None)
         pad = getattr(self.model.config, "pad_token_id", None)
         while True:
             attempt = time.monotonic()
             try:
-                batch, _meta = load_batch(
-                    self.store, self.model_id, self.version, self.config.advantages, pad or 0, vocab
-                )
-                done = time.monotonic()
-                return batch, done - started, done - attempt
+                batch, _meta = load_batch(self.store, self.model_id, version, self.config.advantages, pad or 0, vocab)
+                return batch, time.monotonic() - attempt
             except FileNotFoundError:
                 pass
-            if self._stop.wait(delay):
+            if wake.wait(delay) or self._stop.is_set():
                 raise Stopped
             delay = min(delay * 2, self.config.max_poll_s)
 
+    def wait_for_batch(self) -> tuple[StepBatch, float, float]:
+        """Batch `version`, the seconds this thread blocked for it, and the seconds of the read that
+        found it (possibly in the prefetch thread, before this call)."""
+        started = time.monotonic()
+        prefetch = self._prefetch
+        self._prefetch = None
+        if prefetch is not None and prefetch.key == self.version:
+            batch, load_s = prefetch.result()
+        else:
+            batch, load_s = self._fetch_batch(self.version)
+        return batch, time.monotonic() - started, load_s
+
     def train_step(self) -> dict[str, Any]:
-        """Train batch N = `version` and publish version N + 1; returns the heartbeat written."""
+        """Train batch N = `version`; version N + 1 is published by the background writer (or before
+        returning when `overlap_io` is off). Returns the heartbeat handed to the writer."""
         step = self.version
         batch, wait_s, load_s = self.wait_for_batch()
+        if self.config.overlap_io and (self._until is None or step + 1 < self._until):
+            self._prefetch = Prefetch(step + 1, partial(self._fetch_batch, step + 1))
         started = time.monotonic()
         metrics = self._train(batch)
-        new_state = to_state(self.model)
-        checkpoint_started = time.monotonic()
-        self._write_checkpoint(step + 1)
-        checkpoint_s = time.monotonic() - checkpoint_started
+        trained = time.monotonic()
+        new_state = to_state(self.model, self._spare.pop() if self._spare else None)
+        checkpoint = self._checkpoint_bytes(step + 1)
+        snapshot_s = time.monotonic() - trained
+        # the previous step's writes finish before this one's start (in line: they finished in that step)
+        publish_block_s = self._writer.drain() + self._inline_block_s
         stats = {
             "step": step,
             "batch": step,  # the batch object trained
@@ -211,21 +253,23 @@ class Trainer:
             "wait_s": wait_s,
             "step_s": time.monotonic() - started,
             "load_s": load_s,
-            "publish_s": checkpoint_s + self._publish_s,
+            "snapshot_s": snapshot_s,
+            "publish_block_s": publish_block_s,
+            "publish_s": self._writer.last_job_s,  # the previous step's background writes
+            "io_block_s": min(wait_s, load_s) + snapshot_s + publish_block_s,
             "at": datetime.now(UTC).isoformat(),
         }
-        self.store.put(layout.trainer_stats_key(self.model_id, step), json.dumps(stats).encode())
-        publish_started = time.monotonic()
-        self._publish(new_state, step + 1)
-        self._publish_s = time.monotonic() - publish_started
+        self.version = step + 1
+        self._writer.submit(partial(self._write_step, stats, checkpoint, new_state))
+        self._inline_block_s = 0.0 if self.config.overlap_io else self._writer.drain()
         log.info(
-            "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained+published in %.2fs -> version %d",
+            "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained in %.2fs -> version %d",
             step,
             stats["loss"],
             stats["reward_mean"],
             stats["tokens"],
             wait_s,
-            time.monotonic() - started,
+            trained - started,
             step + 1,
         )
         return stats
@@ -270,13 +314,20 @@ class Trainer:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def _write_checkpoint(self, version: int) -> None:
-        """Optimizer state (and the resolved config) of `version`, written before `version` is published."""
+    def _checkpoint_bytes(self, version: int) -> dict[str, bytes]:
+        """Optimizer state (and the resolved config) of `version`, serialised now: the next step changes it."""
         buffer = io.BytesIO()
         torch.save({"optimizer": self._optim().state_dict(), "version": version}, buffer)
-        self.store.put(layout.checkpoint_object_key(self.model_id, version, OPTIMIZER_FILE), buffer.getvalue())
         info = {"model_id": self.model_id, "version": version, "config": self.config.model_dump(mode="json")}
-        self.store.put(layout.checkpoint_object_key(self.model_id, version, TRAINER_FILE), json.dumps(info).encode())
+        return {OPTIMIZER_FILE: buffer.getvalue(), TRAINER_FILE: json.dumps(info).encode()}
+
+    def _write_step(self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State) -> None:
+        """The writer's job for one step, in crash-safe order: checkpoint, heartbeat, then the publish."""
+        version = stats["version"]
+        for name, data in checkpoint.items():
+            self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
+        self.store.put(layout.trainer_stats_key(self.model_id, stats["step"]), json.dumps(stats).encode())
+        self._publish(state, version)
 
     def _publish(self, state: State, version: int) -> None:
         latest = read_latest(self.store, self.model_id)
@@ -296,5 +347,6 @@ class Trainer:
             force=self._force_publish,
         )
         self._force_publish = False
+        self._spare.append(self.base)  # no job reads the old base any more: the next snapshot reuses it
         self.base = state
-        self.version = manifest.version
+        self.published = manifest.version

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -56,11 +57,13 @@ def side_files(path: str) -> dict[str, bytes]:
         return read_side_files(tmp)
 
 
-def to_state(model: torch.nn.Module) -> State:
+def to_state(model: torch.nn.Module, into: State | None = None) -> State:
     """Parameters and buffers that a checkpoint stores, as raw bits (copied).
 
     Tied tensors (an LM head sharing the embedding) appear once, under the first name in
-    `state_dict` order, as `save_pretrained` writes them.
+    `state_dict` order, as `save_pretrained` writes them. `into`, a state of the same model
+    no longer in use, is overwritten and returned: copying into memory already touched runs
+    at memcpy speed (~11 GB/s here) where fresh arrays fault their pages in (~0.5 GB/s).
     """
     state: State = {}
     seen: set[int] = set()
@@ -72,8 +75,13 @@ def to_state(model: torch.nn.Module) -> State:
         if t.dtype not in _SAFETENSORS:
             raise ValueError(f"tensor {name} has dtype {t.dtype}; the trainer publishes float32, bfloat16 or float16")
         dtype, view = _SAFETENSORS[t.dtype]
-        bits = t.contiguous().cpu().view(view).numpy().copy()
-        state[name] = raw_tensor(dtype, tuple(t.shape), bits)
+        source = t.contiguous().cpu().view(view).numpy().reshape(-1)
+        old = into.get(name) if into is not None else None
+        if old is not None and old.dtype == dtype and old.shape == tuple(t.shape):
+            np.copyto(old.bits, source)
+            state[name] = old
+        else:
+            state[name] = raw_tensor(dtype, tuple(t.shape), source.copy())
     return state
 
 

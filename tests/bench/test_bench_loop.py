@@ -17,14 +17,18 @@ def test_bench_loop_json() -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     for section, keys in {
-        "lake": ["wall_per_step_s", "median_step_plus_wait_s", "median_load_s", "median_publish_s", "io_share"],
+        "lake": ["wall_per_step_s", "median_load_s", "median_publish_s", "io_share", "background_share"],
+        "lake_inline": ["wall_per_step_s", "median_load_s", "median_publish_s", "io_share", "background_share"],
         "sync": ["median_iteration_s", "median_generate_s"],
         "s3": ["stored_bytes_per_token", "read_mbps", "write_mbps"],
-        "codec": ["encode_gbps", "synthetic_bytes_per_param", "real_bytes_per_param"],
-        "projection": ["load_s", "encode_s", "upload_s", "publish_s", "share"],
+        "codec": ["snapshot_gbps", "encode_gbps", "synthetic_bytes_per_param", "real_bytes_per_param"],
+        "projection": ["load_s", "encode_s", "upload_s", "publish_s", "share", "snapshot_s", "overlapped_share"],
     }.items():
         for key in keys:
             assert out[section][key] > 0, (section, key)
-    assert out["lake"]["steps"] == 3
+    assert out["lake"]["steps"] == out["lake_inline"]["steps"] == 3
+    # in line, every byte of lake I/O blocks the trainer; overlapped, only part of it does
+    assert out["lake_inline"]["io_share"] > out["lake_inline"]["background_share"]
+    assert out["lake"]["io_share"] > 0
     assert [g["limit"] for g in out["goals"]] == [0.05, 0.01]
     assert all(isinstance(g["met"], bool) for g in out["goals"])

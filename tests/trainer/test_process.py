@@ -70,7 +70,8 @@ def test_kill_9_after_version_1_resumes_without_repeating_or_skipping(
     assert f"resuming {MODEL} from published version {killed_at}" in text
     assert "loaded optimizer state of version" in text
     assert trained_steps(second_log) == list(range(killed_at, 3))  # starts where the lake says, no repeat
-    assert set(trained_steps(first_log)) <= set(range(killed_at))
+    # training runs at most one step ahead of publishing: the killed process may have trained one more
+    assert set(trained_steps(first_log)) <= set(range(killed_at + 1))
     assert list_versions(store, MODEL) == [0, 1, 2, 3]
     for version in (1, 2, 3):
         assert read_manifest(store, MODEL, version).base_version in (version - 1, None)
