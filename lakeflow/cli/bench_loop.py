@@ -50,13 +50,22 @@ def run_lake_loop(config: RunConfig, model_id: str) -> dict[str, Any]:
 @click.option("--s3-samples", type=click.IntRange(min=64), default=4096, show_default=True, help="Synthetic samples.")
 @click.option("--s3-batch", type=click.IntRange(min=1), default=1024, show_default=True, help="Samples read by ref.")
 @click.option("--codec-params", type=click.IntRange(min=1), default=50_000_000, show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["hf", "vllm"]),
+    default="hf",
+    show_default=True,
+    help="Rollout engine of the lakeflow run (the synchronous loop generates with transformers).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_loop(steps: int, config_path: str, s3_samples: int, s3_batch: int, codec_params: int, as_json: bool) -> None:
+def bench_loop(
+    steps: int, config_path: str, s3_samples: int, s3_batch: int, codec_params: int, engine: str, as_json: bool
+) -> None:
     """Iteration time and lake I/O share of the tiny config vs a synchronous in-process loop, and
     the lake's share of the paper's 77.65 s iteration projected from measured rates. Run it from
     the repository root (the config's dataset path is relative) on an otherwise idle machine."""
     try:
-        config = load_run_config(config_path).model_copy(update={"steps": steps})
+        config = load_run_config(config_path).model_copy(update={"steps": steps}).with_engine(engine)
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
     model = config.models[0]
@@ -78,6 +87,7 @@ def bench_loop(steps: int, config_path: str, s3_samples: int, s3_batch: int, cod
     projection = project(s3, codec)
     result: dict[str, Any] = {
         "config": config_path,
+        "engine": engine,
         "lake": lake,
         "lake_inline": lake_inline,
         "sync": sync,

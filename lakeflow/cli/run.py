@@ -20,13 +20,23 @@ from lakeflow.run import Launcher, load_run_config
 @click.option("--lake", "lake_url", default=None, help="Lake URL (default: the config's, else ./runs/<name>/lake).")
 @click.option("--endpoint-url", default=None, help="S3-compatible endpoint for an s3:// lake.")
 @click.option("--run-dir", default=None, help="Where configs and logs go (default: ./runs/<name>).")
-def run(config_path: str, lake_url: str | None, endpoint_url: str | None, run_dir: str | None) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["hf", "vllm"]),
+    default=None,
+    help="Run every rollout pool on this engine (default: each pool's configured one).",
+)
+def run(
+    config_path: str, lake_url: str | None, endpoint_url: str | None, run_dir: str | None, engine: str | None
+) -> None:
     """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
     trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
     try:
         config = load_run_config(config_path)
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
+    if engine is not None:
+        config = config.with_engine(engine)
     directory = Path(run_dir or Path("runs") / config.name)
     url = lake_url or config.lake or str(directory / "lake")
     store = open_lake(url, endpoint_url)

@@ -8,7 +8,7 @@ staleness bound, data policies (by name from `catalog/policies/<kind>/` or by pa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,7 +35,36 @@ class FileDataset(_Strict):
     name: str = Field("", description="Dataset name stamped on samples; defaults to the file name.")
 
 
-Dataset = Annotated[SyntheticDataset | FileDataset, Field(discriminator="type")]
+class ReasoningGymDataset(_Strict):
+    """Procedurally generated tasks of one reasoning-gym generator, scored by the generator's own checker.
+
+    Needs the `reasoning-gym` package in the dataflow process and in the rollout services.
+    """
+
+    type: Literal["reasoning_gym"] = "reasoning_gym"
+    name: str = Field(description="Generator name, e.g. 'basic_arithmetic', 'chain_sum', 'gsm_symbolic'.")
+    size: int = Field(1000, ge=1, description="How many tasks are generated.")
+    seed: int = Field(0, description="Seed of the generator; the same seed gives the same tasks.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Other fields of the generator's config (e.g. min_terms, max_digits); checked by reasoning-gym.",
+    )
+    system_prompt: str = Field(
+        "",
+        description=(
+            "System message sent before each question, e.g. one asking for <answer></answer> tags (the reward "
+            "scores the last tagged answer, else the whole completion); empty: the question alone."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _size_and_seed_are_fields(self) -> ReasoningGymDataset:
+        if clash := sorted({"size", "seed"} & set(self.config)):
+            raise ValueError(f"set {' and '.join(clash)} as the dataset's own field, not inside config")
+        return self
+
+
+Dataset = Annotated[SyntheticDataset | FileDataset | ReasoningGymDataset, Field(discriminator="type")]
 
 
 class Policies(_Strict):

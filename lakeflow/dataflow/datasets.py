@@ -1,4 +1,5 @@
-"""The prompts a run rolls out: a JSONL or Parquet file of {prompt, answer}, or generated arithmetic.
+"""The prompts a run rolls out: a JSONL or Parquet file of {prompt, answer}, generated arithmetic,
+or a reasoning-gym generator (its answer column carries the entry its scorer needs, as JSON).
 
 Loaded once into the catalog's `prompts` table; curation policies choose among them.
 """
@@ -6,7 +7,9 @@ Loaded once into the catalog's `prompts` table; curation policies choose among t
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from lakeflow.dataflow.config import Dataset, FileDataset
-from lakeflow.errors import ConfigError
+from lakeflow.dataflow.config import Dataset, FileDataset, ReasoningGymDataset
+from lakeflow.errors import ConfigError, MissingExtraError
 
 PROMPT_COLUMNS = ("prompt_id", "prompt_order", "prompt", "answer", "task_type", "dataset")
 
@@ -24,6 +27,8 @@ def load_prompts(dataset: Dataset) -> pa.Table:
     """The dataset as a table with PROMPT_COLUMNS (prompt ids made stable and unique)."""
     if isinstance(dataset, FileDataset):
         return _from_file(dataset)
+    if isinstance(dataset, ReasoningGymDataset):
+        return _from_reasoning_gym(dataset)
     rng = np.random.default_rng(dataset.seed)
     a, b, c = (rng.integers(1, 100, dataset.prompts) for _ in range(3))
     prompts = [f"What is {x} + {y} * {z}? Answer with the number only." for x, y, z in zip(a, b, c, strict=True)]
@@ -53,6 +58,67 @@ def _from_file(dataset: FileDataset) -> pa.Table:
         ids = [hashlib.sha1(p.encode()).hexdigest()[:16] + f"-{i}" for i, p in enumerate(prompts)]
     task_type = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else ["math"] * len(prompts)
     return _table(ids, prompts, answers, task_type, dataset.name or path.stem)
+
+
+def _from_reasoning_gym(dataset: ReasoningGymDataset) -> pa.Table:
+    try:
+        import reasoning_gym
+    except ImportError as e:
+        raise MissingExtraError("reasoning-gym", "reasoning-gym") from e
+    known = reasoning_gym.factory.DATASETS
+    if dataset.name not in known:
+        raise ConfigError(f"unknown reasoning-gym generator {dataset.name!r}; known: {', '.join(sorted(known))}")
+    config = {"size": dataset.size, "seed": dataset.seed, **dataset.config}
+    try:
+        generator = reasoning_gym.create_dataset(dataset.name, **config)
+    except (TypeError, ValueError, AssertionError) as e:  # unknown key (TypeError), validate() (assert)
+        raise ConfigError(f"reasoning-gym generator {dataset.name!r} refuses config {dataset.config}: {e}") from e
+    entries = [generator[i] for i in range(dataset.size)]
+    prompts = [str(e["question"]) for e in entries]
+    if dataset.system_prompt:
+        system = {"role": "system", "content": dataset.system_prompt}
+        prompts = [json.dumps([system, {"role": "user", "content": p}]) for p in prompts]
+    # What the reward needs to rebuild the generator's scorer and call score_answer(text, entry).
+    answers = [
+        json.dumps({"generator": dataset.name, "config": config, "entry": e}, default=_jsonable) for e in entries
+    ]
+    for entry, answer in zip(entries, answers, strict=True):
+        _check_round_trip(generator, entry, json.loads(answer)["entry"], dataset.name)
+    # Parameters are part of the id: the same seed with other parameters makes other prompts.
+    params = hashlib.sha1(json.dumps(dataset.config, sort_keys=True).encode()).hexdigest()[:8]
+    stem = f"{dataset.name}-{dataset.seed}-{params}" if dataset.config else f"{dataset.name}-{dataset.seed}"
+    ids = [f"{stem}-{i}" for i in range(dataset.size)]
+    return _table(ids, prompts, answers, f"reasoning_gym:{dataset.name}", dataset.name)
+
+
+def _jsonable(value: object) -> object:
+    """The few non-JSON values reasoning-gym puts in metadata: numpy arrays, sets, Fractions (as text)."""
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else str(value)
+
+
+def _check_round_trip(generator: Any, entry: dict[str, Any], decoded: dict[str, Any], name: str) -> None:
+    """Refuse a generator whose scorer depends on what JSON loses (tuples, numpy, Fractions in metadata)."""
+    gold = entry.get("answer")
+    if gold is None:
+        return
+    gold = gold if isinstance(gold, str) else json.dumps(gold, default=_jsonable)
+    try:
+        before = generator.score_answer(gold, entry)
+    except Exception:  # the generator cannot score its own reference (a bug of its own): nothing to compare
+        return
+    try:
+        after = generator.score_answer(gold, decoded)
+    except Exception as e:
+        after = f"{type(e).__name__}: {e}"
+    if after != before:
+        raise ConfigError(
+            f"reasoning-gym generator {name!r} cannot be used: its scorer gives the reference answer {before} on "
+            f"the generated entry but {after} on the entry read back from JSON (its metadata holds tuples or "
+            "other non-JSON values the scorer compares)"
+        )
 
 
 def _table(ids: list[str], prompts: list[str], answers: list[str], task_type: object, name: str) -> pa.Table:

@@ -56,6 +56,16 @@ class RaasConfig(_Strict):
     max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; logprobs are of the tempered policy.")
     reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this get reward 0 ('overlong').")
+    truncated_reward: float | None = Field(
+        None,
+        allow_inf_nan=False,
+        description=(
+            "Reward of a completion cut off by max_new_tokens (finish_reason 'length', reason 'truncated') instead "
+            "of the checker's score, e.g. 0 or a negative penalty. None (default): scored like any other, because "
+            "the tiny demos generate only a few tokens and a model that has not yet learned to stop would earn "
+            "nothing for a right answer."
+        ),
+    )
     claim_ttl_s: float = Field(300, gt=0, description="Claim lifetime; renewed every third of it while generating.")
     heartbeat_s: float = Field(5, gt=0, description="Interval of the stats/raas/<id>.json heartbeat.")
     poll_s: float = Field(1.0, gt=0, description="Sleep when no task is open or no weights are published yet.")

@@ -4,16 +4,24 @@ Every outcome is a `Reward` (value, reason); bad output (empty, no answer, garba
 an exception inside the checker) scores 0.0 with a reason that the workflow stores in the
 sample's `extra`. Math answers are checked with `math-verify` when it is installed, else by
 the fallback: the last number in the text compared numerically (relative tolerance 1e-6).
+Task types `reasoning_gym:<generator>` are scored by that reasoning-gym generator's own
+`score_answer` (reasoning-gym is imported on first use).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import math
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from lakeflow.errors import MissingExtraError
+from lakeflow.raas.code import code_reward
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +31,8 @@ _SHOWN = 64  # characters of the extracted answer kept in the reason
 
 @dataclass(frozen=True)
 class Reward:
-    """A score and why: 'correct', 'wrong', 'empty', 'no-answer', 'overlong', 'no-reference', 'checker-error: …'."""
+    """A score and why: 'correct', 'wrong', 'partial', 'empty', 'no-answer', 'overlong', 'no-reference',
+    'checker-error: …'."""
 
     value: float
     reason: str
@@ -99,15 +108,62 @@ def _math_verify(text: str, answer: str) -> Reward:
     return Reward(1.0 if ok else 0.0, "correct" if ok else "wrong", shown)
 
 
-REWARDS: dict[str, RewardFn] = {"math": math_reward}
+def reasoning_gym_reward(text: str, answer: str, max_chars: int = 8192) -> Reward:
+    """The score of the reasoning-gym generator that made the task; `answer` is the JSON the dataflow wrote.
+
+    That JSON is {generator, config, entry}: the generator is rebuilt with its config and its
+    `score_answer(given, entry)` called, where `given` is the last <answer>…</answer> of the
+    completion if it has one, else the whole completion. Scores below 1 that are not 0 (partial
+    credit, or a format credit such as gsm_symbolic's 0.01 for a wrong number) are kept as given.
+    """
+    if not answer.strip():
+        return Reward(0.0, "no-reference")
+    if not text.strip():
+        return Reward(0.0, "empty")
+    if len(text) > max_chars:
+        return Reward(0.0, "overlong")
+    try:
+        ref = json.loads(answer)
+        generator, config, entry = ref["generator"], ref["config"], ref["entry"]
+    except (ValueError, TypeError, KeyError) as e:
+        return Reward(0.0, f"checker-error: the reference is not a reasoning-gym entry ({type(e).__name__}: {e})")
+    try:
+        score, extract = _reasoning_gym_scorer(generator, json.dumps(config, sort_keys=True))
+        given = extract(text)
+        given = text.strip() if given is None else given
+        if not given:
+            return Reward(0.0, "no-answer")
+        value = float(score(given, entry))
+    except _CHECKER_ERRORS as e:  # MissingExtraError included: it names the package to install
+        return Reward(0.0, f"checker-error: {type(e).__name__}: {str(e)[:200]}")
+    if not math.isfinite(value):
+        return Reward(0.0, f"checker-error: reasoning-gym scored {value}")
+    reason = "correct" if value >= 1.0 else "partial" if value > 0 else "wrong"
+    return Reward(value, reason, given[:_SHOWN])
+
+
+@functools.lru_cache(maxsize=64)
+def _reasoning_gym_scorer(generator: str, config_json: str) -> tuple[Callable[..., Any], Callable[[str], str | None]]:
+    """(score_answer of the generator built with this config, reasoning-gym's <answer> tag extractor)."""
+    try:
+        import reasoning_gym
+        from reasoning_gym.utils import extract_answer
+    except ImportError as e:
+        raise MissingExtraError("reasoning-gym", "reasoning-gym") from e
+    return reasoning_gym.create_dataset(generator, **json.loads(config_json)).score_answer, extract_answer
+
+
+REWARDS: dict[str, RewardFn] = {"math": math_reward, "reasoning_gym": reasoning_gym_reward, "code": code_reward}
+_TAKE_MAX_CHARS = (math_reward, reasoning_gym_reward)
 
 
 def build_reward(task_type: str, max_chars: int = 8192) -> RewardFn:
-    """The reward function of a task type ('' means math); an unknown type scores 0 with a reason."""
-    fn = REWARDS.get(task_type or "math")
+    """The reward function of a task type ('' means math; 'family:variant' falls back to 'family');
+    an unknown type scores 0 with a reason."""
+    fn = REWARDS.get(task_type or "math") or REWARDS.get(task_type.partition(":")[0])
     if fn is None:
         known = ", ".join(sorted(REWARDS))
         return lambda text, answer: Reward(0.0, f"no reward function for task_type {task_type!r} (known: {known})")
-    if fn is math_reward:
-        return lambda text, answer: math_reward(text, answer, max_chars)
+    if fn in _TAKE_MAX_CHARS:
+        return functools.partial(fn, max_chars=max_chars)
     return fn

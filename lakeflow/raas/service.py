@@ -68,7 +68,7 @@ class RolloutService:
         self.raas_id = layout.check_name(self.config.id or f"raas-{uuid.uuid4().hex[:12]}", "rollout service id")
         self.engine = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
         self.workflow = build_workflow(self.config.workflow)
-        self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature)
+        self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature, self.config.truncated_reward)
         self.writer = ShardWriter(store, self.raas_id, max_rows=1 << 30)  # a group is never split across shards
         self.version: int | None = None  # weights version loaded in the engine
         self.stats = RaasStats()

@@ -10,6 +10,8 @@ A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`
   their logprobs and loss_mask 1; tokens it did not sample (tool output, other roles'
   messages, chat-template glue between turns) carry logprob 0.0 and loss_mask 0.
 - Bad model output is scored, never raised: the reward function returns 0 and a reason.
+- With `Sampling.truncated_reward` set, a completion cut off by max_tokens (finish_reason
+  'length') gets that reward and the reason 'truncated' instead of the checker's score.
 """
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ from typing import Any
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import ChatMessage, Engine
-from lakeflow.raas.rewards import RewardFn
+from lakeflow.raas.rewards import Reward, RewardFn
 
 POLICY = "policy"  # the role of a single-policy workflow
 
 
 @dataclass(frozen=True)
 class Sampling:
-    """How completions are drawn."""
+    """How completions are drawn, and how a truncated one is scored."""
 
     max_tokens: int
     temperature: float
+    truncated_reward: float | None = None  # reward of finish_reason 'length'; None: the checker scores it
 
 
 @dataclass
@@ -83,7 +86,10 @@ def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: 
     (completions,) = engine.generate([prompt_ids], task.n_samples, max_tokens, sampling.temperature)
     out = []
     for c in completions:
-        r = reward(c.text, task.answer)
+        if c.finish_reason == "length" and sampling.truncated_reward is not None:
+            r = Reward(sampling.truncated_reward, "truncated")
+        else:
+            r = reward(c.text, task.answer)
         extra = {"reward_reason": r.reason, "temperature": sampling.temperature}
         if r.extracted:
             extra["extracted"] = r.extracted
@@ -107,7 +113,16 @@ def _error(prompt_ids: list[int], reason: str) -> Trajectory:
     return Trajectory(POLICY, uuid.uuid4().hex, prompt_ids, [], [], [], 0.0, "error", {"reward_reason": reason})
 
 
-WORKFLOWS: dict[str, Workflow] = {"rlvr": rlvr}
+# The multi-policy workflows build on the types above, so they are imported after them (importing
+# lakeflow.raas.multi first also lands here first: the package imports this module).
+from lakeflow.raas.multi import code_select, code_testgen, solve_verify  # noqa: E402
+
+WORKFLOWS: dict[str, Workflow] = {
+    "rlvr": rlvr,
+    "solve_verify": solve_verify,
+    "code_select": code_select,
+    "code_testgen": code_testgen,
+}
 
 
 def build_workflow(name: str) -> Workflow:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lakeflow.configfile import load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
-from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.trainer.config import TrainerConfig
 
 
@@ -64,6 +64,18 @@ class RunConfig(_Strict):
 
     def dataflow(self) -> DataflowConfig:
         return DataflowConfig(models=[m.dataflow_config() for m in self.models], tasks=self.tasks, loop=self.loop)
+
+    def with_engine(self, kind: str) -> RunConfig:
+        """Every rollout pool on engine `kind` ('hf' or 'vllm'): a pool already on it keeps its settings,
+        the others get that engine's defaults."""
+        models = []
+        for m in self.models:
+            engine = m.raas.config.engine
+            if engine.type != kind:
+                engine = HFEngineConfig() if kind == "hf" else VLLMEngineConfig()
+            raas = m.raas.config.model_copy(update={"engine": engine})
+            models.append(m.model_copy(update={"raas": m.raas.model_copy(update={"config": raas})}))
+        return self.model_copy(update={"models": models})
 
 
 def load_run_config(path: str | Path) -> RunConfig:

@@ -335,7 +335,7 @@ def _chunks(olds: list[np.ndarray], news: list[np.ndarray]) -> Iterator[tuple[in
             yield s, (olds[first][lo:hi], news[first][lo:hi])
             continue
         pieces = [(i, max(s, bounds[i]) - bounds[i], min(e, bounds[i + 1]) - bounds[i]) for i in range(first, last + 1)]
-        yield s, tuple(np.concatenate([g[i][lo:hi] for i, lo, hi in pieces]) for g in (olds, news))  # type: ignore[misc]
+        yield s, tuple(np.concatenate([g[i][lo:hi] for i, lo, hi in pieces]) for g in (olds, news))
 
 
 def _bin_counts(ctx_sorted: np.ndarray, e_cut: int) -> np.ndarray:

@@ -1,13 +1,24 @@
-"""Math rewards: right and wrong answers, and every kind of bad output scoring 0 with a reason."""
+"""Math and reasoning-gym rewards: right and wrong answers, and every kind of bad output scoring 0 with a reason."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import math
+import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
 
+from lakeflow.dataflow.config import ReasoningGymDataset
+from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.raas import rewards
-from lakeflow.raas.rewards import Reward, build_reward, last_number_reward, math_reward
+from lakeflow.raas.rewards import Reward, build_reward, last_number_reward, math_reward, reasoning_gym_reward
+
+needs_reasoning_gym = pytest.mark.skipif(
+    importlib.util.find_spec("reasoning_gym") is None, reason="reasoning-gym is not installed"
+)
 
 
 @pytest.mark.parametrize("text", ["42", "The answer is 42.", r"so \boxed{42}", "42.0", "x = 7 * 6 = 42"])
@@ -85,3 +96,85 @@ def test_reward_functions_are_chosen_by_task_type() -> None:
     assert build_reward("math", max_chars=3)("42 is it", "42").reason == "overlong"
     r = build_reward("poetry")("42", "42")
     assert r.value == 0.0 and "no reward function for task_type 'poetry'" in r.reason
+
+
+@pytest.fixture
+def fresh_scorers() -> Iterator[None]:
+    scorer = rewards._reasoning_gym_scorer  # held: a test may monkeypatch the module's name
+    scorer.cache_clear()
+    yield
+    scorer.cache_clear()
+
+
+def _tasks(name: str, size: int = 5) -> list[tuple[str, str, str]]:
+    """(task_type, reference answer column, gold answer) of a reasoning-gym dataset, as the dataflow writes them."""
+    rows = load_prompts(ReasoningGymDataset(name=name, size=size, seed=11)).to_pylist()
+    return [(r["task_type"], r["answer"], json.loads(r["answer"])["entry"]["answer"]) for r in rows]
+
+
+@needs_reasoning_gym
+@pytest.mark.parametrize("name", ["basic_arithmetic", "chain_sum", "gsm_symbolic"])
+def test_reasoning_gym_scores_with_the_generators_own_scorer(name: str) -> None:
+    for task_type, ref, gold in _tasks(name):
+        reward = build_reward(task_type)
+        assert reward(gold, ref) == Reward(1.0, "correct", gold)
+        assert reward(f"<think>easy</think>\n<answer> {gold} </answer>", ref) == Reward(1.0, "correct", gold)
+        wrong = reward(f"<answer>{int(gold) + 1}</answer>", ref)
+        # gsm_symbolic's scorer gives 0.01 for a wrong number (a format credit); the others 0
+        assert (wrong.value, wrong.reason) == ((0.01, "partial") if name == "gsm_symbolic" else (0.0, "wrong"))
+        assert reward("no idea ###", ref) == Reward(0.0, "wrong", "no idea ###")
+
+
+@needs_reasoning_gym
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [("", "empty"), ("  \n", "empty"), ("<answer></answer>", "no-answer"), ("7" * 9000, "overlong")],
+)
+def test_reasoning_gym_bad_output_scores_0_with_a_reason(text: str, reason: str) -> None:
+    ((task_type, ref, _),) = _tasks("chain_sum", size=1)
+    assert build_reward(task_type)(text, ref) == Reward(0.0, reason)
+
+
+@needs_reasoning_gym
+def test_reasoning_gym_bad_references_are_reasons_not_crashes(fresh_scorers: None) -> None:
+    assert reasoning_gym_reward("3", "") == Reward(0.0, "no-reference")
+    for ref in ["not json", "[1, 2]", json.dumps({"generator": "chain_sum"})]:
+        r = reasoning_gym_reward("3", ref)
+        assert r.value == 0.0 and r.reason.startswith("checker-error: the reference is not a reasoning-gym entry")
+    ((_, ref, gold),) = _tasks("chain_sum", size=1)
+    gone = json.dumps(json.loads(ref) | {"generator": "no_such_generator"})  # e.g. an older reasoning-gym
+    r = reasoning_gym_reward(gold, gone)
+    assert r.value == 0.0 and r.reason.startswith("checker-error: ValueError") and "no_such_generator" in r.reason
+
+
+@needs_reasoning_gym
+def test_an_exception_inside_the_reasoning_gym_scorer_is_a_reason(
+    monkeypatch: pytest.MonkeyPatch, fresh_scorers: None
+) -> None:
+    ((task_type, ref, gold),) = _tasks("chain_sum", size=1)
+    _, extract = rewards._reasoning_gym_scorer("chain_sum", json.dumps(json.loads(ref)["config"], sort_keys=True))
+
+    def broken(answer: str, entry: object) -> float:
+        raise KeyError("metadata")
+
+    monkeypatch.setattr(rewards, "_reasoning_gym_scorer", lambda generator, config: (broken, extract))
+    r = build_reward(task_type)(gold, ref)
+    assert r == Reward(0.0, "checker-error: KeyError: 'metadata'")
+    monkeypatch.setattr(rewards, "_reasoning_gym_scorer", lambda generator, config: (lambda a, e: math.nan, extract))
+    assert build_reward(task_type)(gold, ref).reason == "checker-error: reasoning-gym scored nan"
+
+
+def test_reasoning_gym_missing_is_a_reason_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, fresh_scorers: None
+) -> None:
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as if it were not installed
+    ref = json.dumps({"generator": "chain_sum", "config": {}, "entry": {"question": "1 + 2 =", "answer": "3"}})
+    r = build_reward("reasoning_gym:chain_sum")("3", ref)
+    assert r.value == 0.0 and r.reason.startswith("checker-error: MissingExtraError: reasoning-gym is not installed")
+    assert "pip install 'lakeflow[reasoning-gym]'" in r.reason
+
+
+def test_task_types_with_a_variant_fall_back_to_their_family() -> None:
+    assert build_reward("math:gsm8k")("it is 42", "42").value == 1.0
+    assert build_reward("reasoning_gym:chain_sum", max_chars=3)("1234", "{}").reason == "overlong"
+    assert "no reward function for task_type 'poetry:haiku'" in build_reward("poetry:haiku")("42", "42").reason

