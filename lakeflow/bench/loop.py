@@ -305,7 +305,7 @@ def render(result: dict[str, Any]) -> str:
         f"+ {PAPER_PARAMS:.0e} x {codec['real_bytes_per_param']} B / {s3['write_mbps']:.1f} MB/s "
         f"= {proj['encode_s']:.2f} + {proj['upload_s']:.2f} s",
         f"  snapshot = {PAPER_PARAMS:.0e} x {BF16_BYTES} B / {codec['snapshot_gbps']:.1f} GB/s = "
-        f"{proj['snapshot_s']:.2f} s (one process; the optimizer checkpoint is not counted, see `checkpoint_every`)",
+        f"{proj['snapshot_s']:.2f} s (one process; the per-step optimizer checkpoint is not counted)",
         f"  in line:    ({proj['load_s']:.2f} + {proj['publish_s']:.2f}) / {PAPER_ITERATION_S} s = {proj['share']:.2%}",
         f"  overlapped: snapshot + background beyond the iteration = {proj['overlapped_share']:.2%}",
         "",

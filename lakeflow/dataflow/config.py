@@ -107,7 +107,13 @@ class ModelConfig(_Strict):
     pass_rate_decay: float = Field(0.5, gt=0, lt=1, description="Weight of history in the pass-rate EMA.")
     policies: Policies = Field(default_factory=Policies)
     greso: Greso = Field(default_factory=Greso)
-    dataset: Dataset = Field(default_factory=SyntheticDataset)
+    dataset: Dataset | None = Field(
+        default_factory=SyntheticDataset,
+        description=(
+            "Where its prompts come from. null: the model issues no tasks; its samples come from a multi-policy "
+            "workflow run on another model's tasks (e.g. a verifier judging a solver's answers)."
+        ),
+    )
 
 
 class TasksConfig(_Strict):

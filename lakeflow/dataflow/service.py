@@ -79,7 +79,7 @@ class DataflowService:
         self.issuer.round = int(state.get("round", 0))
         for model in self.config.models:
             loaded = self.catalog.con.execute("SELECT count(*) FROM prompts WHERE model_id = ?", [model.id]).fetchone()
-            if not loaded or not loaded[0]:
+            if model.dataset is not None and (not loaded or not loaded[0]):
                 table = load_prompts(model.dataset)
                 self.catalog.con.register("_prompts", table)
                 columns = ", ".join(PROMPT_COLUMNS)
@@ -131,7 +131,7 @@ class DataflowService:
             busy |= self._complete(model)
             busy |= self._adopt(model)
             busy |= self._serve(model)
-            if self.lease.valid():
+            if self.lease.valid() and model.dataset is not None:  # a model without a dataset issues no tasks
                 self.counters.claims_reissued += self.issuer.sync(model, now)
                 issued = self.issuer.top_up(model, self._trainer_version(model), now)
                 self.counters.tasks_issued += issued

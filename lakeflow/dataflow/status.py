@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakeflow.dataflow.checkpoint import load_manifest
+from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
@@ -25,12 +26,28 @@ from lakeflow.text import text_table
 from lakeflow.weights.manifest import read_latest
 
 
-def checkpoint_tables(store: Store) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
+def checkpoint_tables(store: Store, attempts: int = 5) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
     """The tables of the newest catalog checkpoint (without internal columns), and its manifest.
-    `sample_hashes` is left out: it is only for duplicate detection and the largest table."""
-    manifest = load_manifest(store)
-    if manifest is None:
-        return {}, None
+    `sample_hashes` is left out: it is only for duplicate detection and the largest table.
+
+    During a run the dataflow process writes a new checkpoint every few seconds and deletes the
+    superseded copies of the mutable tables: a part that vanishes mid-read means a newer
+    checkpoint exists, so the read starts again from the new manifest."""
+    for _ in range(attempts):
+        manifest = load_manifest(store)
+        if manifest is None:
+            return {}, None
+        try:
+            return _read_parts(store, manifest), manifest
+        except FileNotFoundError:
+            continue
+    raise LakeflowError(
+        f"the catalog checkpoint changed under {attempts} reads in a row; try again (is the dataflow process "
+        "checkpointing continuously? see loop.checkpoint_s)"
+    )
+
+
+def _read_parts(store: Store, manifest: dict[str, Any]) -> dict[str, pa.Table]:
     tables = {}
     for name, keys in manifest["parts"].items():
         if name == "sample_hashes":
@@ -39,7 +56,7 @@ def checkpoint_tables(store: Store) -> tuple[dict[str, pa.Table], dict[str, Any]
         if parts:
             table = pa.concat_tables(parts)
             tables[name] = table.drop_columns([c for c in table.column_names if c.startswith("_")])
-    return tables, manifest
+    return tables
 
 
 def lake_status(store: Store) -> dict[str, Any]:

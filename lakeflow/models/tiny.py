@@ -19,6 +19,7 @@ from typing import Any
 from lakeflow.errors import MissingExtraError
 
 TINY_PREFIX = "tiny:"
+TINY_VERSION = 2  # of the recipe (corpus, shapes): part of the cache path, so a changed recipe is rebuilt
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -33,6 +34,10 @@ def _corpus(n: int, seed: int) -> list[str]:
         a, b, c = rng.randint(1, 99), rng.randint(1, 99), rng.randint(1, 99)
         lines.append(f"What is {a} + {b} * {c}? Answer with the number only. {a + b * c}")
         lines.append(f"The answer is {rng.randint(0, 10000)}. user assistant system")
+        verdict = "yes" if rng.random() < 0.5 else "no"  # the verifier's words are whole tokens
+        lines.append(
+            f"Verdict: {verdict}. The answer {rng.randint(0, 100)} is {'correct' if verdict == 'yes' else 'wrong'}."
+        )
     return lines
 
 
@@ -88,7 +93,7 @@ def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
     if ref.startswith(TINY_PREFIX):
         name = ref[len(TINY_PREFIX) :] or "default"
         base = Path(cache_dir or os.path.join(tempfile.gettempdir(), "lakeflow-models"))
-        path = base / f"tiny-{name}"
+        path = base / f"tiny-{name}-v{TINY_VERSION}"
         if not (path / "config.json").exists():
             try:
                 build_tiny_model(path)

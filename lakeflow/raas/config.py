@@ -53,6 +53,14 @@ class RaasConfig(_Strict):
         ),
     )
     workflow: str = Field("rlvr", description="Workflow name in lakeflow.raas.workflows.WORKFLOWS.")
+    roles: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Multi-policy workflows: role -> model id, e.g. {solver: solver, verifier: verifier}. The service's own "
+            "model (--model, whose tasks it claims) must play one role; every model gets its own engine and weight "
+            "stream, and each sample goes to the model of its role. Empty: one role, 'policy', played by the own model."
+        ),
+    )
     max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; logprobs are of the tempered policy.")
     reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this get reward 0 ('overlong').")

@@ -14,7 +14,7 @@ import ast
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,25 @@ class _Turns:
             info["extracted"] = r.extracted
         ids, logprobs, mask = self.response_ids, self.logprobs, self.mask
         return Trajectory(role, episode_id, self.prompt_ids, ids, logprobs, mask, r.value, self.finish_reason, info)
+
+
+def _add_retry(
+    turns: _Turns,
+    glue: list[int],
+    again: Completion | str | None,
+    first: Reward,
+    extra: dict[str, Any],
+    score: Callable[[Completion], Reward],
+) -> Reward:
+    """Append a retry (glue masked, then the second answer) to `turns`; the final answer's reward.
+    A retry that could not run is recorded in `extra` and the first answer's reward stands."""
+    if isinstance(again, Completion):
+        turns.inserted(glue)
+        turns.sampled(again)
+        return score(again)
+    if again is not None:
+        extra["retry_error"] = again
+    return first
 
 
 def _one(prompt_ids: list[int], out: Completion | str) -> _Turns:
@@ -224,14 +243,9 @@ def solve_verify(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
             out.append(solvers[i].trajectory(SOLVER, episode, Reward(0.0, first), sampling))
             out.append(_one(v_prompts[i], "").trajectory(VERIFIER, episode, Reward(0.0, verdicts[i].reason), sampling))
             continue
-        first_r = final_r = reward(first.text, task.answer)
+        first_r = reward(first.text, task.answer)
         again, extra = second.get(i), dict[str, Any]()
-        if isinstance(again, Completion):
-            solvers[i].inserted(glue[i])
-            solvers[i].sampled(again)
-            final_r = reward(again.text, task.answer)
-        elif again is not None:
-            extra["retry_error"] = again
+        final_r = _add_retry(solvers[i], glue.get(i, []), again, first_r, extra, lambda c: reward(c.text, task.answer))
         verdict = "accept" if verdicts[i].accept else "reject"
         extra.update(verdict=verdict, retried=isinstance(again, Completion), first_reason=first_r.reason)
         extra.update(first_correct=_passed(first_r), final_correct=_passed(final_r))
@@ -413,14 +427,9 @@ def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
     out = []
     for i, first in enumerate(firsts):
         episode = _new_id()
-        first_r = final_r = reward(first.text, task.answer) if isinstance(first, Completion) else Reward(0.0, first)
+        first_r = reward(first.text, task.answer) if isinstance(first, Completion) else Reward(0.0, first)
         again, extra = second.get(i), dict[str, Any]()
-        if isinstance(again, Completion):
-            solvers[i].inserted(glue[i])
-            solvers[i].sampled(again)
-            final_r = reward(again.text, task.answer)
-        elif again is not None:
-            extra["retry_error"] = again
+        final_r = _add_retry(solvers[i], glue.get(i, []), again, first_r, extra, lambda c: reward(c.text, task.answer))
         run, caught = runs[i], i in failing
         extra.update(retried=isinstance(again, Completion), tests=len(cases[i]), first_reason=first_r.reason)
         extra.update(first_correct=_passed(first_r), final_correct=_passed(final_r))

@@ -42,14 +42,21 @@ class Reward:
 RewardFn = Callable[[str, str], Reward]  # (completion text, reference answer) -> Reward
 
 
-def math_reward(text: str, answer: str, max_chars: int = 8192) -> Reward:
-    """1.0 when the completion's final answer equals the reference, else 0.0 with the reason."""
+def unscorable(text: str, answer: str, max_chars: int) -> Reward | None:
+    """The 0 reward of a pair no checker needs to see (no reference, empty, overlong), else None."""
     if not answer.strip():
         return Reward(0.0, "no-reference")
     if not text.strip():
         return Reward(0.0, "empty")
     if len(text) > max_chars:
         return Reward(0.0, "overlong")
+    return None
+
+
+def math_reward(text: str, answer: str, max_chars: int = 8192) -> Reward:
+    """1.0 when the completion's final answer equals the reference, else 0.0 with the reason."""
+    if (bad := unscorable(text, answer, max_chars)) is not None:
+        return bad
     try:
         return _math_verify(text, answer) if HAVE_MATH_VERIFY else last_number_reward(text, answer)
     except _CHECKER_ERRORS as e:  # a checker bug or timeout costs one sample's reward, not the service
@@ -116,12 +123,8 @@ def reasoning_gym_reward(text: str, answer: str, max_chars: int = 8192) -> Rewar
     completion if it has one, else the whole completion. Scores below 1 that are not 0 (partial
     credit, or a format credit such as gsm_symbolic's 0.01 for a wrong number) are kept as given.
     """
-    if not answer.strip():
-        return Reward(0.0, "no-reference")
-    if not text.strip():
-        return Reward(0.0, "empty")
-    if len(text) > max_chars:
-        return Reward(0.0, "overlong")
+    if (bad := unscorable(text, answer, max_chars)) is not None:
+        return bad
     try:
         ref = json.loads(answer)
         generator, config, entry = ref["generator"], ref["config"], ref["entry"]

@@ -1,6 +1,8 @@
 """The rollout service: claim a task, run the workflow, commit the group, follow the weights.
 
-Loop: between groups (never inside one) pull a newer LATEST and reload the engine; claim an
+Loop: between groups (never inside one) pull a newer LATEST of each model and reload its engine
+(multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own
+model and that model's version, and `extra.versions` holds every model's); claim an
 open task (create-only: another instance's claim is skipped); generate and score the group
 while a background thread renews the claim and writes the heartbeat; renew once more, then
 commit the group as one shard. A lost claim means the task was reissued: the group is
@@ -24,7 +26,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakeflow.errors import LakeflowError, WeightsIntegrityError
+from lakeflow.errors import ConfigError, LakeflowError, WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.lake import ShardWriter, layout
 from lakeflow.lake import tasks as lake_tasks
@@ -33,7 +35,7 @@ from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine, build_engine
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
-from lakeflow.weights import pull, read_latest
+from lakeflow.weights import local_version, pull, read_latest
 
 log = logging.getLogger(__name__)
 
@@ -59,28 +61,50 @@ class _Held:
 
 
 class RolloutService:
-    """One rollout service instance for one model."""
+    """One rollout service instance: claims its model's tasks; hosts one engine per model of the workflow's roles."""
 
     def __init__(self, store: Store, model_id: str, config: RaasConfig | None = None, engine: Engine | None = None):
         self.store = store
         self.model_id = layout.check_name(model_id, "model id")
         self.config = config or RaasConfig()
         self.raas_id = layout.check_name(self.config.id or f"raas-{uuid.uuid4().hex[:12]}", "rollout service id")
-        self.engine = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
+        self.roles = dict(self.config.roles) or {POLICY: self.model_id}
+        if self.model_id not in self.roles.values():
+            raise ConfigError(
+                f"roles {self.roles} do not include this service's model {self.model_id!r}: the model whose tasks it "
+                "claims must play one of the workflow's roles"
+            )
+        self.models = [self.model_id, *sorted(set(self.roles.values()) - {self.model_id})]
+        for m in self.models:
+            layout.check_name(m, "model id")
+        own = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
+        self.engines = {
+            m: own if m == self.model_id else build_engine(self.config.engine, self.config.seed) for m in self.models
+        }
+        self.versions: dict[str, int | None] = dict.fromkeys(self.models)  # weights version loaded per model
+        self.loaded_sha256: dict[str, str] = {}  # state checksum of the loaded weights, per model
         self.workflow = build_workflow(self.config.workflow)
         self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature, self.config.truncated_reward)
         self.writer = ShardWriter(store, self.raas_id, max_rows=1 << 30)  # a group is never split across shards
-        self.version: int | None = None  # weights version loaded in the engine
         self.stats = RaasStats()
         self.state = "starting"
         self.started_at = datetime.now(UTC)
         self._own_cache = self.config.cache_dir is None
         self.cache_dir = self.config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-raas-")
-        self.weights_dir = os.path.join(self.cache_dir, self.model_id)
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
         self._held: _Held | None = None
         self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the service's own model."""
+        return self.engines[self.model_id]
+
+    @property
+    def version(self) -> int | None:
+        """The weights version of the service's own model in its engine."""
+        return self.versions[self.model_id]
 
     # --- control ------------------------------------------------------------------------
 
@@ -123,7 +147,8 @@ class RolloutService:
     def step(self) -> bool:
         """Refresh weights, then roll out one task; False when there was nothing to do."""
         self.refresh_weights()
-        if self.version is None:
+        versions = dict(self.versions)
+        if any(v is None for v in versions.values()):
             self.state = "waiting-for-weights"
             return False
         held = self._claim_next()
@@ -131,33 +156,42 @@ class RolloutService:
             self.state = "idle"
             return False
         try:
-            self._roll_out(held, self.version)
+            self._roll_out(held, {m: v for m, v in versions.items() if v is not None})
         finally:
             with self._lock:
                 self._held = None
         return True
 
     def refresh_weights(self) -> bool:
-        """Load a newer published version into the engine; True when the weights changed."""
-        if self.config.model is not None:  # a frozen model: loaded once, version 0
-            if self.version is None:
-                self.engine.load(resolve_model(self.config.model, self.cache_dir))
-                self.version = 0
+        """Load newer published versions into the engines; True when any weights changed."""
+        changed = False
+        for model_id in self.models:
+            changed |= self._refresh(model_id)
+        return changed
+
+    def _refresh(self, model_id: str) -> bool:
+        engine = self.engines[model_id]
+        if self.config.model is not None and model_id == self.model_id:  # a frozen model: loaded once, version 0
+            if self.versions[model_id] is None:
+                engine.load(resolve_model(self.config.model, self.cache_dir))
+                self.versions[model_id] = 0
                 return True
             return False
-        latest = read_latest(self.store, self.model_id)
-        if latest is None or latest[0].version == self.version:
+        latest = read_latest(self.store, model_id)
+        if latest is None or latest[0].version == self.versions[model_id]:
             return False
         self.state = "pulling-weights"
         try:
-            result = pull(self.store, self.model_id, self.weights_dir, latest[0].version)
+            result = pull(self.store, model_id, os.path.join(self.cache_dir, model_id), latest[0].version)
         except (WeightsIntegrityError, FileNotFoundError) as e:  # a broken or collected version: try again later
-            log.warning("cannot pull %s version %s: %s", self.model_id, latest[0].version, e)
+            log.warning("cannot pull %s version %s: %s", model_id, latest[0].version, e)
             return False
-        self.engine.load(result.path)
-        self.version = result.version
+        engine.load(result.path)
+        self.versions[model_id] = result.version
+        marker = local_version(result.path) or {}
+        self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
         self.stats.reloads += 1
-        log.info("%s: loaded %s version %s (%s)", self.raas_id, self.model_id, result.version, result.route)
+        log.info("%s: loaded %s version %s (%s)", self.raas_id, model_id, result.version, result.route)
         return True
 
     def _claim_next(self) -> _Held | None:
@@ -187,13 +221,15 @@ class RolloutService:
             return held
         return None
 
-    def _roll_out(self, held: _Held, version: int) -> None:
-        """Generate, score and commit one group with the weights of `version` (never reloaded meanwhile)."""
+    def _roll_out(self, held: _Held, versions: dict[str, int]) -> None:
+        """Generate, score and commit one group with the weights of `versions` (never reloaded meanwhile);
+        the samples of each model are committed as that model's shard."""
         task = held.task
         self.state = "generating"
         reward = build_reward(task.task_type, self.config.reward_max_chars)
         started = time.monotonic()
-        trajectories = self.workflow(task, {POLICY: self.engine}, reward, self.sampling)
+        engines = {role: self.engines[model_id] for role, model_id in self.roles.items()}
+        trajectories = self.workflow(task, engines, reward, self.sampling)
         seconds = time.monotonic() - started
         if not self._renew(held, force=True):
             self.stats.abandoned += 1
@@ -201,7 +237,7 @@ class RolloutService:
             return
         self.state = "committing"
         for t in trajectories:
-            self.writer.add(self._sample(task, t, version))
+            self.writer.add(self._sample(task, t, versions))
         self.writer.flush()
         tokens = sum(len(t.response_ids) for t in trajectories)
         with self._lock:
@@ -210,15 +246,19 @@ class RolloutService:
             self.stats.tokens += tokens
             self._speed.append((tokens, seconds))
 
-    def _sample(self, task: lake_tasks.Task, t: Trajectory, version: int) -> dict[str, Any]:
+    def _sample(self, task: lake_tasks.Task, t: Trajectory, versions: dict[str, int]) -> dict[str, Any]:
+        model_id = self.roles.get(t.role, self.model_id)
+        version = versions[model_id]
         extra = {**t.extra, "attempt": task.attempt}
+        if len(versions) > 1:  # the other roles' weights shaped this sample too
+            extra["versions"] = versions
         return {
             "sample_id": uuid.uuid4().hex,
             "episode_id": t.episode_id,
             "group_id": task.task_id,
             "prompt_id": task.prompt_id,
             "task_id": task.task_id,
-            "model_id": self.model_id,
+            "model_id": model_id,
             "role": t.role,
             "policy_version": version,
             "max_version": version,
@@ -281,6 +321,8 @@ class RolloutService:
                 "samples": self.stats.samples,
                 "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
                 "weights_version": self.version,
+                "weights_versions": dict(self.versions),
+                "weights_sha256": dict(self.loaded_sha256),
                 "region": self.config.region,
                 "model_id": self.model_id,
                 "engine": self.config.engine.type,

@@ -53,13 +53,28 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
-        self.dataflow()  # validates every model's dataflow section
+        flow = self.dataflow()  # validates every model's dataflow section
+        models = {m.id: m for m in self.models}
         for m in self.models:
-            if m.raas.config.temperature != m.trainer.temperature:
+            pool = m.raas.config
+            roles = pool.roles or {"policy": m.id}
+            if flow.model(m.id).dataset is None and m.raas.replicas > 0:
                 raise ValueError(
-                    f"model {m.id}: raas temperature {m.raas.config.temperature} != trainer temperature "
-                    f"{m.trainer.temperature}; the trainer's importance ratios need the sampling temperature"
+                    f"model {m.id}: has no dataset, so it issues no tasks for its {m.raas.replicas} rollout services; "
+                    "set raas.replicas: 0 and give it a role in another model's pool (raas.config.roles)"
                 )
+            if m.id not in roles.values():
+                raise ValueError(f"model {m.id}: raas.config.roles {roles} must give the model itself a role")
+            for role, model_id in roles.items():
+                if model_id not in models:
+                    raise ValueError(f"model {m.id}: role {role!r} names model {model_id!r}, which is not in models")
+                trainer = models[model_id].trainer
+                if pool.temperature != trainer.temperature:
+                    raise ValueError(
+                        f"model {m.id}: raas temperature {pool.temperature} != trainer temperature "
+                        f"{trainer.temperature} of {model_id} (role {role!r}); the trainer's importance ratios need "
+                        "the sampling temperature"
+                    )
         return self
 
     def dataflow(self) -> DataflowConfig:

@@ -86,6 +86,9 @@ class TrainerConfig(_Strict):
     full_every: int = Field(10, ge=1, description="Publish a full weight copy every K versions (else deltas).")
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")
+    device: str = Field(
+        "cpu", description="torch device to train on ('cpu', 'cuda', 'cuda:1'); published weights are copied to host."
+    )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Parameter dtype, trained and published (float32 on CPU)."
     )

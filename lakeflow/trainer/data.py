@@ -8,7 +8,7 @@ trained (nothing predicts it), which is why a prompt must have at least one toke
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 import torch
@@ -42,6 +42,10 @@ class StepBatch:
     def tokens(self) -> int:
         """Trained tokens (the denominator of the token mean)."""
         return int(self.mask.sum())
+
+    def to(self, device: str) -> StepBatch:
+        """The same rows on `device` (a no-op on the device they are on)."""
+        return StepBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
 
     def select(self, rows: list[int]) -> StepBatch:
         """These rows, trimmed to their longest row."""

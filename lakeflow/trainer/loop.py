@@ -33,9 +33,10 @@ count are lost, and the log says so. SIGTERM (`stop()`): waiting or between mini
 step is abandoned (nothing written); pending writes of earlier steps are finished; then `run`
 returns.
 
-One process on CPU. Not implemented yet: placing the model on a GPU, and multi-GPU training
-with FSDP2 under torchrun. Do not launch this trainer under torchrun: every rank would train
-the same batch and the ranks would race to publish (all but one fail on LATEST).
+One process, on `device` (CPU by default; a CUDA device works the same way but has not been
+run on a GPU here). Not implemented yet: multi-GPU training with FSDP2 under torchrun. Do not
+launch this trainer under torchrun: every rank would train the same batch and the ranks would
+race to publish (all but one fail on LATEST).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class Trainer:
         latest = read_latest(self.store, self.model_id)
         if latest is None:
             source = resolve_model(self.config.model, self.config.model_cache_dir)
-            self.model = load_model(source, self.config.dtype)
+            self.model = load_model(source, self.config.dtype).to(self.config.device)
             self.base = to_state(self.model)
             manifest = publish(
                 self.store,
@@ -131,7 +132,7 @@ class Trainer:
             self.version = self.published = latest[0].version
             dest = os.path.join(self.work_dir, "policy")
             pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
-            self.model = load_model(dest, self.config.dtype)
+            self.model = load_model(dest, self.config.dtype).to(self.config.device)
             self.base = to_state(self.model)
             log.info("resuming %s from published version %d", self.model_id, self.version)
         self.optimizer = self._make_optimizer()
@@ -159,7 +160,7 @@ class Trainer:
             lost = "" if self.version == 0 else " (Adam moments and step count of earlier training are lost)"
             log.info("no optimizer checkpoint for version %d: starting AdamW fresh%s", self.version, lost)
             return
-        saved = torch.load(io.BytesIO(data), weights_only=True)
+        saved = torch.load(io.BytesIO(data), weights_only=True, map_location=self.config.device)
         optimizer.load_state_dict(saved["optimizer"])
         for group in optimizer.param_groups:  # the config, not the checkpoint, sets hyperparameters
             group.update(lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay)
@@ -169,7 +170,7 @@ class Trainer:
         """Version 0 from the lake, frozen: the reference of the KL penalty."""
         dest = os.path.join(self.work_dir, "reference")
         pull(self.store, self.model_id, dest, 0, TransferOptions(progress=False))
-        reference = load_model(dest, self.config.dtype)
+        reference = load_model(dest, self.config.dtype).to(self.config.device)
         reference.eval()
         reference.requires_grad_(False)
         return reference
@@ -288,7 +289,7 @@ class Trainer:
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
             for micro_rows in microbatches(batch, rows, c.max_tokens_per_microbatch):
-                micro = batch.select(micro_rows)
+                micro = batch.select(micro_rows).to(self.config.device)
                 logp = token_logprobs(self.model, micro.input_ids, micro.attention_mask, self.config.temperature)
                 ref = None
                 if self.reference is not None:

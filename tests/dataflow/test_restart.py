@@ -201,3 +201,30 @@ def test_kill_9_while_serving_never_serves_a_fresh_group_twice(process_lake: str
     fresh = served_fresh(store)
     assert len(fresh) == len(set(fresh))  # exactly-once for fresh groups, across two kill -9
     assert len(fresh) >= 20 * 3
+
+
+def test_reading_a_checkpoint_while_a_newer_one_supersedes_it(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lakeflow sql`/`status` during a run: the manifest read names parts the dataflow process has
+    deleted since (a newer checkpoint superseded them); the read starts again from the new manifest."""
+    from lakeflow.dataflow import status
+    from lakeflow.dataflow.checkpoint import load_manifest
+
+    write_groups(store, [group("policy", [1, 0, 1, 0]) for _ in range(4)])
+    set_trainer_version(store, "policy", 1)
+    service = DataflowService(store, config(prompts_per_step=4, steps_ahead=0))
+    service.start()
+    service.run(iterations=1)
+    service.checkpoint()
+    old = load_manifest(store)
+    service.run(iterations=1)
+    service.checkpoint()  # supersedes `old` and deletes its copies of the mutable tables
+    new = load_manifest(store)
+    assert old is not None and new is not None and new["seq"] > old["seq"]
+    manifests = iter([old, new])
+    monkeypatch.setattr(status, "load_manifest", lambda _store: next(manifests))
+    tables, manifest = status.checkpoint_tables(store)
+    assert manifest == new and "groups" in tables
+    monkeypatch.setattr(status, "load_manifest", lambda _store: old)  # stuck on a superseded checkpoint
+    with pytest.raises(status.LakeflowError, match="changed under 5 reads"):
+        status.checkpoint_tables(store)
+    service.close()

@@ -7,8 +7,10 @@ trainer published, and kill -9 of the trainer or a rollout service mid-run loses
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import yaml
 
 from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
+from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.weights.manifest import read_latest, read_manifest
 
@@ -94,6 +97,24 @@ def check_lake(lake: str, steps: int) -> None:
     assert set(versions) <= published  # every sample came from published weights
     served = lake_view.sql("SELECT count(*) AS n FROM trajectories").to_pylist()[0]["n"]
     assert served >= len(fresh) > 0
+    # reward statistics: each served row's group mean/std are those of its group's rewards in the lake
+    rewards: dict[str, list[float]] = {}
+    for r in lake_view.sql("SELECT group_id, reward FROM trajectories").to_pylist():
+        rewards.setdefault(r["group_id"], []).append(r["reward"])
+    for step in batch_steps:
+        table, _ = read_batch(store, "policy", step)
+        for row in table.select(["group_id", "group_mean", "group_std"]).to_pylist():
+            values = rewards[row["group_id"]]
+            assert row["group_mean"] == pytest.approx(statistics.fmean(values))
+            assert row["group_std"] == pytest.approx(statistics.stdev(values) if len(values) > 1 else 1.0)
+    # the rollout services ran the published weights bit for bit (their pulls verify the state checksum)
+    beats = [json.loads(store.get(i.key)) for i in store.list(layout.RAAS_STATS)]
+    assert beats
+    for beat in beats:
+        version = beat["weights_versions"]["policy"]
+        if version is None:  # killed before its first load
+            continue
+        assert beat["weights_sha256"]["policy"] == read_manifest(store, "policy", version).state_sha256
 
 
 @pytest.mark.slow

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("torch")
@@ -22,4 +20,6 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_dir(tiny_cache: str) -> str:
-    return str(Path(tiny_cache) / "tiny-trainer")
+    from lakeflow.models import resolve_model
+
+    return resolve_model("tiny:trainer", tiny_cache)  # already built: just its directory
