@@ -33,14 +33,15 @@ count are lost, and the log says so. SIGTERM (`stop()`): waiting or between mini
 step is abandoned (nothing written); pending writes of earlier steps are finished; then `run`
 returns.
 
-One process, on `device` (CPU by default; a CUDA device works the same way but has not been
-run on a GPU here). Not implemented yet: multi-GPU training with FSDP2 under torchrun. Do not
-launch this trainer under torchrun: every rank would train the same batch and the ranks would
-race to publish (all but one fail on LATEST).
+One process on `device` (CPU by default), or under torchrun one process per rank with FSDP2
+(`trainer/distributed.py`): every rank reads the batch and trains its share of the
+microbatches, rank 0 alone writes to the lake. Tested on CPU with gloo (2 processes); the CUDA
+path (NCCL, `cuda:<LOCAL_RANK>`) has not been run here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -53,11 +54,13 @@ from functools import partial
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict, set_optimizer_state_dict
 
 from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.models import resolve_model
+from lakeflow.trainer import distributed
 from lakeflow.trainer.background import Prefetch, Writer
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
@@ -85,6 +88,8 @@ class Trainer:
         self.work_dir = work_dir
         self.objective = build_loss(config.loss, config.kl)
         self.version = -1  # weights version held in memory (= the next step), -1 before start()
+        self.world: distributed.World | None = None  # set by start() under torchrun
+        self.device = config.device
         self.model: Any = None
         self.reference: Any = None
         self.optimizer: torch.optim.AdamW | None = None
@@ -108,13 +113,18 @@ class Trainer:
     # --- start and resume ----------------------------------------------------------------------
 
     def start(self) -> int:
-        """Load the newest published version (or publish the base model as version 0); returns the next step."""
+        """Load the newest published version (or publish the base model as version 0); returns the next step.
+
+        Under torchrun every rank starts here: rank 0 publishes version 0 if there is none, then
+        every rank pulls the newest version into its own directory and FSDP2 shards the model."""
         torch.manual_seed(self.config.seed)
         os.makedirs(self.work_dir, exist_ok=True)
+        self.world = distributed.init(self.config.device)
+        self.device = self.world.device if self.world else self.config.device
         latest = read_latest(self.store, self.model_id)
-        if latest is None:
+        if latest is None and self.lead:
             source = resolve_model(self.config.model, self.config.model_cache_dir)
-            self.model = load_model(source, self.config.dtype).to(self.config.device)
+            self.model = load_model(source, self.config.dtype).to(self.device)
             self.base = to_state(self.model)
             manifest = publish(
                 self.store,
@@ -128,18 +138,35 @@ class Trainer:
             self._force_publish = False
             self.version = self.published = manifest.version
             log.info("published the base model %s as version %d of %s", self.config.model, self.version, self.model_id)
-        else:
+        if self.world:
+            torch.distributed.barrier()  # version 0 exists for every rank
+        if self.model is None:
+            latest = read_latest(self.store, self.model_id)
+            if latest is None:
+                raise WeightsConflictError(f"rank 0 published no version of {self.model_id!r}")
             self.version = self.published = latest[0].version
-            dest = os.path.join(self.work_dir, "policy")
+            dest = os.path.join(self.work_dir, "policy" if self.world is None else f"policy-rank{self.world.rank}")
             pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
-            self.model = load_model(dest, self.config.dtype).to(self.config.device)
-            self.base = to_state(self.model)
+            self.model = load_model(dest, self.config.dtype).to(self.device)
+            self.base = to_state(self.model) if self.lead else {}
             log.info("resuming %s from published version %d", self.model_id, self.version)
+        if self.world:
+            distributed.shard(self.model)
         self.optimizer = self._make_optimizer()
         self._load_optimizer()
         if self.config.kl.coef > 0:
             self.reference = self._load_reference()
         return self.version
+
+    @property
+    def lead(self) -> bool:
+        """Whether this process writes to the lake (always, except ranks > 0 under torchrun)."""
+        return self.world is None or self.world.lead
+
+    def close(self) -> None:
+        """Leave the torchrun job (nothing to do for a single process)."""
+        if self.world and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
     def _optim(self) -> torch.optim.AdamW:
         if self.optimizer is None:
@@ -152,25 +179,36 @@ class Trainer:
         return torch.optim.AdamW(params, lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
 
     def _load_optimizer(self) -> None:
+        """AdamW state of `version` from its checkpoint (rank 0 reads it and broadcasts it)."""
         optimizer = self._optim()
         key = layout.checkpoint_object_key(self.model_id, self.version, OPTIMIZER_FILE)
-        try:
-            data = self.store.get(key)
-        except FileNotFoundError:
+        saved: dict[str, Any] = {}
+        if self.lead:
+            with contextlib.suppress(FileNotFoundError):  # no checkpoint: fresh moments, said below
+                saved = torch.load(io.BytesIO(self.store.get(key)), weights_only=True, map_location="cpu")
+        found = "optimizer_fqn" in saved
+        if self.world:
+            found = distributed.any_rank(found)
+        if found:
+            options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world is not None)
+            set_optimizer_state_dict(self.model, optimizer, saved.get("optimizer_fqn", {}), options=options)
+        elif "optimizer" in saved and self.world is None:  # written before checkpoints were keyed by name
+            optimizer.load_state_dict(saved["optimizer"])
+        else:
             lost = "" if self.version == 0 else " (Adam moments and step count of earlier training are lost)"
             log.info("no optimizer checkpoint for version %d: starting AdamW fresh%s", self.version, lost)
             return
-        saved = torch.load(io.BytesIO(data), weights_only=True, map_location=self.config.device)
-        optimizer.load_state_dict(saved["optimizer"])
         for group in optimizer.param_groups:  # the config, not the checkpoint, sets hyperparameters
             group.update(lr=self.config.lr, betas=self.config.betas, weight_decay=self.config.weight_decay)
         log.info("loaded optimizer state of version %d from %s", self.version, key)
 
     def _load_reference(self) -> Any:
         """Version 0 from the lake, frozen: the reference of the KL penalty."""
-        dest = os.path.join(self.work_dir, "reference")
+        dest = os.path.join(self.work_dir, "reference" if self.world is None else f"reference-rank{self.world.rank}")
         pull(self.store, self.model_id, dest, 0, TransferOptions(progress=False))
-        reference = load_model(dest, self.config.dtype).to(self.config.device)
+        reference = load_model(dest, self.config.dtype).to(self.device)
+        if self.world:
+            distributed.shard(reference)
         reference.eval()
         reference.requires_grad_(False)
         return reference
@@ -231,14 +269,26 @@ class Trainer:
         """Train batch N = `version`; version N + 1 is published by the background writer (or before
         returning when `overlap_io` is off). Returns the heartbeat handed to the writer."""
         step = self.version
-        batch, wait_s, load_s = self.wait_for_batch()
+        try:
+            batch, wait_s, load_s = self.wait_for_batch()
+            stopped = False
+        except Stopped:
+            if self.world is None:
+                raise
+            stopped = True
+        if self.world and distributed.any_rank(stopped):  # every rank abandons the step together
+            raise Stopped
         if self.config.overlap_io and (self._until is None or step + 1 < self._until):
             self._prefetch = Prefetch(step + 1, partial(self._fetch_batch, step + 1))
         started = time.monotonic()
         metrics = self._train(batch)
         trained = time.monotonic()
-        new_state = to_state(self.model, self._spare.pop() if self._spare else None)
-        checkpoint = self._checkpoint_bytes(step + 1)
+        tensors = distributed.full_tensors(self.model) if self.world else self.model  # a collective
+        checkpoint = self._checkpoint_bytes(step + 1)  # a collective too
+        if not self.lead:  # rank 0 writes the step; the others go on to the next
+            self.version = step + 1
+            return {}
+        new_state = to_state(tensors, self._spare.pop() if self._spare else None)
         snapshot_s = time.monotonic() - trained
         # the previous step's writes finish before this one's start (in line: they finished in that step)
         publish_block_s = self._writer.drain() + self._inline_block_s
@@ -276,38 +326,47 @@ class Trainer:
         return stats
 
     def _train(self, batch: StepBatch) -> dict[str, Any]:
-        """Minibatches of the batch, each one optimizer step over its accumulated microbatches."""
+        """Minibatches of the batch, each one optimizer step over its accumulated microbatches (under
+        torchrun: this rank's share of them; FSDP2 sums the gradients over ranks)."""
         optimizer = self._optim()
         c = self.config
         losses: list[float] = []
         sums: dict[str, float] = {}
         norms: list[float] = []
+        scale = float(self.world.size) if self.world else 1.0  # FSDP2 averages gradients over ranks: undo it
         for rows in minibatches(batch.rows, c.minibatches):
-            if self._stop.is_set():
+            stop = self._stop.is_set()
+            if distributed.any_rank(stop) if self.world else stop:
                 raise Stopped
             tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
             optimizer.zero_grad(set_to_none=True)
             total = 0.0
-            for micro_rows in microbatches(batch, rows, c.max_tokens_per_microbatch):
-                micro = batch.select(micro_rows).to(self.config.device)
-                logp = token_logprobs(self.model, micro.input_ids, micro.attention_mask, self.config.temperature)
+            micro = microbatches(batch, rows, c.max_tokens_per_microbatch)
+            share = distributed.my_share(micro, self.world) if self.world else ((m, 1.0) for m in micro)
+            for micro_rows, weight in share:
+                part = batch.select(micro_rows).to(self.device)
+                logp = token_logprobs(self.model, part.input_ids, part.attention_mask, self.config.temperature)
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
                         ref = token_logprobs(
-                            self.reference, micro.input_ids, micro.attention_mask, self.config.temperature
+                            self.reference, part.input_ids, part.attention_mask, self.config.temperature
                         )
-                out = self.objective(LossInputs(logp, micro.old_logp, micro.advantages, micro.mask, ref))
-                loss = out.per_token.sum() / tokens
-                loss.backward()  # type: ignore[no-untyped-call]
+                out = self.objective(LossInputs(logp, part.old_logp, part.advantages, part.mask, ref))
+                loss = out.per_token.sum() * (weight / tokens)
+                (loss * scale).backward()  # type: ignore[no-untyped-call]
                 total += float(loss.detach())
                 for name, value in out.sums.items():
-                    sums[name] = sums.get(name, 0.0) + value
+                    sums[name] = sums.get(name, 0.0) + value * weight
             params = [p for g in optimizer.param_groups for p in g["params"]]
             max_norm = c.grad_clip if c.grad_clip is not None else math.inf
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             optimizer.step()
             losses.append(total)
+        if self.world:  # every rank scored part of the batch: the metrics are the sums over ranks
+            names = sorted(sums)
+            summed = distributed.total([*losses, *(sums[n] for n in names)])
+            losses, sums = summed[: len(losses)], dict(zip(names, summed[len(losses) :], strict=True))
         denom = max(batch.tokens, 1)
         out_metrics: dict[str, Any] = {"loss": sum(losses) / len(losses), "grad_norm": max(norms)}
         out_metrics.update({f"{name}_mean": value / denom for name, value in sums.items()})
@@ -316,9 +375,14 @@ class Trainer:
     # --- writes ---------------------------------------------------------------------------------
 
     def _checkpoint_bytes(self, version: int) -> dict[str, bytes]:
-        """Optimizer state (and the resolved config) of `version`, serialised now: the next step changes it."""
+        """Optimizer state (and the resolved config) of `version`, serialised now: the next step changes it.
+        Keyed by parameter name and whole (gathered from every rank: a collective); {} on ranks > 0."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_optimizer_state_dict(self.model, self._optim(), options=options)
+        if not self.lead:
+            return {}
         buffer = io.BytesIO()
-        torch.save({"optimizer": self._optim().state_dict(), "version": version}, buffer)
+        torch.save({"optimizer_fqn": state, "version": version}, buffer)
         info = {"model_id": self.model_id, "version": version, "config": self.config.model_dump(mode="json")}
         return {OPTIMIZER_FILE: buffer.getvalue(), TRAINER_FILE: json.dumps(info).encode()}
 

@@ -8,6 +8,7 @@ taken before an optimizer step is not changed by it.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -57,17 +58,19 @@ def side_files(path: str) -> dict[str, bytes]:
         return read_side_files(tmp)
 
 
-def to_state(model: torch.nn.Module, into: State | None = None) -> State:
+def to_state(model: torch.nn.Module | Mapping[str, torch.Tensor], into: State | None = None) -> State:
     """Parameters and buffers that a checkpoint stores, as raw bits (copied).
 
-    Tied tensors (an LM head sharing the embedding) appear once, under the first name in
+    `model` may also be its tensors by name (as `distributed.full_tensors` gathers them). Tied
+    tensors (an LM head sharing the embedding) appear once, under the first name in
     `state_dict` order, as `save_pretrained` writes them. `into`, a state of the same model
     no longer in use, is overwritten and returned: copying into memory already touched runs
     at memcpy speed (~11 GB/s here) where fresh arrays fault their pages in (~0.5 GB/s).
     """
     state: State = {}
     seen: set[int] = set()
-    for name, tensor in model.state_dict().items():
+    tensors = model.state_dict() if isinstance(model, torch.nn.Module) else model
+    for name, tensor in tensors.items():
         t = tensor.detach()
         if t.data_ptr() in seen:
             continue
