@@ -17,12 +17,10 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lakeflow.raas.outcome import Reward
 from lakeflow.raas.sandbox import Limits, Mode, SandboxResult, run_python
-
-if TYPE_CHECKING:  # rewards.py imports this module to register code_reward
-    from lakeflow.raas.rewards import Reward
 
 _SHOWN = 64  # characters of the extracted program kept in the reward
 _DETAIL = 200  # characters of an error kept in a reason
@@ -214,7 +212,6 @@ def code_reward(text: str, answer: str, max_chars: int = 32768, tests_s: float =
 
     `answer` is JSON: {"prompt": code the completion continues, "test": defines check(candidate),
     "entry_point": the function name}. `tests_s`: seconds the tests may take. Never raises."""
-    from lakeflow.raas.rewards import Reward  # at call time: rewards.py imports this module
 
     if not answer.strip():
         return Reward(0.0, "no-reference")

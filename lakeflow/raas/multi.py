@@ -21,8 +21,8 @@ from typing import Any
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.code import ProgramReport, extract_program, humaneval_program, run_cases
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
-from lakeflow.raas.rewards import Reward, RewardFn
-from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, task_messages
+from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, task_messages
+from lakeflow.raas.outcome import Reward, RewardFn
 
 SOLVER, VERIFIER, SELECTOR, TESTGEN = "solver", "verifier", "selector", "testgen"
 MAX_TESTS = 16  # asserts kept from one test generator's completion

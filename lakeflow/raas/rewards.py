@@ -17,29 +17,18 @@ import math
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from lakeflow.errors import MissingExtraError
 from lakeflow.raas.code import code_reward
+from lakeflow.raas.outcome import Reward, RewardFn
+
+__all__ = ["REWARDS", "Reward", "RewardFn", "build_reward", "last_number_reward", "math_reward", "reasoning_gym_reward"]
 
 log = logging.getLogger(__name__)
 
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 _SHOWN = 64  # characters of the extracted answer kept in the reason
-
-
-@dataclass(frozen=True)
-class Reward:
-    """A score and why: 'correct', 'wrong', 'partial', 'empty', 'no-answer', 'overlong', 'no-reference',
-    'checker-error: …'."""
-
-    value: float
-    reason: str
-    extracted: str = ""  # the answer the checker read from the completion, shortened
-
-
-RewardFn = Callable[[str, str], Reward]  # (completion text, reference answer) -> Reward
 
 
 def unscorable(text: str, answer: str, max_chars: int) -> Reward | None:

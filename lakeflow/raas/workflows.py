@@ -16,62 +16,16 @@ A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.engines import ChatMessage, Engine
-from lakeflow.raas.rewards import Reward, RewardFn
+from lakeflow.raas.engines import Engine
+from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, task_messages
+from lakeflow.raas.multi import code_select, code_testgen, solve_verify
+from lakeflow.raas.outcome import Reward, RewardFn
 
-POLICY = "policy"  # the role of a single-policy workflow
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How completions are drawn, and how a truncated one is scored."""
-
-    max_tokens: int
-    temperature: float
-    truncated_reward: float | None = None  # reward of finish_reason 'length'; None: the checker scores it
-
-
-@dataclass
-class Trajectory:
-    """One role's side of one episode: what becomes one sample record."""
-
-    role: str
-    episode_id: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_logprobs: list[float]  # 0.0 where loss_mask is 0
-    loss_mask: list[int]  # 1: sampled by this role; 0: tool output, other roles, template glue
-    reward: float
-    finish_reason: str  # stop, length, abort, error, tool
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-Workflow = Callable[[Task, Mapping[str, Engine], RewardFn, Sampling], list[Trajectory]]
-
-
-def task_messages(task: Task) -> list[ChatMessage]:
-    """The task's prompt as chat messages: a JSON list of {role, content}, else one user message."""
-    text = task.prompt
-    if text.lstrip().startswith("["):
-        try:
-            messages = json.loads(text)
-        except ValueError:
-            messages = None
-        if (
-            isinstance(messages, list)
-            and messages
-            and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
-            and all(isinstance(m.get("content"), str) for m in messages)
-        ):
-            return [{"role": m["role"], "content": m["content"]} for m in messages]
-    return [{"role": "user", "content": text}]
+__all__ = ["POLICY", "WORKFLOWS", "Sampling", "Trajectory", "Workflow", "build_workflow", "rlvr", "task_messages"]
 
 
 def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
@@ -112,10 +66,6 @@ def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: 
 def _error(prompt_ids: list[int], reason: str) -> Trajectory:
     return Trajectory(POLICY, uuid.uuid4().hex, prompt_ids, [], [], [], 0.0, "error", {"reward_reason": reason})
 
-
-# The multi-policy workflows build on the types above, so they are imported after them (importing
-# lakeflow.raas.multi first also lands here first: the package imports this module).
-from lakeflow.raas.multi import code_select, code_testgen, solve_verify  # noqa: E402
 
 WORKFLOWS: dict[str, Workflow] = {
     "rlvr": rlvr,

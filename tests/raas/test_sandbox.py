@@ -7,6 +7,7 @@ Where the rlimit fallback does not protect (network, files outside its directory
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -222,12 +223,17 @@ def test_limits_without_prlimit(monkeypatch: pytest.MonkeyPatch) -> None:
     assert run_python("hog = bytearray(1 << 30)", mode="rlimit", limits=FAST).limit == "memory"
 
 
-def test_work_dir_is_removed(mode: str) -> None:
-    r = run_python("import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint(os.getcwd())", mode=mode, limits=FAST)
-    assert r.ok
-    assert not [
-        p for p in Path(tempfile.gettempdir()).glob("lakeflow-sandbox-*") if p.stat().st_mtime > time.time() - 2
-    ]
+def test_work_dir_is_removed(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a temp root of its own (traversable by the sandbox's uid), so other runs' directories do not count
+    root = Path(tempfile.mkdtemp(prefix="lakeflow-sandbox-test-"))
+    root.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    try:
+        r = run_python("import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint(os.getcwd())", mode=mode, limits=FAST)
+        assert r.ok
+        assert list(root.iterdir()) == []
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_misuse_raises_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
