@@ -3,20 +3,24 @@
 The trainer holding weights version N trains batch N. Per step:
 1. wait for `batches/<model>/<N>` (read ahead by a prefetch thread while step N - 1 trained),
    train (minibatches, gradient accumulation by token budget, AdamW, gradient clipping);
-2. snapshot the weights and serialise the optimizer state (blocking: the next step changes them;
-   the weights are copied into a state buffer the writer no longer needs: three rotate, the
-   published base, the pending job's state and the new snapshot);
-3. hand the step's writes to the background writer and go on to step N + 1. The writer, in
-   this order: the optimizer checkpoint `checkpoints/<model>/<N+1>/optimizer.pt` (+
-   `trainer.json`), the heartbeat `stats/trainer/<model>/<N>.json`, then the publish of
-   version N + 1 (objects, manifest, LATEST by compare-and-swap: the commit point).
+2. hand the step's writes to the background writer and go on to step N + 1. The writer, in
+   this order: copies the weights (into a state buffer it no longer needs: three rotate, the
+   published base, the pending job's state and the new snapshot) and serialises the optimizer
+   state, while step N + 1's forward and backward passes run (they change neither; its first
+   optimizer step waits for the copy); writes the optimizer checkpoint
+   `checkpoints/<model>/<N+1>/optimizer.pt` (+ `trainer.json`) and the heartbeat
+   `stats/trainer/<model>/<N>.json`; then publishes version N + 1 (objects, manifest, LATEST
+   by compare-and-swap: the commit point). Under torchrun the copy gathers from every rank,
+   so it is taken by all ranks before the hand-over.
 At most one step's writes are pending: before handing over step N + 1's, the trainer waits for
 step N's. `overlap_io: false` does the same writes before `train_step` returns.
 
 Lake I/O in the heartbeat: `load_s` is the read of batch N (batch object + payload), wherever it
-ran; `wait_s` is what the trainer blocked for it; `snapshot_s` is step 2; `publish_block_s` the
-wait for the previous step's writes (in line: all of them); `publish_s` how long those writes took in the background;
-`io_block_s = min(wait_s, load_s) + snapshot_s + publish_block_s` is the lake I/O on the
+ran; `wait_s` is what the trainer blocked for it; `snapshot_s` how long the copy took;
+`snapshot_block_s` what this step's first optimizer step waited for the previous copy;
+`publish_block_s` the wait for the previous step's writes (in line: all of them); `publish_s`
+how long those writes took in the background; `io_block_s` = min(wait_s, load_s) +
+snapshot_block_s + publish_block_s (+ snapshot_s under torchrun) is the lake I/O on the
 trainer's critical path.
 
 Crash safety (kill -9 anywhere): on start the trainer resumes from LATEST = V and trains batch
@@ -101,6 +105,8 @@ class Trainer:
         self._prefetch: Prefetch[tuple[StepBatch, float]] | None = None  # the next batch, read while training
         self._spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
         self._inline_block_s = 0.0  # in line: the seconds the last step's writes blocked, for the next heartbeat
+        self._snapshot_ready: threading.Event | None = None  # set by the writer once the last step's copy is taken
+        self._snapshot_block_s = 0.0  # this step's wait for it
         self._until: int | None = None  # the version `run` stops at: nothing is prefetched beyond it
 
     def stop(self) -> None:
@@ -281,15 +287,20 @@ class Trainer:
         if self.config.overlap_io and (self._until is None or step + 1 < self._until):
             self._prefetch = Prefetch(step + 1, partial(self._fetch_batch, step + 1))
         started = time.monotonic()
-        metrics = self._train(batch)
+        self._snapshot_block_s = 0.0
+        metrics = self._train(batch)  # waits, before its first optimizer step, for the last step's snapshot
         trained = time.monotonic()
-        tensors = distributed.full_tensors(self.model) if self.world else self.model  # a collective
-        checkpoint = self._checkpoint_bytes(step + 1)  # a collective too
-        if not self.lead:  # rank 0 writes the step; the others go on to the next
-            self.version = step + 1
-            return {}
-        new_state = to_state(tensors, self._spare.pop() if self._spare else None)
-        snapshot_s = time.monotonic() - trained
+        new_state: State | None = None
+        checkpoint: dict[str, bytes] = {}
+        snapshot_s = 0.0
+        if self.world:  # the snapshot gathers from every rank (collectives): here, in step with the others
+            tensors = distributed.full_tensors(self.model)
+            checkpoint = self._checkpoint_bytes(step + 1)
+            if not self.lead:  # rank 0 writes the step; the others go on to the next
+                self.version = step + 1
+                return {}
+            new_state = to_state(tensors, self._spare.pop() if self._spare else None)
+            snapshot_s = time.monotonic() - trained
         # the previous step's writes finish before this one's start (in line: they finished in that step)
         publish_block_s = self._writer.drain() + self._inline_block_s
         stats = {
@@ -304,15 +315,21 @@ class Trainer:
             "wait_s": wait_s,
             "step_s": time.monotonic() - started,
             "load_s": load_s,
-            "snapshot_s": snapshot_s,
+            "snapshot_s": snapshot_s,  # a single process takes it in the writer: set there
+            "snapshot_block_s": self._snapshot_block_s,
             "publish_block_s": publish_block_s,
             "publish_s": self._writer.last_job_s,  # the previous step's background writes
-            "io_block_s": min(wait_s, load_s) + snapshot_s + publish_block_s,
+            "io_block_s": min(wait_s, load_s) + snapshot_s + self._snapshot_block_s + publish_block_s,
             "at": datetime.now(UTC).isoformat(),
         }
         self.version = step + 1
-        self._writer.submit(partial(self._write_step, stats, checkpoint, new_state))
-        self._inline_block_s = 0.0 if self.config.overlap_io else self._writer.drain()
+        self._snapshot_ready = threading.Event()
+        job = partial(self._write_step, stats, checkpoint, new_state, self._snapshot_ready)
+        submitted = time.monotonic()
+        self._writer.submit(job)
+        if not self.config.overlap_io:  # in line: the trainer waits for the whole job, from its hand-over
+            self._writer.drain()
+            self._inline_block_s = time.monotonic() - submitted
         log.info(
             "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained in %.2fs -> version %d",
             step,
@@ -361,6 +378,7 @@ class Trainer:
             params = [p for g in optimizer.param_groups for p in g["params"]]
             max_norm = c.grad_clip if c.grad_clip is not None else math.inf
             norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            self._await_snapshot()
             optimizer.step()
             losses.append(total)
         if self.world:  # every rank scored part of the batch: the metrics are the sums over ranks
@@ -386,8 +404,29 @@ class Trainer:
         info = {"model_id": self.model_id, "version": version, "config": self.config.model_dump(mode="json")}
         return {OPTIMIZER_FILE: buffer.getvalue(), TRAINER_FILE: json.dumps(info).encode()}
 
-    def _write_step(self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State) -> None:
-        """The writer's job for one step, in crash-safe order: checkpoint, heartbeat, then the publish."""
+    def _await_snapshot(self) -> None:
+        """Block until the writer has copied the last step's weights and optimizer state (the next
+        optimizer step would change them); the wait is lake I/O on the critical path."""
+        ready, self._snapshot_ready = self._snapshot_ready, None
+        if ready is not None:
+            started = time.monotonic()
+            ready.wait()
+            self._snapshot_block_s += time.monotonic() - started
+
+    def _write_step(
+        self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State | None, ready: threading.Event
+    ) -> None:
+        """The writer's job for one step: take the snapshot unless it was taken already (a single
+        process: here, while the next step's forward and backward passes run, which do not change
+        weights or optimizer state), then in crash-safe order checkpoint, heartbeat, publish."""
+        try:
+            if state is None:
+                started = time.monotonic()
+                state = to_state(self.model, self._spare.pop() if self._spare else None)
+                checkpoint = self._checkpoint_bytes(stats["version"])
+                stats["snapshot_s"] = time.monotonic() - started
+        finally:
+            ready.set()  # also after an error: the error is raised at the next submit or drain
         version = stats["version"]
         for name, data in checkpoint.items():
             self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
