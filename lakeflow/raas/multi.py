@@ -1,17 +1,16 @@
 """Multi-policy workflows: roles that answer, judge, pick and test within one episode.
 
-`solve_verify` (math: solver, verifier), `code_select` (code: solver, selector) and `code_testgen`
-(code: solver, testgen), registered in `WORKFLOWS`. Every episode yields one trajectory per role
-under one episode id (code_select: one per solver candidate). A solver's retry is a second turn of
-its own trajectory: both answers are sampled (loss_mask 1); the feedback and the chat-template glue
-between them are not (loss_mask 0, logprob 0.0). A role without an engine of its own is played by
-the "policy" engine (self-play). Bad output scores 0 with a reason; nothing here raises on it.
+This module: `solve_verify` (math: solver, verifier) and the episode-building pieces that the
+code workflows (`multi_code.py`: `code_select`, `code_testgen`) share; all are registered in
+`WORKFLOWS`. Every episode yields one trajectory per role under one episode id (code_select:
+one per solver candidate). A solver's retry is a second turn of its own trajectory: both
+answers are sampled (loss_mask 1); the feedback and the chat-template glue between them are
+not (loss_mask 0, logprob 0.0). A role without an engine of its own is played by the "policy"
+engine (self-play). Bad output scores 0 with a reason; nothing here raises on it.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -19,36 +18,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.code import ProgramReport, extract_program, humaneval_program, run_cases
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, task_messages
 from lakeflow.raas.outcome import Reward, RewardFn
 
 SOLVER, VERIFIER, SELECTOR, TESTGEN = "solver", "verifier", "selector", "testgen"
-MAX_TESTS = 16  # asserts kept from one test generator's completion
 _FEEDBACK_CHARS = 2000  # of another role's text shown to the solver
-_FAILURES_SHOWN = 8
 
 VERIFIER_PROMPT = (
     "Problem:\n{problem}\n\nProposed solution:\n{answer}\n\nIs the final answer of the proposed solution correct? "
     "Start your reply with 'Verdict: yes' or 'Verdict: no', then give feedback the solver can use."
 )
 RETRY_PROMPT = "A verifier judged your answer wrong.{feedback}\n\nSolve the problem again and give your final answer."
-SELECTOR_PROMPT = (
-    "Problem:\n```python\n{problem}```\n\nCandidate A:\n```python\n{a}```\n\nCandidate B:\n```python\n{b}```\n\n"
-    "Which candidate correctly implements `{entry_point}`? End your reply with 'Answer: A' or 'Answer: B'."
-)
-TESTGEN_PROMPT = (
-    "Write unit tests for this Python function:\n\n```python\n{problem}```\n\nReply with up to {limit} test "
-    "assertions, one per line, each a single-line `assert` that calls `{entry_point}`, e.g. "
-    "`assert {entry_point}(...) == ...`."
-)
-FIX_REQUEST = "\n\nFix the program. Reply with the whole function in one ```python code block."
 
 # Lenient verdicts: the first of these words, read after "verdict" if the reply says it, else anywhere.
 _VERDICT = re.compile(r"\b(not\s+correct|incorrect|no|wrong|reject(?:ed|s)?|yes|correct|accept(?:ed|s)?)\b", re.I)
 _ACCEPT = ("yes", "correct", "accept")
-_CHOICE = re.compile(r"(?i:\b(?:answer|choice|choose|pick|select|verdict)\w*\s*(?:is\s*)?[:=]?)\W*\b([AB])\b")
 
 
 @dataclass
@@ -257,202 +242,4 @@ def solve_verify(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
             v_reward = Reward(float(right), "correct" if right else "wrong", verdict)
         about = {"verdict": verdict, "verdict_reason": verdicts[i].reason, "judged_correct": _passed(first_r)}
         out.append(_one(v_prompts[i], replies[i]).trajectory(VERIFIER, episode, v_reward, sampling, **about))
-    return out
-
-
-# --- code tasks -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CodeReference:
-    """A code task's answer JSON: the stub the program continues, hidden tests, function name, and
-    the canonical body when the dataset carries it (HumanEval rows do)."""
-
-    prompt: str
-    test: str
-    entry_point: str
-    solution: str | None
-
-    @classmethod
-    def parse(cls, answer: str) -> CodeReference | None:
-        try:
-            ref = json.loads(answer)
-            solution = ref.get("canonical_solution")
-            return cls(str(ref["prompt"]), str(ref["test"]), str(ref["entry_point"]), solution and str(solution))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            return None
-
-
-def _code_problem(ref: CodeReference | None, messages: Sequence[ChatMessage]) -> tuple[str, str]:
-    """(what another role is shown of the problem, the function's name)."""
-    return (ref.prompt, ref.entry_point) if ref else (_problem(messages), "the function")
-
-
-def _run(program: str, cases: list[str]) -> ProgramReport | str:
-    try:
-        return run_cases(program, cases, case_s=1.0)
-    except Exception as e:  # a sandbox that cannot run costs one sample's reward, not the service
-        return f"checker-error: {type(e).__name__}: {e}"[:200]
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A selector's pick, read leniently."""
-
-    letter: str  # 'A' or 'B'; 'A' when none could be read
-    parsed: bool
-    reason: str
-
-
-def parse_choice(text: str) -> Choice:
-    """'A' or 'B' after answer/choice/pick/select/verdict (the last such), else a reply that is only
-    the letter, else the one capital A or B standing alone in the reply. Nothing readable: 'A', parsed False."""
-    said = _CHOICE.findall(text)
-    if said:
-        return Choice(said[-1], True, "answer")
-    bare = re.fullmatch(r"\W*([AB])\W*", text.strip())
-    if bare:
-        return Choice(bare.group(1), True, "bare")
-    alone = set(re.findall(r"\b([AB])\b", text))
-    if len(alone) == 1:
-        return Choice(alone.pop(), True, "only-letter")
-    return Choice("A", False, "no-choice")
-
-
-def code_select(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
-    """The solver writes two programs (two samples, each its own trajectory scored by `reward`, the hidden
-    tests); the selector sees the problem and both programs and picks A or B. Selector reward (our rule;
-    the paper's exact rule was not available to us): 1 for picking the passing program when exactly one
-    passes, 0 for the failing one, 0.5 when both or neither pass; 0 when no choice can be read
-    (recorded as a pick of A)."""
-    solver, selector = _engine(engines, SOLVER), _engine(engines, SELECTOR)
-    messages = task_messages(task)
-    problem, entry_point = _code_problem(ref := CodeReference.parse(task.answer), messages)
-    prompt = solver.encode_chat(messages)
-    n = task.n_samples
-    cands = _each(_generate(solver, [prompt], 2 * n, sampling), 2 * n)
-    scores = [reward(c.text, task.answer) if isinstance(c, Completion) else Reward(0.0, c) for c in cands]
-    entry = ref.entry_point if ref else ""
-    programs = [extract_program(c.text, entry) if isinstance(c, Completion) else "" for c in cands]
-    shown = [p.rstrip("\n") + "\n" if p.strip() else "# (no program)\n" for p in programs]
-    asks = [SELECTOR_PROMPT.format(problem=problem, a=a, b=b, entry_point=entry_point) for a, b in _pairs(shown)]
-    s_prompts = [selector.encode_chat(_user(ask)) for ask in asks]
-    picks = _firsts(_generate(selector, s_prompts, 1, sampling))
-
-    out = []
-    for i, pick in enumerate(picks):
-        episode = _new_id()
-        passed = (_passed(scores[2 * i]), _passed(scores[2 * i + 1]))
-        choice = parse_choice(pick.text) if isinstance(pick, Completion) else Choice("A", False, pick)
-        for k, letter in enumerate("AB"):
-            out.append(
-                _one(prompt, cands[2 * i + k]).trajectory(
-                    SOLVER, episode, scores[2 * i + k], sampling, candidate=letter, picked=choice.letter == letter
-                )
-            )
-        if not choice.parsed:
-            s_reward = Reward(0.0, choice.reason)
-        elif passed[0] == passed[1]:
-            s_reward = Reward(0.5, "both-pass" if passed[0] else "neither-passes", choice.letter)
-        else:
-            right = passed["AB".index(choice.letter)]
-            s_reward = Reward(float(right), "correct" if right else "wrong", choice.letter)
-        about = {"choice": choice.letter, "choice_reason": choice.reason, "passed": list(passed)}
-        out.append(_one(s_prompts[i], pick).trajectory(SELECTOR, episode, s_reward, sampling, **about))
-    return out
-
-
-def parse_asserts(text: str, limit: int = MAX_TESTS) -> list[str]:
-    """The distinct lines of `text` that are one complete `assert` statement each, at most `limit`."""
-    found: list[str] = []
-    for line in text.splitlines():
-        case = line.strip()
-        if not case.startswith("assert") or case in found:
-            continue
-        try:
-            body = ast.parse(case).body
-        except (SyntaxError, ValueError):  # ValueError: null bytes
-            continue
-        if len(body) == 1 and isinstance(body[0], ast.Assert):
-            found.append(case)
-    return found[:limit]
-
-
-def _failures(report: ProgramReport, cases: list[str]) -> str:
-    if report.program != "ok":
-        detail = f": {report.detail}" if report.detail else ""
-        return f"Your program did not run ({report.program}{detail})." + FIX_REQUEST
-    failed = []
-    for case, r in zip(cases, report.cases, strict=True):
-        detail = r.detail.removeprefix("AssertionError:").strip()  # a bare assert says nothing more
-        if r.status != "pass":
-            failed.append(f"{case}  # {r.status}{': ' + detail if detail else ''}")
-    return "Your program fails these tests:\n" + "\n".join(failed[:_FAILURES_SHOWN]) + FIX_REQUEST
-
-
-def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
-    """The solver writes a program; the test generator, shown the problem only, writes `assert` lines;
-    the program runs against them, and when it fails, the solver rewrites it once with the failures as a
-    user turn. Solver reward: `reward` (the hidden tests) of the final program. Testgen reward (our
-    rule): 0 when no assert parses or they fail the canonical solution (or the task has none); else 1
-    when the solver's first program passes the hidden tests or the asserts fail it; 0.5 when they let a
-    program through that the hidden tests fail."""
-    solver, tester = _engine(engines, SOLVER), _engine(engines, TESTGEN)
-    messages = task_messages(task)
-    problem, entry_point = _code_problem(ref := CodeReference.parse(task.answer), messages)
-    prompt = solver.encode_chat(messages)
-    t_prompt = tester.encode_chat(
-        _user(TESTGEN_PROMPT.format(problem=problem, limit=MAX_TESTS, entry_point=entry_point))
-    )
-    n = task.n_samples
-    firsts = _each(_generate(solver, [prompt], n, sampling), n)
-    tests = _each(_generate(tester, [t_prompt], n, sampling), n)
-    cases = [parse_asserts(t.text) if isinstance(t, Completion) else [] for t in tests]
-    runs: list[ProgramReport | str | None] = [None] * n  # the first program against the generated asserts
-    for i, first in enumerate(firsts):
-        if ref and cases[i] and isinstance(first, Completion):
-            code = extract_program(first.text, ref.entry_point)
-            runs[i] = _run(humaneval_program(ref.prompt, code, ref.entry_point), cases[i])
-
-    solvers = [_one(prompt, c) for c in firsts]
-    failing = {i: r for i, r in enumerate(runs) if isinstance(r, ProgramReport) and not r.all_passed}
-    glue = {
-        i: _follow_up(solver, messages, solvers[i].response_ids, _failures(r, cases[i])) for i, r in failing.items()
-    }
-    retry = list(glue)
-    seconds = _firsts(_generate(solver, [solvers[i].context() + glue[i] for i in retry], 1, sampling))
-    second: dict[int, Completion | str] = dict(zip(retry, seconds, strict=True))
-    reference = humaneval_program(ref.prompt, ref.solution, ref.entry_point) if ref and ref.solution else None
-
-    out = []
-    for i, first in enumerate(firsts):
-        episode = _new_id()
-        first_r = reward(first.text, task.answer) if isinstance(first, Completion) else Reward(0.0, first)
-        again, extra = second.get(i), dict[str, Any]()
-        final_r = _add_retry(solvers[i], glue.get(i, []), again, first_r, extra, lambda c: reward(c.text, task.answer))
-        run, caught = runs[i], i in failing
-        extra.update(retried=isinstance(again, Completion), tests=len(cases[i]), first_reason=first_r.reason)
-        extra.update(first_correct=_passed(first_r), final_correct=_passed(final_r))
-        out.append(solvers[i].trajectory(SOLVER, episode, final_r, sampling, **extra))
-        t = tests[i]
-        if isinstance(t, str):
-            t_reward = Reward(0.0, t)
-        elif not cases[i]:
-            t_reward = Reward(0.0, "no-tests")
-        elif reference is None:
-            t_reward = Reward(0.0, "no-reference")
-        elif isinstance(against := _run(reference, cases[i]), str):
-            t_reward = Reward(0.0, against)
-        elif not against.all_passed:
-            t_reward = Reward(0.0, "fails-reference")
-        elif isinstance(run, str):
-            t_reward = Reward(0.0, run)  # the sandbox failed on the solver's program
-        elif not isinstance(first, Completion):
-            t_reward = Reward(0.5, "no-program")  # valid tests, but no program to catch
-        elif _passed(first_r):
-            t_reward = Reward(1.0, "valid")
-        else:
-            t_reward = Reward(1.0, "caught") if caught else Reward(0.5, "missed")
-        about = {"tests": len(cases[i]), "failed_first": caught, "first_correct": _passed(first_r)}
-        out.append(_one(t_prompt, t).trajectory(TESTGEN, episode, t_reward, sampling, **about))
     return out

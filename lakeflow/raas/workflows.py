@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, task_messages
-from lakeflow.raas.multi import code_select, code_testgen, solve_verify
+from lakeflow.raas.multi import solve_verify
+from lakeflow.raas.multi_code import code_select, code_testgen
 from lakeflow.raas.outcome import Reward, RewardFn
 
 __all__ = ["POLICY", "WORKFLOWS", "Sampling", "Trajectory", "Workflow", "build_workflow", "rlvr", "task_messages"]

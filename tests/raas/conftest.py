@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,3 +44,22 @@ def lake(tmp_path: Path, tiny_dir: str) -> tuple[Store, State]:
 
     store = open_store(str(tmp_path / "lake"))
     return store, publish_dir(store, "policy", tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tok(tiny_dir: str) -> Any:
+    """The tiny model's tokenizer (the scripted engines of the workflow tests sample through it)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_dir: str) -> Any:
+    """HFEngine on the tiny model, for smoke runs (its output is garbage)."""
+    from lakeflow.raas.config import HFEngineConfig
+    from lakeflow.raas.engines import HFEngine
+
+    e = HFEngine(HFEngineConfig(), seed=0)
+    e.load(tiny_dir)
+    return e
