@@ -82,7 +82,26 @@ def check_sampling(n: int, max_tokens: int, temperature: float) -> None:
         raise ValueError(f"need n >= 1, max_tokens >= 1, temperature > 0; got {n}, {max_tokens}, {temperature}")
 
 
-class HFEngine:
+class TokenizedEngine:
+    """The token side both engines share: their tokenizer (set by `load`) applies the chat template
+    and decodes; every call before `load` is refused."""
+
+    tokenizer: Any
+
+    def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+        self._require_model()
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        self._require_model()
+        return decode_text(self.tokenizer, token_ids)
+
+    def _require_model(self) -> None:
+        if self.tokenizer is None:  # `load` sets it with the weights
+            raise RuntimeError("no weights loaded: call load(model_dir) first")
+
+
+class HFEngine(TokenizedEngine):
     """transformers `generate` on one device: float32 on CPU by default."""
 
     def __init__(self, config: HFEngineConfig | None = None, seed: int | None = None) -> None:
@@ -150,16 +169,6 @@ class HFEngine:
                 params[key].copy_(value)
         return True
 
-    # --- tokens -------------------------------------------------------------------------
-
-    def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        self._require_model()
-        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        self._require_model()
-        return decode_text(self.tokenizer, token_ids)
-
     # --- sampling -----------------------------------------------------------------------
 
     def generate(
@@ -205,10 +214,6 @@ class HFEngine:
                 Completion(list(ids), tokens, lp[: len(tokens)], reason, self.decode(tokens))  # type: ignore[arg-type]
             )
         return completions
-
-    def _require_model(self) -> None:
-        if self.model is None:
-            raise RuntimeError("no weights loaded: call load(model_dir) first")
 
 
 def _read_config(model_dir: str) -> str | None:

@@ -27,13 +27,11 @@ from typing import Any
 from lakeflow.errors import MissingExtraError
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines import (
-    ChatMessage,
     Completion,
     Prompt,
+    TokenizedEngine,
     _read_config,
-    chat_token_ids,
     check_sampling,
-    decode_text,
     is_token_ids,
 )
 
@@ -57,7 +55,7 @@ def _import_vllm() -> Any:
         raise MissingExtraError("vllm", "vllm") from e
 
 
-class VLLMEngine:
+class VLLMEngine(TokenizedEngine):
     """vLLM's `LLM`: float32 on CPU, the model's dtype elsewhere."""
 
     def __init__(self, config: VLLMEngineConfig | None = None, seed: int | None = None) -> None:
@@ -119,16 +117,6 @@ class VLLMEngine:
         if core is not None and hasattr(core, "shutdown"):
             core.shutdown()
 
-    # --- tokens -------------------------------------------------------------------------
-
-    def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        self._require_model()
-        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
-
-    def decode(self, token_ids: Sequence[int]) -> str:
-        self._require_model()
-        return decode_text(self.tokenizer, token_ids)
-
     # --- sampling -----------------------------------------------------------------------
 
     def generate(
@@ -164,10 +152,6 @@ class VLLMEngine:
                 completions.append(Completion(list(ids), tokens, logprobs, c.finish_reason, self.decode(tokens)))
             results.append(completions)
         return results
-
-    def _require_model(self) -> None:
-        if self.llm is None:
-            raise RuntimeError("no weights loaded: call load(model_dir) first")
 
 
 class WorkerExtension:
