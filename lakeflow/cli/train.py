@@ -70,6 +70,7 @@ def train(
     except WeightsConflictError as e:
         raise click.ClickException(str(e)) from e
     finally:
+        trainer.close()  # leaves the torchrun job, if any
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
     click.echo(f"{model_id}: weights version {trainer.version} published in {store.url}")

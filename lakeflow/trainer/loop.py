@@ -70,7 +70,8 @@ from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
 from lakeflow.trainer.losses import LossInputs, build_loss
 from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs
-from lakeflow.weights import State, TransferOptions, publish, pull, read_latest
+from lakeflow.trainer.publisher import Publisher
+from lakeflow.weights import State, TransferOptions, pull, read_latest
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -97,13 +98,10 @@ class Trainer:
         self.model: Any = None
         self.reference: Any = None
         self.optimizer: torch.optim.AdamW | None = None
-        self.base: State = {}  # the published state of `version`: what the next delta is coded against
+        self.publisher = Publisher(store, self.model_id, config.full_every)
         self._stop = threading.Event()
-        self._force_publish = True  # leftovers of a crashed predecessor may exist for the first publish
-        self.published = -1  # newest version this process published (or found published at start)
         self._writer = Writer()  # checkpoint, heartbeat and publish of a step, behind the next step
         self._prefetch: Prefetch[tuple[StepBatch, float]] | None = None  # the next batch, read while training
-        self._spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
         self._inline_block_s = 0.0  # in line: the seconds the last step's writes blocked, for the next heartbeat
         self._snapshot_ready: threading.Event | None = None  # set by the writer once the last step's copy is taken
         self._snapshot_block_s = 0.0  # this step's wait for it
@@ -131,18 +129,7 @@ class Trainer:
         if latest is None and self.lead:
             source = resolve_model(self.config.model, self.config.model_cache_dir)
             self.model = load_model(source, self.config.dtype).to(self.device)
-            self.base = to_state(self.model)
-            manifest = publish(
-                self.store,
-                self.model_id,
-                self.base,
-                files=side_files(source),
-                full_every=self.config.full_every,
-                publisher="trainer",
-                force=True,
-            )
-            self._force_publish = False
-            self.version = self.published = manifest.version
+            self.version = self.publisher.publish_base(to_state(self.model), side_files(source))
             log.info("published the base model %s as version %d of %s", self.config.model, self.version, self.model_id)
         if self.world:
             torch.distributed.barrier()  # version 0 exists for every rank
@@ -150,11 +137,11 @@ class Trainer:
             latest = read_latest(self.store, self.model_id)
             if latest is None:
                 raise WeightsConflictError(f"rank 0 published no version of {self.model_id!r}")
-            self.version = self.published = latest[0].version
+            self.version = latest[0].version
             dest = os.path.join(self.work_dir, "policy" if self.world is None else f"policy-rank{self.world.rank}")
             pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
             self.model = load_model(dest, self.config.dtype).to(self.device)
-            self.base = to_state(self.model) if self.lead else {}
+            self.publisher.resumed(self.version, to_state(self.model) if self.lead else {})
             log.info("resuming %s from published version %d", self.model_id, self.version)
         if self.world:
             distributed.shard(self.model)
@@ -299,7 +286,7 @@ class Trainer:
             if not self.lead:  # rank 0 writes the step; the others go on to the next
                 self.version = step + 1
                 return {}
-            new_state = to_state(tensors, self._spare.pop() if self._spare else None)
+            new_state = to_state(tensors, self.publisher.take_spare())
             snapshot_s = time.monotonic() - trained
         # the previous step's writes finish before this one's start (in line: they finished in that step)
         publish_block_s = self._writer.drain() + self._inline_block_s
@@ -418,39 +405,23 @@ class Trainer:
     ) -> None:
         """The writer's job for one step: take the snapshot unless it was taken already (a single
         process: here, while the next step's forward and backward passes run, which do not change
-        weights or optimizer state), then in crash-safe order checkpoint, heartbeat, publish."""
+        weights or optimizer state), then hand the step to the publisher."""
         try:
             if state is None:
                 started = time.monotonic()
-                state = to_state(self.model, self._spare.pop() if self._spare else None)
+                state = to_state(self.model, self.publisher.take_spare())
                 checkpoint = self._checkpoint_bytes(stats["version"])
                 stats["snapshot_s"] = time.monotonic() - started
         finally:
             ready.set()  # also after an error: the error is raised at the next submit or drain
-        version = stats["version"]
-        for name, data in checkpoint.items():
-            self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
-        self.store.put(layout.trainer_stats_key(self.model_id, stats["step"]), json.dumps(stats).encode())
-        self._publish(state, version)
+        self.publisher.write_step(stats, checkpoint, state)
 
-    def _publish(self, state: State, version: int) -> None:
-        latest = read_latest(self.store, self.model_id)
-        if latest is None or latest[0].version != version - 1:
-            found = None if latest is None else latest[0].version
-            raise WeightsConflictError(
-                f"LATEST of {self.model_id!r} is {found}, expected {version - 1}: another trainer publishes this "
-                "model; only one trainer may run per model"
-            )
-        manifest = publish(
-            self.store,
-            self.model_id,
-            state,
-            base=self.base,
-            full_every=self.config.full_every,
-            publisher="trainer",
-            force=self._force_publish,
-        )
-        self._force_publish = False
-        self._spare.append(self.base)  # no job reads the old base any more: the next snapshot reuses it
-        self.base = state
-        self.published = manifest.version
+    @property
+    def base(self) -> State:
+        """The published state of the newest version (what the next delta is coded against)."""
+        return self.publisher.base
+
+    @property
+    def published(self) -> int:
+        """The newest version this process published (or resumed from)."""
+        return self.publisher.published

@@ -1,0 +1,80 @@
+"""What a trainer writes to the lake for one model, in crash-safe order: a step's optimizer
+checkpoint, then its heartbeat, then its weight version (LATEST moves last: the commit point).
+
+It keeps the published state the next delta is coded against (`base`) and the snapshot
+buffers no job reads any more (`spare`), which the trainer copies the next weights into.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from lakeflow.errors import WeightsConflictError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.weights import State, publish, read_latest
+
+log = logging.getLogger("lakeflow.trainer")
+
+
+class Publisher:
+    """One model's writes; `published` is the newest version this process published (or resumed from)."""
+
+    def __init__(self, store: Store, model_id: str, full_every: int) -> None:
+        self.store = store
+        self.model_id = model_id
+        self.full_every = full_every
+        self.base: State = {}  # the published state of the newest version: what the next delta is coded against
+        self.published = -1
+        self.spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
+        self._force = True  # leftovers of a crashed predecessor may exist for the first publish
+
+    def take_spare(self) -> State | None:
+        """A buffer to copy the next weights into, if one is free."""
+        return self.spare.pop() if self.spare else None
+
+    def resumed(self, version: int, state: State) -> None:
+        """The trainer holds published `version` (whose state is `state`, or {} on ranks that never publish)."""
+        self.published, self.base = version, state
+
+    def publish_base(self, state: State, files: dict[str, bytes]) -> int:
+        """Version 0: the base model, with its config and tokenizer files."""
+        manifest = publish(
+            self.store, self.model_id, state, files=files, full_every=self.full_every, publisher="trainer", force=True
+        )
+        self._force = False
+        self.resumed(manifest.version, state)
+        return manifest.version
+
+    def write_step(self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State) -> None:
+        """Checkpoint objects, heartbeat, then the weights of `stats["version"]`."""
+        version = stats["version"]
+        for name, data in checkpoint.items():
+            self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
+        self.store.put(layout.trainer_stats_key(self.model_id, stats["step"]), json.dumps(stats).encode())
+        self.publish(state, version)
+
+    def publish(self, state: State, version: int) -> None:
+        """`state` as `version`, coded against `base`; refused unless LATEST is `version - 1`."""
+        latest = read_latest(self.store, self.model_id)
+        if latest is None or latest[0].version != version - 1:
+            found = None if latest is None else latest[0].version
+            raise WeightsConflictError(
+                f"LATEST of {self.model_id!r} is {found}, expected {version - 1}: another trainer publishes this "
+                "model; only one trainer may run per model"
+            )
+        manifest = publish(
+            self.store,
+            self.model_id,
+            state,
+            base=self.base,
+            full_every=self.full_every,
+            publisher="trainer",
+            force=self._force,
+        )
+        self._force = False
+        self.spare.append(self.base)  # no job reads the old base any more: the next snapshot reuses it
+        self.base = state
+        self.published = manifest.version
