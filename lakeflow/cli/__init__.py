@@ -1,33 +1,71 @@
-"""The `lakeflow` command: one click group, one module per family of subcommands."""
+"""The `lakeflow` command: one click group, one module per family of subcommands.
+
+Subcommands are imported only when they run (`COMMANDS` maps a name to `module:attribute`), so
+`lakeflow --help`, `--version` and the analyst commands never import torch, transformers or vLLM.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from lakeflow.cli.bench import bench
-from lakeflow.cli.dataflow import dataflow, policy, status
-from lakeflow.cli.lake import sql, synth
-from lakeflow.cli.raas import raas
-from lakeflow.cli.report import report
-from lakeflow.cli.run import run
-from lakeflow.cli.train import train
-from lakeflow.cli.weights import weights
+# name -> "module:attribute" of the click command; a new command is one line here.
+COMMANDS = {
+    "synth": "lakeflow.cli.lake:synth",
+    "sql": "lakeflow.cli.lake:sql",
+    "status": "lakeflow.cli.dataflow:status",
+    "report": "lakeflow.cli.report:report",
+    "weights": "lakeflow.cli.weights:weights",
+    "policy": "lakeflow.cli.dataflow:policy",
+    "dataflow": "lakeflow.cli.dataflow:dataflow",
+    "train": "lakeflow.cli.train:train",
+    "raas": "lakeflow.cli.raas:raas",
+    "run": "lakeflow.cli.run:run",
+    "bench": "lakeflow.cli.bench:bench",
+}
+
+# One line each in `lakeflow --help`, so listing the commands imports none of them.
+SUMMARIES = {
+    "synth": "Write synthetic samples to a lake (tests, benchmarks, demos).",
+    "sql": "Run a read-only SQL query over a lake's committed trajectories.",
+    "status": "What a lake holds: samples, pools, batches, weights, services.",
+    "report": "Write an HTML report of a run (plots over the lake).",
+    "weights": "Publish, pull, list, verify and garbage-collect weight versions.",
+    "policy": "Check SQL data policies.",
+    "dataflow": "Run the dataflow service (ingest, tasks, batches) for a lake.",
+    "train": "Run a trainer for one model of a lake.",
+    "raas": "Run a rollout service (claim tasks, generate, commit trajectories).",
+    "run": "Run a whole job (dataflow, trainers, rollout pools) on this machine.",
+    "bench": "Benchmarks, side by side with the alternative.",
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that subcommand is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command), target  # a wiring mistake in COMMANDS, not user input
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, SUMMARIES.get(name, "")) for name in COMMANDS])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lakeflow")
 def main() -> None:
-    """lakeflow: RL for agentic LLMs where an object-store bucket is the only meeting point."""
+    """lakeflow: RL for agentic LLMs where an object-store bucket is the only meeting point.
 
-
-main.add_command(synth)
-main.add_command(sql)
-main.add_command(bench)
-main.add_command(dataflow)
-main.add_command(status)
-main.add_command(policy)
-main.add_command(weights)
-main.add_command(train)
-main.add_command(raas)
-main.add_command(run)
-main.add_command(report)
+    Exit codes: 0 success; 1 the command failed (the message says why and what to do);
+    2 bad usage (unknown option, missing argument, bad value).
+    """
