@@ -22,14 +22,14 @@ class UnsupportedStoreError(LakeflowError):
     """The URL names a storage backend lakeflow cannot use (or cannot use for this operation)."""
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(LakeflowError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
 
     def __init__(self, package: str, extra: str) -> None:
         super().__init__(f"{package} is not installed: run `pip install 'lakeflow[{extra}]'` to use this feature")
 
 
-class SampleValidationError(ValueError):
+class SampleValidationError(LakeflowError, ValueError):
     """A trajectory sample does not match the sample schema; the message names the field and row."""
 
 
@@ -52,7 +52,7 @@ class WeightsIntegrityError(LakeflowError):
     """Downloaded weight objects or a rebuilt state do not match their manifest; nothing was loaded."""
 
 
-class ConfigError(ValueError):
+class ConfigError(LakeflowError, ValueError):
     """A config file is missing, malformed, or has unknown or invalid keys; the message names them."""
 
 
@@ -62,3 +62,21 @@ class PolicyError(LakeflowError):
 
 class LeaseHeldError(LakeflowError):
     """Another dataflow process serves this lake; the message names it and when its lease ends."""
+
+
+class LakeNotFoundError(LakeflowError):
+    """A read-only command was pointed at a lake that does not exist (nothing under its URL)."""
+
+
+class StoreAccessError(LakeflowError):
+    """The object store could not be used: no such bucket, no or rejected credentials, endpoint
+    unreachable. The message names the URL and key and says what to do."""
+
+
+class StorePermissionError(StoreAccessError):
+    """The store refused one action on one key (S3 AccessDenied); the message names both."""
+
+
+class MissingToolError(LakeflowError):
+    """An external command lakeflow drives (kubectl, sky, sbatch) is not on PATH; the message names it
+    and what it is for."""

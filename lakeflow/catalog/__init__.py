@@ -1,5 +1,6 @@
-"""The catalog engine: DuckDB over the lake's committed shards (SQL files live in `catalog/`)."""
+"""The catalog engine: DuckDB over the lake's committed shards (its SQL ships in `lakeflow/catalog/sql/`)."""
 
-from lakeflow.catalog.engine import SQL_DIR, LakeQuery, connect_lake
+from lakeflow.catalog.engine import LakeQuery, connect_lake
+from lakeflow.catalog.sqlfiles import read_sql
 
-__all__ = ["SQL_DIR", "LakeQuery", "connect_lake"]
+__all__ = ["LakeQuery", "connect_lake", "read_sql"]

@@ -11,18 +11,17 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "catalog"
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
@@ -148,7 +147,7 @@ def _drop_unreadable(
 
 
 def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
-    con.sql((SQL_DIR / "trajectories.sql").read_text().replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
+    con.sql(read_sql("trajectories.sql").replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
     if urls:
         source = f"read_parquet({_list(urls)}, hive_partitioning = false)"
     elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:

@@ -16,9 +16,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from lakeflow.catalog.sqlfiles import shipped_policies
 from lakeflow.errors import PolicyError
 
-POLICY_DIR = Path(__file__).resolve().parents[2] / "catalog" / "policies"
 KINDS: dict[str, tuple[str, ...]] = {
     "filter": ("group_id",),
     "staleness": ("group_id",),
@@ -37,30 +37,32 @@ class Policy:
 
     kind: str
     name: str
-    path: Path
+    path: str  # the file, or `<shipped>/<kind>/<name>.sql` for a policy shipped in the package
     sql: str
     params: frozenset[str]  # the $names the query uses
 
 
 def load_policy(kind: str, name_or_path: str) -> Policy:
-    """A shipped policy by name (`catalog/policies/<kind>/<name>.sql`) or a user's `.sql` file."""
+    """A shipped policy by name (`lakeflow/catalog/sql/policies/<kind>/<name>.sql`) or a user's `.sql` file."""
     if kind not in KINDS:
         raise PolicyError(f"unknown policy kind {kind!r}; kinds: {', '.join(KINDS)}")
     if name_or_path.endswith(".sql"):
-        path = Path(name_or_path)
+        try:
+            sql = Path(name_or_path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise PolicyError(f"cannot read policy {name_or_path}: {e}") from e
+        name, label = Path(name_or_path).stem, name_or_path
     else:
-        path = POLICY_DIR / kind / f"{name_or_path}.sql"
-        if not path.exists():
-            shipped = sorted(p.stem for p in (POLICY_DIR / kind).glob("*.sql"))
+        shipped = shipped_policies(kind)
+        if name_or_path not in shipped:
             raise PolicyError(
-                f"no {kind} policy named {name_or_path!r}; shipped: {', '.join(shipped)}, or a path to a .sql file"
+                f"no {kind} policy named {name_or_path!r}; shipped: {', '.join(sorted(shipped))}, "
+                "or a path to a .sql file"
             )
-    try:
-        sql = path.read_text()
-    except OSError as e:
-        raise PolicyError(f"cannot read policy {path}: {e}") from e
+        sql = shipped[name_or_path].read_text(encoding="utf-8")
+        name, label = name_or_path, f"<shipped>/{kind}/{name_or_path}.sql"
     code = _STRING.sub("''", _COMMENT.sub(" ", sql))
-    return Policy(kind, path.stem, path, sql, frozenset(_PARAM.findall(code)))
+    return Policy(kind, name, label, sql, frozenset(_PARAM.findall(code)))
 
 
 def check_statement(con: duckdb.DuckDBPyConnection, policy: Policy) -> None:

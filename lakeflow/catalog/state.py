@@ -12,13 +12,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-SCHEMA_SQL = Path(__file__).resolve().parents[2] / "catalog" / "schema.sql"
+from lakeflow.catalog.sqlfiles import read_sql
+
 APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine")
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 GROUP_COLUMNS = "model_id, group_id, prompt_id, n, reward_mean, reward_std, zero_adv, policy_version, arrival"
@@ -71,8 +71,8 @@ class Catalog:
         if threads:
             config["threads"] = threads
         self.con = duckdb.connect(path, config=config)
-        if not self.con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'samples'").fetchone()[0]:  # type: ignore[index]
-            self.con.sql(SCHEMA_SQL.read_text())
+        if not self.con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'shards'").fetchone()[0]:  # type: ignore[index]
+            self.con.sql(read_sql("schema.sql"))
         self.con.sql("SET enable_progress_bar = false")
         self.con.sql("SET lock_configuration = true")
         self.ckpt = 0  # sequence of the checkpoint that will hold rows inserted now

@@ -7,8 +7,11 @@ Subcommands are imported only when they run (`COMMANDS` maps a name to `module:a
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from lakeflow.errors import LakeflowError
 
 # name -> "module:attribute" of the click command; a new command is one line here.
 COMMANDS = {
@@ -55,6 +58,14 @@ class LazyGroup(click.Group):
         command = getattr(importlib.import_module(module_name), attribute)
         assert isinstance(command, click.Command), target  # a wiring mistake in COMMANDS, not user input
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the subcommand; lakeflow's own errors (bad input, unreachable store, missing lake) end
+        as one line on stderr and exit code 1, not a traceback."""
+        try:
+            return super().invoke(ctx)
+        except LakeflowError as e:
+            raise click.ClickException(str(e)) from e
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -1,4 +1,4 @@
-"""Options every command shares: the lake URL and how to reach S3."""
+"""Options every command shares: the lake URL and how to reach S3; opening a lake that must exist."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from lakeflow.errors import UnsupportedStoreError
+from lakeflow.errors import LakeNotFoundError, UnsupportedStoreError
 from lakeflow.io import S3Options, Store, open_store
 
 
@@ -28,9 +28,23 @@ def lake_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-def open_lake(lake_url: str, endpoint_url: str | None) -> Store:
-    """The store for `--lake`, with a click error instead of a traceback on bad URLs."""
+def open_lake(lake_url: str, endpoint_url: str | None, interactive: bool = False) -> Store:
+    """The store for `--lake`, with a click error instead of a traceback on bad URLs. `interactive`:
+    a person waits on this command, so an unreachable endpoint fails in seconds (few retries)."""
+    options = S3Options(endpoint_url=endpoint_url)
     try:
-        return open_store(lake_url, S3Options(endpoint_url=endpoint_url))
+        return open_store(lake_url, options.interactive() if interactive else options)
     except (ValueError, UnsupportedStoreError) as e:
         raise click.BadParameter(str(e), param_hint="--lake") from e
+
+
+def open_existing_lake(lake_url: str, endpoint_url: str | None) -> Store:
+    """The store for a read-only command: the lake must exist (hold at least one object). A typo in
+    `--lake` then fails with one line and creates nothing, instead of answering about an empty lake."""
+    store = open_lake(lake_url, endpoint_url, interactive=True)
+    if next(iter(store.list("")), None) is None:
+        raise LakeNotFoundError(
+            f"no lake at {store.url}: nothing is stored under it. Check --lake (a run's lake is created by "
+            "`lakeflow run`, `lakeflow dataflow` or `lakeflow synth`)"
+        )
+    return store

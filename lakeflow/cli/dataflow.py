@@ -11,7 +11,7 @@ import click
 from lakeflow.catalog.candidates import example_params, stage_empty
 from lakeflow.catalog.policy import KINDS, load_policy, run_policy
 from lakeflow.catalog.state import Catalog
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.config import load_config
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.dataflow.status import lake_status, render_status
@@ -64,7 +64,7 @@ def dataflow(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(lake_url: str, endpoint_url: str | None, as_json: bool) -> None:
     """Per model: weights version, fresh/replay/stale/quarantined counts, tasks, trainer wait, RaaS."""
-    report = lake_status(open_lake(lake_url, endpoint_url))
+    report = lake_status(open_existing_lake(lake_url, endpoint_url))
     click.echo(json.dumps(report, indent=2, default=str) if as_json else render_status(report))
 
 

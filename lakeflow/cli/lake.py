@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from lakeflow.catalog import connect_lake
 from lakeflow.catalog.engine import QueryError
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.text import text_table
@@ -90,7 +90,7 @@ def sql(lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows:
 
     Example: lakeflow sql --lake ./lake "SELECT model_id, avg(reward) FROM trajectories GROUP BY 1"
     """
-    store = open_lake(lake_url, endpoint_url)
+    store = open_existing_lake(lake_url, endpoint_url)
     tables, _ = checkpoint_tables(store)
     lake = connect_lake(store, tables=tables)
     for key, reason in lake.skipped:

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
-from lakeflow.errors import MissingExtraError
+from lakeflow.cli.common import lake_options, open_existing_lake
 from lakeflow.report import write_report
 
 
@@ -22,9 +21,6 @@ from lakeflow.report import write_report
 )
 def report(lake_url: str, endpoint_url: str | None, out_dir: Path) -> None:
     """Write an HTML report of the run at --lake into --out and print the page's path."""
-    store = open_lake(lake_url, endpoint_url)
-    try:
-        page = write_report(store, out_dir)
-    except MissingExtraError as e:
-        raise click.ClickException(str(e)) from e
+    store = open_existing_lake(lake_url, endpoint_url)
+    page = write_report(store, out_dir)
     click.echo(f"report: {page}")

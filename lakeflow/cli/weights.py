@@ -9,7 +9,7 @@ import tempfile
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.errors import WeightsConflictError, WeightsIntegrityError
 from lakeflow.weights import collect, list_versions, publish, pull, read_latest, read_manifest, read_source
 from lakeflow.weights.publish import DEFAULT_FULL_EVERY
@@ -57,7 +57,7 @@ def publish_cmd(
 @click.option("--version", type=int, default=None, help="Version to pull (default: LATEST).")
 def pull_cmd(lake_url: str, endpoint_url: str | None, model: str, dest: str, version: int | None) -> None:
     """Bring DEST to a version: deltas when cheaper, else full; verified bit for bit."""
-    store = open_lake(lake_url, endpoint_url)
+    store = open_existing_lake(lake_url, endpoint_url)
     try:
         r = pull(store, model, dest, version)
     except (WeightsIntegrityError, FileNotFoundError) as e:
@@ -72,7 +72,7 @@ def pull_cmd(lake_url: str, endpoint_url: str | None, model: str, dest: str, ver
 @model_option
 def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
     """List versions: kind, sizes, sparsity."""
-    store = open_lake(lake_url, endpoint_url)
+    store = open_existing_lake(lake_url, endpoint_url)
     latest = read_latest(store, model)
     top = latest[0].version if latest else -1
     click.echo(f"{'version':>8}  {'kind':5}  {'full bytes':>14}  {'delta bytes':>12}  {'unchanged':>9}  created")
@@ -94,7 +94,7 @@ def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
 @click.option("--version", type=int, default=None, help="Version to verify (default: LATEST).")
 def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int | None) -> None:
     """Rebuild a version from the lake in a temporary directory and check every checksum."""
-    store = open_lake(lake_url, endpoint_url)
+    store = open_existing_lake(lake_url, endpoint_url)
     with tempfile.TemporaryDirectory(prefix="lakeflow-verify-") as tmp:
         try:
             r = pull(store, model, os.path.join(tmp, "model"), version)
@@ -110,7 +110,7 @@ def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int
 @click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
 def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_run: bool) -> None:
     """Delete versions that neither the newest N nor their delta chains need."""
-    store = open_lake(lake_url, endpoint_url)
+    store = open_existing_lake(lake_url, endpoint_url)
     gone = collect(store, model, keep, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {len(gone)} version(s): {gone}")

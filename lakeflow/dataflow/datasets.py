@@ -71,7 +71,7 @@ def _from_reasoning_gym(dataset: ReasoningGymDataset) -> pa.Table:
     try:
         import reasoning_gym
     except ImportError as e:
-        raise MissingExtraError("reasoning-gym", "reasoning-gym") from e
+        raise MissingExtraError("reasoning-gym", "raas") from e
     known = reasoning_gym.factory.DATASETS
     if dataset.name not in known:
         raise ConfigError(f"unknown reasoning-gym generator {dataset.name!r}; known: {', '.join(sorted(known))}")

@@ -28,8 +28,7 @@ class LocalStore:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
-        self.url = "file://" + self.root
-        os.makedirs(self.root, exist_ok=True)
+        self.url = "file://" + self.root  # the directory is created by the first write, not here
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))

@@ -11,18 +11,19 @@ from __future__ import annotations
 import errno
 import io
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 from urllib.parse import urlparse
 
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from lakeflow.errors import EtagMismatchError
 from lakeflow.io.ranged import open_ranged
+from lakeflow.io.s3errors import translate, translated
 from lakeflow.io.store import ObjectInfo, S3Access, check_key
 
 _MISSING = {"NoSuchKey", "404", "NotFound"}
@@ -38,7 +39,13 @@ class S3Options:
     profile: str | None = None
     access_key_id: str | None = None
     secret_access_key: str | None = None
-    max_attempts: int = 8
+    max_attempts: int = 8  # botocore's standard retries (throttling, 5xx, timeouts)
+    connect_timeout: float = 10.0  # seconds; interactive commands use less (see `interactive`)
+    read_timeout: float = 60.0
+
+    def interactive(self) -> S3Options:
+        """The same options for a command a person waits on: fail in seconds, not a minute."""
+        return replace(self, max_attempts=min(self.max_attempts, 2), connect_timeout=min(self.connect_timeout, 3.0))
 
 
 def _code(e: ClientError) -> str:
@@ -82,8 +89,8 @@ class S3Store:
     def _client(self, opts: S3Options, addressing: str) -> Any:
         config = Config(
             retries={"mode": "standard", "max_attempts": opts.max_attempts},
-            connect_timeout=10,
-            read_timeout=60,
+            connect_timeout=opts.connect_timeout,
+            read_timeout=opts.read_timeout,
             max_pool_connections=32,
             s3={"addressing_style": addressing},
         )
@@ -93,6 +100,7 @@ class S3Store:
         check_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    @translated("s3:GetObject")
     def get(self, key: str) -> bytes:
         return self._get(key)["Body"].read()  # type: ignore[no-any-return]
 
@@ -106,15 +114,18 @@ class S3Store:
                 return {"Body": io.BytesIO(b""), "ETag": ""}
             raise
 
+    @translated("s3:GetObject")
     def get_range(self, key: str, start: int, end: int) -> bytes:
         if end <= start:
             return b""
         return self._get(key, Range=f"bytes={start}-{end - 1}")["Body"].read()  # type: ignore[no-any-return]
 
+    @translated("s3:GetObject")
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         response = self._get(key)
         return response["Body"].read(), str(response["ETag"]).strip('"')
 
+    @translated("s3:GetObject")
     def head(self, key: str) -> ObjectInfo:
         try:
             response = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
@@ -124,12 +135,15 @@ class S3Store:
             raise
         return ObjectInfo(key, int(response["ContentLength"]))
 
+    @translated("s3:PutObject")
     def put(self, key: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data)
 
+    @translated("s3:PutObject")
     def put_file(self, key: str, path: str) -> None:
         self.client.upload_file(path, self.bucket, self._key(key), Config=_TRANSFER)
 
+    @translated("s3:PutObject")
     @_retry_conflict
     def put_if_absent(self, key: str, data: bytes) -> None:
         try:
@@ -141,6 +155,7 @@ class S3Store:
                 return
             raise FileExistsError(errno.EEXIST, "object already exists", key) from e
 
+    @translated("s3:PutObject")
     @_retry_conflict
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
         try:
@@ -167,10 +182,18 @@ class S3Store:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": root + prefix}
         if start_after:
             kwargs["StartAfter"] = root + start_after
-        for page in self.client.get_paginator("list_objects_v2").paginate(**kwargs):
+        pages = iter(self.client.get_paginator("list_objects_v2").paginate(**kwargs))
+        while True:
+            try:
+                page = next(pages)
+            except StopIteration:
+                return
+            except (ClientError, BotoCoreError) as e:
+                raise translate(e, self, prefix, "s3:ListBucket") from e
             for item in page.get("Contents", []):
                 yield ObjectInfo(item["Key"][len(root) :], int(item["Size"]))
 
+    @translated("s3:DeleteObject")
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 

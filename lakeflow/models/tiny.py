@@ -49,7 +49,7 @@ def build_tiny_model(dest: str | Path, vocab_size: int = 512, hidden: int = 64, 
 
         tf: Any = importlib.import_module("transformers")  # untyped for mypy: its stubs lag its API
     except ImportError as e:
-        raise MissingExtraError("torch and transformers", "torch") from e
+        raise MissingExtraError("torch and transformers", "train") from e
     dest = Path(dest)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

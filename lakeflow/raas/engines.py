@@ -109,7 +109,7 @@ class HFEngine(TokenizedEngine):
             import torch
             import transformers  # noqa: F401
         except ImportError as e:
-            raise MissingExtraError("torch and transformers", "torch") from e
+            raise MissingExtraError("torch and transformers", "raas") from e
         self.config = config or HFEngineConfig()
         if self.config.threads:
             torch.set_num_threads(self.config.threads)

@@ -141,7 +141,7 @@ def _reasoning_gym_scorer(generator: str, config_json: str) -> tuple[Callable[..
         import reasoning_gym
         from reasoning_gym.utils import extract_answer
     except ImportError as e:
-        raise MissingExtraError("reasoning-gym", "reasoning-gym") from e
+        raise MissingExtraError("reasoning-gym", "raas") from e
     return reasoning_gym.create_dataset(generator, **json.loads(config_json)).score_answer, extract_answer
 
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lakeflow.errors import MissingExtraError
 from lakeflow.report.data import ModelData
 
 if TYPE_CHECKING:
@@ -160,11 +159,9 @@ def weights_plot(models: Sequence[ModelData], path: Path) -> bool:
 
 
 def _new_figure(nrows: int, height_in: float, sharex: bool = False) -> tuple[Figure, list[Axes]]:
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise MissingExtraError("matplotlib", "report") from e
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: it takes ~0.5 s
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(_WIDTH_IN, height_in * nrows), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)  # the Agg (PNG) backend, set on this figure rather than process-wide
     axes = fig.subplots(nrows, 1, squeeze=False, sharex=sharex)

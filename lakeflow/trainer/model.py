@@ -33,7 +33,7 @@ def load_model(path: str, dtype: str) -> Any:
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
     except ImportError as e:
-        raise MissingExtraError("transformers", "torch") from e
+        raise MissingExtraError("transformers", "train") from e
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # one bar per load on stderr otherwise
     model = AutoModelForCausalLM.from_pretrained(path, dtype=TORCH_DTYPES[dtype])
     model.train()

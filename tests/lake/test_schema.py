@@ -8,7 +8,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from lakeflow.catalog import SQL_DIR
+from lakeflow.catalog import read_sql
 from lakeflow.errors import SampleValidationError
 from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table, validate_table
 from tests.lake.helpers import sample
@@ -16,7 +16,7 @@ from tests.lake.helpers import sample
 
 def test_sql_schema_matches_arrow_schema() -> None:
     con = duckdb.connect()
-    con.sql((SQL_DIR / "trajectories.sql").read_text())
+    con.sql(read_sql("trajectories.sql"))
     sql_columns = [r[0] for r in con.sql("DESCRIBE trajectories").fetchall()]
     assert sql_columns == SAMPLE_SCHEMA.names
     table = samples_to_table([normalize_sample(sample(), 0)])
