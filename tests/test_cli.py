@@ -59,11 +59,12 @@ def test_synth_then_sql(cli_lake: str) -> None:
 
 def test_sql_errors_are_messages_not_tracebacks(tmp_path: str) -> None:
     runner = CliRunner()
+    run("synth", "--lake", f"{tmp_path}/l", "--samples", "10")
     result = runner.invoke(main, ["sql", "--lake", f"{tmp_path}/l", "DELETE FROM trajectories"])
     assert result.exit_code == 1 and "DELETE statements are refused" in result.output
     result = runner.invoke(main, ["sql", "--lake", "ftp://x/y", "SELECT 1"])
     assert result.exit_code == 2 and "unsupported lake URL" in result.output
-    result = runner.invoke(main, ["synth", "--lake", f"{tmp_path}/l", "--samples", "10", "--versions", "5-1"])
+    result = runner.invoke(main, ["synth", "--lake", f"{tmp_path}/m", "--samples", "10", "--versions", "5-1"])
     assert result.exit_code == 2 and "expected 0 <= N <= M" in result.output
     result = runner.invoke(main, ["synth", "--lake", f"{tmp_path}/l", "--samples", "10", "--models", "a/b"])
     assert result.exit_code == 2 and "invalid model id" in result.output

@@ -23,6 +23,10 @@ APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batche
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 GROUP_COLUMNS = "model_id, group_id, prompt_id, n, reward_mean, reward_std, zero_adv, policy_version, arrival"
 _REFS = "sample_ids, shard_idx, rows, rewards"
+# A group has zero advantage when its rewards differ by no more than this, relative to their
+# magnitude (at least 1): rewards that differ only by float rounding ([0.1 + 0.2, 0.3, …]) would
+# otherwise give advantages of ~1e-11 that fill a batch slot and teach nothing.
+ZERO_ADV_TOLERANCE = 1e-9
 
 
 @dataclass
@@ -170,7 +174,9 @@ class Catalog:
             SELECT model_id, group_id, prompt_id, task_id, n,
                    list_avg(rewards) AS reward_mean,
                    CASE WHEN n > 1 THEN coalesce(list_stddev_samp(rewards), 0) ELSE 1.0 END AS reward_std,
-                   list_min(rewards) = list_max(rewards) AS zero_adv,
+                   list_max(rewards) - list_min(rewards)
+                       <= {ZERO_ADV_TOLERANCE} * greatest(1.0, abs(list_max(rewards)), abs(list_min(rewards)))
+                       AS zero_adv,
                    policy_version, arrival, {_REFS}
             FROM pending WHERE model_id = {quote(model_id)} AND n >= {int(n_samples)}
             """

@@ -106,12 +106,19 @@ def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int
 @weights.command("gc")
 @lake_options
 @model_option
-@click.option("--keep", type=int, required=True, help="Keep the newest N versions (plus what their chains need).")
+@click.option(
+    "--keep",
+    type=click.IntRange(min=1),
+    required=True,
+    help="Keep the newest N versions (plus what their chains need).",
+)
 @click.option("--dry-run", is_flag=True, help="Only print what would be deleted.")
-def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_run: bool) -> None:
-    """Delete versions that neither the newest N nor their delta chains need."""
+@click.option("--drop-base", is_flag=True, help="Also delete version 0 (the base model) when no kept chain needs it.")
+def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_run: bool, drop_base: bool) -> None:
+    """Delete versions that neither the newest N nor their delta chains need; version 0 (the base
+    model) is kept unless --drop-base."""
     store = open_existing_lake(lake_url, endpoint_url)
-    gone = collect(store, model, keep, dry_run=dry_run)
+    gone = collect(store, model, keep, dry_run=dry_run, keep_base=not drop_base)
     verb = "would delete" if dry_run else "deleted"
     click.echo(f"{verb} {len(gone)} version(s): {gone}")
 

@@ -80,10 +80,15 @@ def lake_status(store: Store) -> dict[str, Any]:
     )
     now = datetime.now(UTC)
     report: dict[str, Any] = {"lake": store.url, "at": now.isoformat(), "models": {}}
-    if manifest is not None:
-        cursor = CommitCursor.from_json(manifest["cursor"])
-        report["checkpoint"] = manifest["seq"]
-        report["commits_after_checkpoint"] = len(LakeReader(store).poll(cursor).commits)
+    # Committed samples = those in the checkpoint + those of commits it does not hold yet (all of
+    # them when no dataflow process has checkpointed, e.g. a lake written by `lakeflow synth`).
+    cursor = CommitCursor.from_json(manifest["cursor"]) if manifest is not None else None
+    newer = LakeReader(store).poll(cursor).commits
+    report["checkpoint"] = manifest["seq"] if manifest is not None else None
+    report["commits_after_checkpoint"] = len(newer)
+    uningested: dict[str, int] = {}
+    for _, record in newer:
+        uningested[record.model_id] = uningested.get(record.model_id, 0) + record.rows
     for m in models:
         latest = read_latest(store, m)
         open_ids, claimed = lake_tasks.list_tasks(store, m)
@@ -95,7 +100,8 @@ def lake_status(store: Store) -> dict[str, Any]:
             "incomplete_groups": count("pending", "true", m),
             "stale_groups": count("dropped", "reason LIKE 'stale%'", m),
             "filtered_groups": count("groups", "NOT kept", m),
-            "samples": _sum(tables.get("shards"), m),
+            "samples": _sum(tables.get("shards"), m) + uningested.get(m, 0),
+            "samples_not_ingested": uningested.get(m, 0),
             "tasks_open": len(open_ids - claimed),
             "tasks_claimed": len(open_ids & claimed),
         }
@@ -126,8 +132,8 @@ def _sum(shards: pa.Table | None, model_id: str) -> int:
 def render_status(report: dict[str, Any]) -> str:
     """The report as a short text screen."""
     lines = [
-        f"lake {report['lake']}  (checkpoint {report.get('checkpoint', 'none')}, "
-        f"{report.get('commits_after_checkpoint', 0)} commits not in it)"
+        f"lake {report['lake']}  (checkpoint {report['checkpoint'] if report['checkpoint'] is not None else 'none'}, "
+        f"{report['commits_after_checkpoint']} commits not in it)"
     ]
     cols = [
         "model",

@@ -130,10 +130,17 @@ def weights_manifest_key(model_id: str, version: int) -> str:
 
 
 def weights_object_key(model_id: str, version: int, name: str) -> str:
-    """One file of a weight version (`model.safetensors`, `config.json`, `delta.safetensors`, …)."""
+    """One file of a weight version's model directory (`model.safetensors`, `config.json`, …)."""
     if "/" in name or not name or name.startswith("."):
         raise ValueError(f"invalid weight file name {name!r}")
     return weights_dir(model_id, version) + name
+
+
+def weights_delta_key(model_id: str, version: int) -> str:
+    """The delta of a version against the one before. In a folder of its own, so a full version's
+    directory holds only the model's files: transformers and vLLM load a copy of it as it is (vLLM
+    loads every top-level `*.safetensors`)."""
+    return weights_dir(model_id, version) + "delta/delta.safetensors"
 
 
 def latest_weights_key(model_id: str) -> str:
@@ -168,6 +175,11 @@ def raas_stats_key(raas_id: str) -> str:
 
 def trainer_stats_key(model_id: str, step: int) -> str:
     return f"stats/trainer/{check_name(model_id, 'model id')}/{_number(step, 'step')}.json"
+
+
+def autoscale_stats_key(model_id: str) -> str:
+    """The autoscaler's latest decisions for one model's rollout pool (inputs, target, reason)."""
+    return f"stats/autoscale/{check_name(model_id, 'model id')}.json"
 
 
 def _number(n: int, what: str) -> str:

@@ -22,7 +22,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
-from lakeflow.weights.manifest import read_manifest
+from lakeflow.weights.manifest import read_latest, read_manifest
 from lakeflow.weights.retention import list_versions
 
 MAX_RATE_POINTS = 500  # throughput bins per model: wider bins than a minute for long runs
@@ -73,11 +73,11 @@ class ModelData:
     model_id: str
     rewards: list[VersionReward] = field(default_factory=list)
     trainer: list[TrainerStep] = field(default_factory=list)
-    # throughput: bin start (epoch seconds, UTC) and samples per minute in that bin
-    rate_start_s: list[float] = field(default_factory=list)
+    # throughput: bin edges (epoch seconds, UTC; one more than rates) and samples per minute in each bin
+    rate_edges_s: list[float] = field(default_factory=list)
     rate_per_min: list[float] = field(default_factory=list)
     rate_bin_min: int = 1
-    # staleness (step - policy_version) of every trained row, by the row's kind
+    # staleness (step - policy_version) of every row the trainer trained on, by the row's kind
     staleness: dict[str, list[int]] = field(default_factory=dict)
     batches: int = 0
     weights: list[WeightVersion] = field(default_factory=list)
@@ -104,11 +104,11 @@ def gather(store: Store) -> ReportData:
     for m, rows in reward_by_version(lake).items():
         models[m].rewards = rows
         models[m].samples = sum(r.samples for r in rows)
-    for m, (start, rate, width) in throughput(lake).items():
-        models[m].rate_start_s, models[m].rate_per_min, models[m].rate_bin_min = start, rate, width
+    for m, (edges, rate, width) in throughput(lake).items():
+        models[m].rate_edges_s, models[m].rate_per_min, models[m].rate_bin_min = edges, rate, width
     for m, data in models.items():
         data.trainer = trainer_steps(store, m, notes)
-        steps, data.staleness = staleness(store, m, notes)
+        steps, data.staleness = staleness(store, m, trained_steps(store, m, data.trainer), notes)
         data.batches = steps
         data.weights = weight_versions(store, m, notes)
     per_model, unattributed = quarantined_rows(store, notes)
@@ -152,26 +152,41 @@ def reward_by_version(lake: LakeQuery) -> dict[str, list[VersionReward]]:
 
 
 def throughput(lake: LakeQuery) -> dict[str, tuple[list[float], list[float], int]]:
-    """Samples per minute by the samples' `created_at`, per model: (bin starts in epoch s, rates, bin minutes).
+    """Samples per minute per model by the samples' `created_at`: (bin edges in epoch s, rates, bin minutes).
 
-    Minutes without samples count as 0; runs longer than MAX_RATE_POINTS minutes get wider bins.
+    Bins start at the model's first sample (not at a calendar minute) and are a whole number of
+    minutes wide (wider for runs longer than MAX_RATE_POINTS minutes). The last bin ends at the
+    last sample and joins the bin before it when shorter than half a width; each rate divides by
+    its bin's real duration, so a steady rate plots flat. Bins without samples count as 0.
     """
     table = lake.sql(
-        "SELECT model_id, CAST(floor(epoch(created_at) / 60) AS BIGINT) AS minute, count(*) AS n "
-        "FROM trajectories GROUP BY model_id, minute ORDER BY model_id, minute"
+        "SELECT model_id, epoch(created_at) AS t, count(*) AS n FROM trajectories GROUP BY 1, 2 ORDER BY 1, 2"
     )
-    counts: dict[str, dict[int, int]] = {}
+    times: dict[str, list[tuple[float, int]]] = {}
     for r in table.to_pylist():
-        counts.setdefault(r["model_id"], {})[r["minute"]] = r["n"]
+        times.setdefault(r["model_id"], []).append((float(r["t"]), int(r["n"])))
     out: dict[str, tuple[list[float], list[float], int]] = {}
-    for m, by_minute in counts.items():
-        first, last = min(by_minute), max(by_minute)
-        width = max(1, math.ceil((last - first + 1) / MAX_RATE_POINTS))
-        bins = [0] * ((last - first) // width + 1)
-        for minute, n in by_minute.items():
-            bins[(minute - first) // width] += n
-        out[m] = ([(first + i * width) * 60.0 for i in range(len(bins))], [n / width for n in bins], width)
+    for m, points in times.items():
+        t0, t1 = points[0][0], points[-1][0]
+        width = 60.0 * max(1, math.ceil((t1 - t0) / 60.0 / MAX_RATE_POINTS))
+        bins = int((t1 - t0) // width) + 1
+        edges = [t0 + i * width for i in range(bins)]
+        if bins > 1 and t1 - edges[-1] < width / 2:
+            del edges[-1]  # a short last bin joins the one before it
+        edges.append(max(t1, edges[-1] + width / 2))  # a lone short bin counts as half a width
+        counts = [0] * (len(edges) - 1)
+        for t, n in points:
+            counts[min(int((t - t0) // width), len(counts) - 1)] += n
+        rates = [60.0 * c / (edges[i + 1] - edges[i]) for i, c in enumerate(counts)]
+        out[m] = (edges, rates, int(width // 60))
     return out
+
+
+def trained_steps(store: Store, model_id: str, trainer: list[TrainerStep]) -> set[int]:
+    """Steps the trainer finished: those with a heartbeat, and every step below the published LATEST
+    (step N publishes version N + 1). Batches written ahead of the trainer are not trained samples."""
+    latest = read_latest(store, model_id)
+    return {s.step for s in trainer} | set(range(latest[0].version if latest else 0))
 
 
 def trainer_steps(store: Store, model_id: str, notes: list[str]) -> list[TrainerStep]:
@@ -195,11 +210,14 @@ def trainer_steps(store: Store, model_id: str, notes: list[str]) -> list[Trainer
     return sorted(steps, key=lambda s: s.step)
 
 
-def staleness(store: Store, model_id: str, notes: list[str]) -> tuple[int, dict[str, list[int]]]:
-    """Number of batch objects and, per row kind ('fresh', 'replay'), step - policy_version of every row."""
+def staleness(store: Store, model_id: str, trained: set[int], notes: list[str]) -> tuple[int, dict[str, list[int]]]:
+    """Number of batch objects and, per row kind ('fresh', 'replay'), step - policy_version of every
+    row of the batches the trainer trained on (`trained` steps)."""
     out: dict[str, list[int]] = {}
     steps = list_batch_steps(store, model_id)
     for step in steps:
+        if step not in trained:
+            continue
         try:
             table, _ = read_batch(store, model_id, step)
         except (FileNotFoundError, LakeflowError) as e:

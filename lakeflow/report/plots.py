@@ -72,24 +72,17 @@ def wait_plot(models: Sequence[ModelData], path: Path) -> bool:
 
 
 def throughput_plot(models: Sequence[ModelData], path: Path) -> bool:
-    """Samples committed per minute (by the samples' created_at), one line per model."""
+    """Samples committed per minute (by the samples' created_at, per actual bin duration), one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.rate_per_min]
     if not drawn:
         return _nothing(path)
     fig, (ax,) = _new_figure(1, 4.0)
     for i, m in drawn:
-        times = _utc([datetime.fromtimestamp(s, UTC) for s in m.rate_start_s])
+        edges = _utc([datetime.fromtimestamp(s, UTC) for s in m.rate_edges_s])
         label = m.model_id if m.rate_bin_min == 1 else f"{m.model_id} ({m.rate_bin_min}-minute bins)"
         # each rate holds for its whole bin: repeat the last one at the end of the last bin
-        edge = _utc([datetime.fromtimestamp(m.rate_start_s[-1] + 60 * m.rate_bin_min, UTC)])
-        ax.step(
-            np.concatenate([times, edge]),
-            [*m.rate_per_min, m.rate_per_min[-1]],
-            where="post",
-            color=colour(i),
-            label=label,
-        )
-        ax.plot(times, m.rate_per_min, "o", ms=3, color=colour(i))
+        ax.step(edges, [*m.rate_per_min, m.rate_per_min[-1]], where="post", color=colour(i), label=label)
+        ax.plot(edges[:-1], m.rate_per_min, "o", ms=3, color=colour(i))
     ax.set(title="Rollout throughput", xlabel="time (UTC)", ylabel="samples per minute")
     ax.set_ylim(bottom=0)
     _date_axis(ax)

@@ -91,7 +91,7 @@ def publish(
         if same_layout(base, state) and state_sha256(base) == prev.state_sha256:
             delta = encode_delta(base, state)
             if len(delta.data) < state_bytes(state):
-                key = layout.weights_object_key(model, version, DELTA_FILE)
+                key = layout.weights_delta_key(model, version)
                 _put(write, key, delta.data, model, version)
                 delta_entry, changed = _entry(DELTA_FILE, key, delta.data), delta.changed
     entries: list[ObjectEntry] = []

@@ -1,4 +1,5 @@
-"""Retention of weight versions: keep the newest N plus every version their pulls can need.
+"""Retention of weight versions: keep the newest N plus every version their pulls can need, and
+version 0 (the base model the run started from) unless asked not to.
 
 A kept version needs the nearest full version at or below it and the deltas between the
 two. Versions above LATEST (a publish in progress) are never touched. A collected version
@@ -38,12 +39,13 @@ def needed_versions(store: Store, model: str, keep: int) -> set[int]:
     return needed
 
 
-def collect(store: Store, model: str, keep: int, dry_run: bool = False) -> list[int]:
-    """Delete versions not needed by the newest `keep`; returns the versions deleted (or that would be)."""
+def collect(store: Store, model: str, keep: int, dry_run: bool = False, keep_base: bool = True) -> list[int]:
+    """Delete versions not needed by the newest `keep` (nor version 0 while `keep_base`); returns the
+    versions deleted (or that would be)."""
     latest = read_latest(store, model)
     if latest is None:
         return []
-    needed = needed_versions(store, model, keep)
+    needed = needed_versions(store, model, keep) | ({0} if keep_base else set())
     doomed = [v for v in list_versions(store, model) if v <= latest[0].version and v not in needed]
     if dry_run:
         return doomed

@@ -25,7 +25,9 @@ def batch_groups(store: Store, step: int, kind: str | None = None) -> list[str]:
 
 def test_keep_all_and_drop_zero_adv(store: Store) -> None:
     mixed = [group("policy", [1, 0, 0, 1], group_id=f"mixed{i}") for i in range(4)]
-    flat = [group("policy", [1, 1, 1, 1], group_id=f"flat{i}") for i in range(4)]
+    flat = [group("policy", [1, 1, 1, 1], group_id=f"flat{i}") for i in range(3)]
+    # rewards that differ only by float rounding are zero-advantage too (tolerance 1e-9, relative)
+    flat.append(group("policy", [0.1 + 0.2, 0.3, 0.3, 0.3], group_id="flat3"))
     write_groups(store, mixed + flat)
     service = serve(store, policies={"filter": "drop_zero_adv"}, prompts_per_step=4)
     assert sorted(batch_groups(store, 0)) == [f"mixed{i}" for i in range(4)]

@@ -8,7 +8,9 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from lakeflow.cli import main
 from lakeflow.cli.weights import bench_weights, weights
+from lakeflow.io import open_store
 from lakeflow.weights import load_state
 from lakeflow.weights.tensors import write_safetensors
 from tests.weights.weight_states import adam_step, assert_same_state, make_state
@@ -51,14 +53,15 @@ def test_publish_pull_ls_verify_gc(lake: str, tmp_path: str) -> None:
     single = os.path.join(tmp_path, "one.safetensors")
     write_safetensors(single, adam_step(states[3], 9))
     assert "version 4 (delta" in run("publish", "--lake", lake, "--model", "m", single)
-    assert "deleted 3 version(s): [0, 1, 2]" in run("gc", "--lake", lake, "--model", "m", "--keep", "2")
+    assert "deleted 2 version(s): [1, 2]" in run("gc", "--lake", lake, "--model", "m", "--keep", "2")
+    assert "deleted 1 version(s): [0]" in run("gc", "--lake", lake, "--model", "m", "--keep", "2", "--drop-base")
 
 
 def test_pull_of_unknown_model_is_a_clean_error(tmp_path: str) -> None:
-    result = CliRunner().invoke(
-        weights, ["pull", "--lake", str(tmp_path), "--model", "nope", "--dest", str(tmp_path) + "/d"]
-    )
-    assert result.exit_code != 0 and "no published weights" in result.output
+    lake = os.path.join(tmp_path, "lake")
+    open_store(lake).put("weights/other/LATEST", b"{}")
+    result = CliRunner().invoke(main, ["weights", "pull", "--lake", lake, "--model", "nope", "--dest", f"{tmp_path}/d"])
+    assert result.exit_code == 1 and "no published weights" in result.output
 
 
 @pytest.mark.slow

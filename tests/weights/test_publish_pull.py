@@ -122,14 +122,14 @@ def test_tampered_delta_is_never_loaded(store: Store, states: list[State], tmp_p
     _publish_all(store, states[:5], full_every=3)  # 0 full, 1 d, 2 d, 3 full+d, 4 d
     dest = os.path.join(tmp_path, "model")
     pull(store, "m", dest, version=1, options=FAST)
-    key = layout.weights_object_key("m", 2, "delta.safetensors")
+    key = layout.weights_delta_key("m", 2)
     data = bytearray(store.get(key))
     data[len(data) // 2] ^= 0xFF
     store.put(key, bytes(data))
     result = pull(store, "m", dest, options=FAST)  # chain 2,3,4 is cheaper, but 2 is tampered
     assert result.fell_back and result.chain == [3, 4]
     assert_same_state(load_state(dest), states[4])
-    store.put(layout.weights_object_key("m", 4, "delta.safetensors"), bytes(data))
+    store.put(layout.weights_delta_key("m", 4), bytes(data))
     with pytest.raises(WeightsIntegrityError):
         pull(store, "m", os.path.join(tmp_path, "fresh"), options=FAST)
     assert not os.path.exists(os.path.join(tmp_path, "fresh"))
@@ -222,8 +222,9 @@ def test_racing_trainers_leave_a_consistent_lake(store: Store, states: list[Stat
 
 def test_gc_keeps_what_chains_need(store: Store, states: list[State], tmp_path: str) -> None:
     _publish_all(store, states, full_every=3)  # 0 F, 1 d, 2 d, 3 F, 4 d, 5 d, 6 F
-    assert collect(store, "m", keep=3, dry_run=True) == [0, 1, 2]
-    assert collect(store, "m", keep=3) == [0, 1, 2]
+    assert collect(store, "m", keep=3, dry_run=True) == [1, 2]  # version 0, the base model, is kept
+    assert collect(store, "m", keep=3) == [1, 2]
+    assert collect(store, "m", keep=3, keep_base=False) == [0]
     assert list_versions(store, "m") == [3, 4, 5, 6]  # 4 needs the full copy of 3
     for v in (4, 5, 6):
         pull(store, "m", os.path.join(tmp_path, f"v{v}"), version=v, options=FAST)

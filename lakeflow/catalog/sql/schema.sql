@@ -47,7 +47,7 @@ CREATE TABLE groups (
     n              INTEGER NOT NULL,
     reward_mean    DOUBLE NOT NULL,
     reward_std     DOUBLE NOT NULL,    -- unbiased; 1.0 for a singleton group
-    zero_adv       BOOLEAN NOT NULL,   -- every reward of the group equal
+    zero_adv       BOOLEAN NOT NULL,   -- every reward of the group equal (within 1e-9 x max(1, |reward|))
     policy_version BIGINT NOT NULL,
     arrival        BIGINT NOT NULL,
     kept           BOOLEAN NOT NULL,   -- passed the post-rollout filter
