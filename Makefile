@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv test test-fast lint format bench demo lock clean
+.PHONY: help venv test test-fast lint format bench demo lock clean check-wheel
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml requirements/lock.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
-test: venv lint  ## lint, then the whole test suite (local dir, memory and a moto S3 server)
+test: venv lint check-wheel  ## lint, the installed-wheel check, then the whole test suite (local, memory, moto S3)
 	$(PY) -m pytest --cov=lakeflow --cov-report=term:skip-covered --cov-fail-under=$$(cat .coverage-floor)
+
+check-wheel: venv  ## build the wheel, install it with only the base dependencies, run the analyst commands
+	PY=$(PY) scripts/check-wheel
 
 test-fast: venv  ## the suite without tests marked slow
 	$(PY) -m pytest -m "not slow" -q

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from lakeflow.bench.lake import add_ratios, bench_store, make_samples
+from lakeflow.cli.bench_gpu import bench_gpu
 from lakeflow.cli.bench_loop import bench_loop
 from lakeflow.cli.weights import bench_weights
 from lakeflow.io import S3Options, Store, open_store
@@ -28,6 +29,7 @@ def bench() -> None:
 
 bench.add_command(bench_weights)
 bench.add_command(bench_loop)
+bench.add_command(bench_gpu)
 
 
 @bench.command("lake")
@@ -119,6 +121,18 @@ def bench_dataflow(sizes: str, buffer_sizes: str, batches: int, shard_samples: i
         return [int(x) for x in text.split(",") if x.strip()]
 
     report = run(ints(sizes), ints(buffer_sizes), batches, shard_samples)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
+@bench.command("startup")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Runs of each command.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_startup(repeats: int, as_json: bool) -> None:
+    """CLI start-up (--version, --help, sql, status) beside `python -c "import duckdb"`."""
+    from lakeflow.bench.startup import render, run
+
+    report = run(repeats)
     report["machine"] = _machine()
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
