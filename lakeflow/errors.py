@@ -80,3 +80,8 @@ class StorePermissionError(StoreAccessError):
 class MissingToolError(LakeflowError):
     """An external command lakeflow drives (kubectl, sky, sbatch) is not on PATH; the message names it
     and what it is for."""
+
+
+class SkippedError(LakeflowError):
+    """A benchmark section cannot run on this machine (no GPU, a package missing, no time left);
+    the message says why, and the report records it as skipped rather than failed."""

@@ -25,6 +25,8 @@ ALLOWED = {
     "trainer": {"configfile", "text", "models", "weights", "lake", "io", "errors"},
     "report": {"configfile", "text", "catalog", "weights", "lake", "io", "errors"},
     "run": {"configfile", "text", "raas", "trainer", "dataflow", "weights", "lake", "io", "errors"},
+    "autoscale": {"text", "lake", "io", "errors"},
+    "launch": {"configfile", "text", "run", "raas", "trainer", "dataflow", "weights", "lake", "io", "errors"},
     "bench": {
         "configfile",
         "text",
@@ -41,6 +43,8 @@ ALLOWED = {
     "cli": {
         "text",
         "configfile",
+        "launch",
+        "autoscale",
         "bench",
         "report",
         "run",

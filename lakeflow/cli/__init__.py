@@ -25,7 +25,10 @@ COMMANDS = {
     "train": "lakeflow.cli.train:train",
     "raas": "lakeflow.cli.raas:raas",
     "run": "lakeflow.cli.run:run",
+    "launch": "lakeflow.cli.launch:launch",
+    "autoscale": "lakeflow.cli.autoscale:autoscale",
     "bench": "lakeflow.cli.bench:bench",
+    "infra": "lakeflow.cli.infra:infra",
 }
 
 # One line each in `lakeflow --help`, so listing the commands imports none of them.
@@ -40,7 +43,10 @@ SUMMARIES = {
     "train": "Run a trainer for one model of a lake.",
     "raas": "Run a rollout service (claim tasks, generate, commit trajectories).",
     "run": "Run a whole job (dataflow, trainers, rollout pools) on this machine.",
+    "launch": "Render a run for Kubernetes, SkyPilot or Slurm (and apply it with their client).",
+    "autoscale": "Size the rollout pools from the balance report (local processes, Kubernetes, SkyPilot).",
     "bench": "Benchmarks, side by side with the alternative.",
+    "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, analyst).",
 }
 
 

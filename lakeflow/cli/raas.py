@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 @click.option("--model", "model_id", required=True, help="Model id: whose tasks to roll out and whose weights to load.")
 @click.option("--engine", type=click.Choice(["hf", "vllm"]), default=None, help="Inference engine (default: config's).")
 @click.option("--region", default=None, help="Region label stamped on samples and the heartbeat.")
+@click.option("--id", "raas_id", default=None, help="Service id (default: the config's, else raas-<12 hex>).")
 @click.option(
     "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
 )
@@ -33,6 +34,7 @@ def raas(
     model_id: str,
     engine: str | None,
     region: str | None,
+    raas_id: str | None,
     config_path: str | None,
     max_groups: int | None,
 ) -> None:
@@ -49,7 +51,7 @@ def raas(
     try:
         from lakeflow.raas.service import RolloutService
 
-        config = _config(config_path, engine, region)
+        config = _config(config_path, engine, region, raas_id)
         store = open_lake(lake_url, endpoint_url)
         try:
             service = RolloutService(store, model_id, config)
@@ -70,7 +72,7 @@ def raas(
             signal.signal(sig, handler)
 
 
-def _config(path: str | None, engine: str | None, region: str | None) -> RaasConfig:
+def _config(path: str | None, engine: str | None, region: str | None, raas_id: str | None = None) -> RaasConfig:
     """The config file (or defaults) with the command line's overrides; a usage error names the bad key."""
     from lakeflow.raas.config import RaasConfig, load_config, parse_config
 
@@ -80,6 +82,8 @@ def _config(path: str | None, engine: str | None, region: str | None) -> RaasCon
             data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
         if region is not None:
             data["region"] = region
+        if raas_id is not None:
+            data["id"] = raas_id
         return parse_config(data, path or "command line")
     except ConfigError as e:
         raise click.UsageError(str(e)) from e

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from lakeflow.cli.common import open_lake
 from lakeflow.errors import ConfigError
 from lakeflow.run import Launcher, load_run_config
+from lakeflow.run.config import AutoscaleConfig
 
 
 @click.command()
@@ -26,8 +27,19 @@ from lakeflow.run import Launcher, load_run_config
     default=None,
     help="Run every rollout pool on this engine (default: each pool's configured one).",
 )
+@click.option(
+    "--autoscale",
+    "autoscale",
+    is_flag=True,
+    help="Size the rollout pools with `lakeflow autoscale` (the config's `autoscale` section, else 1 to 4 each).",
+)
 def run(
-    config_path: str, lake_url: str | None, endpoint_url: str | None, run_dir: str | None, engine: str | None
+    config_path: str,
+    lake_url: str | None,
+    endpoint_url: str | None,
+    run_dir: str | None,
+    engine: str | None,
+    autoscale: bool,
 ) -> None:
     """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
     trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
@@ -37,6 +49,8 @@ def run(
         raise click.UsageError(str(e)) from e
     if engine is not None:
         config = config.with_engine(engine)
+    if autoscale and config.autoscale is None:
+        config = config.model_copy(update={"autoscale": AutoscaleConfig()})
     directory = Path(run_dir or Path("runs") / config.name)
     url = lake_url or config.lake or str(directory / "lake")
     store = open_lake(url, endpoint_url)

@@ -29,6 +29,18 @@ class PoolConfig(_Strict):
     config: RaasConfig = Field(default_factory=RaasConfig, description="Each instance's config.")
 
 
+class AutoscaleConfig(_Strict):
+    """`lakeflow run --autoscale` (or this section): a `lakeflow autoscale --actuator local` process sizes
+    every rollout pool instead of starting `replicas` services."""
+
+    min: int = Field(1, ge=0, description="Fewest rollout services per pool.")
+    max: int = Field(4, ge=1, description="Most rollout services per pool.")
+    interval_s: float = Field(5.0, gt=0, description="Seconds between decisions.")
+    cooldown_s: float = Field(20.0, ge=0, description="No change this soon after the previous one.")
+    confirm: int = Field(2, ge=1, description="Consecutive decisions pointing the same way before acting.")
+    window_s: float | None = Field(None, gt=0, description="Observation window (default: the balance report's).")
+
+
 class RunModel(_Strict):
     """One model of the run: how its data flows, how it trains, who rolls it out."""
 
@@ -41,6 +53,17 @@ class RunModel(_Strict):
         return ModelConfig.model_validate({"id": self.id, **self.dataflow})
 
 
+class RunCredentials(_Strict):
+    """Which credentials each process gets (S3 lakes): an AWS profile of the shared credentials file
+    (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) per role, e.g. the access keys `infra/terraform`
+    made for that role. A process of a role given here sees only that profile (the launcher's
+    AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN are removed from its environment)."""
+
+    dataflow: str | None = Field(None, description="AWS profile of the dataflow process (None: the launcher's).")
+    trainer: str | None = Field(None, description="AWS profile of the trainers (None: the launcher's).")
+    raas: str | None = Field(None, description="AWS profile of the rollout services (None: the launcher's).")
+
+
 class RunConfig(_Strict):
     """The whole file."""
 
@@ -50,6 +73,11 @@ class RunConfig(_Strict):
     models: list[RunModel] = Field(min_length=1, description="The models of the run.")
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Dataflow task settings.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Dataflow loop settings.")
+    credentials: RunCredentials = Field(
+        default_factory=RunCredentials,
+        description="AWS profile per process role (least privilege, see docs/security.md).",
+    )
+    autoscale: AutoscaleConfig | None = Field(None, description="Size the rollout pools automatically.")
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

@@ -25,8 +25,51 @@ import yaml
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.run.config import RunConfig
+from lakeflow.run.config import RunConfig, RunModel
 from lakeflow.weights.manifest import read_latest
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process of a run, wherever it runs (here, Kubernetes, SkyPilot, Slurm): the lakeflow verb, its
+    flags (without --lake, --endpoint-url and --config, which depend on the place) and its config file."""
+
+    name: str  # dataflow, train-<model>, raas-<model>-<i> (raas-<model> for a replicated pool)
+    role: str  # dataflow | trainer | raas (| autoscale, in a run with --autoscale)
+    model_id: str | None
+    verb: str
+    flags: tuple[str, ...]
+    config_name: str
+    config: dict[str, Any]
+
+
+def dataflow_spec(config: RunConfig) -> ProcessSpec:
+    flow = config.dataflow().model_dump(mode="json")
+    return ProcessSpec("dataflow", "dataflow", None, "dataflow", ("--wait",), "dataflow.yaml", flow)
+
+
+def trainer_spec(config: RunConfig, m: RunModel) -> ProcessSpec:
+    flags = ("--model", m.id, "--steps", str(config.steps))
+    trainer = m.trainer.model_dump(mode="json")
+    return ProcessSpec(f"train-{m.id}", "trainer", m.id, "train", flags, f"trainer-{m.id}.yaml", trainer)
+
+
+def raas_spec(config: RunConfig, m: RunModel, index: int | None) -> ProcessSpec:
+    """Rollout service `index` of `m`'s pool; None: one config shared by every replica of the pool
+    (no `id`: each instance takes a random one)."""
+    name = f"raas-{m.id}" if index is None else f"raas-{m.id}-{index}"
+    raas_id = None if index is None else f"{config.name}-{m.id}-{index}"[:64]
+    raas = m.raas.config.model_copy(update={"id": raas_id}).model_dump(mode="json")
+    return ProcessSpec(name, "raas", m.id, "raas", ("--model", m.id), f"{name}.yaml", raas)
+
+
+def process_specs(config: RunConfig) -> list[ProcessSpec]:
+    """Every process `lakeflow run` starts: the dataflow process, then per model its trainer and pool."""
+    out = [dataflow_spec(config)]
+    for m in config.models:
+        out.append(trainer_spec(config, m))
+        out += [raas_spec(config, m, i) for i in range(m.raas.replicas)]
+    return out
 
 
 @dataclass
@@ -34,6 +77,7 @@ class Component:
     name: str
     argv: list[str]
     log_path: Path
+    role: str = ""  # dataflow | trainer | raas | autoscale: picks its credentials
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
     done: bool = False  # exited 0 (trainers: reached `steps`)
@@ -52,7 +96,14 @@ class Progress:
 class Launcher:
     """One run: `start()`, then `wait()` until done, failure or `stop()`."""
 
-    def __init__(self, config: RunConfig, store: Store, lake_url: str, run_dir: Path, endpoint_url: str | None = None):
+    def __init__(
+        self,
+        config: RunConfig,
+        store: Store,
+        lake_url: str,
+        run_dir: Path,
+        endpoint_url: str | None = None,
+    ):
         self.config = config
         self.store = store
         self.lake_url = lake_url
@@ -71,34 +122,24 @@ class Launcher:
         base = [sys.executable, "-m", "lakeflow", *args, "--lake", self.lake_url]
         return base + (["--endpoint-url", self.endpoint_url] if self.endpoint_url else [])
 
+    def command(self, spec: ProcessSpec) -> list[str]:
+        """The local command line of `spec`, its config file written under `<run dir>/configs/`."""
+        path = self._write(spec.config_name, spec.config)
+        return [*self._cmd(spec.verb), *spec.flags, "--config", str(path)]
+
     def plan(self) -> list[Component]:
-        """The processes of the run, with their config files written."""
-        logs = self.run_dir / "logs"
-        out = []
-        dataflow = self._write("dataflow.yaml", self.config.dataflow().model_dump(mode="json"))
-        out.append(
-            Component("dataflow", [*self._cmd("dataflow"), "--config", str(dataflow), "--wait"], logs / "dataflow.log")
-        )
-        for m in self.config.models:
-            trainer = self._write(f"trainer-{m.id}.yaml", m.trainer.model_dump(mode="json"))
-            out.append(
-                Component(
-                    f"train-{m.id}",
-                    [*self._cmd("train"), "--model", m.id, "--config", str(trainer), "--steps", str(self.config.steps)],
-                    logs / f"train-{m.id}.log",
-                )
-            )
-            for i in range(m.raas.replicas):
-                raas = m.raas.config.model_copy(update={"id": f"{self.config.name}-{m.id}-{i}"[:64]})
-                path = self._write(f"raas-{m.id}-{i}.yaml", raas.model_dump(mode="json"))
-                out.append(
-                    Component(
-                        f"raas-{m.id}-{i}",
-                        [*self._cmd("raas"), "--model", m.id, "--config", str(path)],
-                        logs / f"raas-{m.id}-{i}.log",
-                    )
-                )
-        return out
+        """The processes of the run, with their config files written. With `autoscale` in the config, one
+        `lakeflow autoscale --actuator local` process starts and sizes the rollout pools instead."""
+        specs = process_specs(self.config)
+        a = self.config.autoscale
+        if a is not None:
+            flags = ["--actuator", "local", "--run-dir", str(self.run_dir), "--min", str(a.min), "--max", str(a.max)]
+            flags += ["--interval-s", str(a.interval_s), "--cooldown-s", str(a.cooldown_s), "--confirm", str(a.confirm)]
+            flags += ["--window-s", str(a.window_s)] if a.window_s else []
+            run = self.config.model_dump(mode="json")
+            specs = [s for s in specs if s.role != "raas"]
+            specs.append(ProcessSpec("autoscale", "autoscale", None, "autoscale", tuple(flags), "run.yaml", run))
+        return [Component(s.name, self.command(s), self.run_dir / "logs" / f"{s.name}.log", s.role) for s in specs]
 
     def start(self) -> None:
         self.components = self.plan()
@@ -106,7 +147,15 @@ class Launcher:
         for c in self.components:
             c.log_path.parent.mkdir(parents=True, exist_ok=True)
             c.log = open(c.log_path, "ab")  # noqa: SIM115 - closed in stop()
-            c.process = subprocess.Popen(c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=env)
+            c.process = subprocess.Popen(c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=self._env(env, c.role))
+
+    def _env(self, env: dict[str, str], role: str) -> dict[str, str]:
+        """`env` with only the AWS profile of `role` when the config names one (least privilege)."""
+        profile = getattr(self.config.credentials, role, None)
+        if profile is None:
+            return env
+        keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE")
+        return {**{k: v for k, v in env.items() if k not in keys}, "AWS_PROFILE": profile}
 
     def poll(self) -> str | None:
         """'done' when every trainer finished, 'failed: …' when a process died, else None."""
