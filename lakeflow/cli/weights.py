@@ -8,10 +8,20 @@ import sys
 import tempfile
 
 import click
+from pydantic import ValidationError
 
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.errors import WeightsConflictError, WeightsIntegrityError
-from lakeflow.weights import collect, list_versions, publish, pull, read_latest, read_manifest, read_source
+from lakeflow.weights import (
+    collect,
+    latest_version,
+    list_versions,
+    publish,
+    pull,
+    read_latest,
+    read_manifest,
+    read_source,
+)
 from lakeflow.weights.publish import DEFAULT_FULL_EVERY
 
 model_option = click.option("--model", "model", required=True, help="Model id: the weights/<model>/ prefix.")
@@ -73,8 +83,11 @@ def pull_cmd(lake_url: str, endpoint_url: str | None, model: str, dest: str, ver
 def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
     """List versions: kind, sizes, sparsity."""
     store = open_existing_lake(lake_url, endpoint_url)
-    latest = read_latest(store, model)
-    top = latest[0].version if latest else -1
+    top = latest_version(store, model)
+    pointer = read_latest(store, model)
+    if pointer is None or pointer[0].version != top:
+        found = "missing or unreadable" if pointer is None else f"at version {pointer[0].version}"
+        click.echo(f"note: LATEST is {found}; the newest published version is {top} (from the manifests)", err=True)
     click.echo(f"{'version':>8}  {'kind':5}  {'full bytes':>14}  {'delta bytes':>12}  {'unchanged':>9}  created")
     for v in list_versions(store, model):
         try:
@@ -82,9 +95,12 @@ def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
         except FileNotFoundError:
             click.echo(f"{v:>8}  (no manifest: an unfinished publish)")
             continue
+        except (ValidationError, ValueError) as e:
+            click.echo(f"{v:>8}  (manifest unreadable: {str(e).splitlines()[0]})")
+            continue
         unchanged = "" if m.sparsity is None else f"{m.sparsity:.4%}"
         delta = m.delta.size if m.delta else 0
-        mark = "  <- LATEST" if v == top else ""
+        mark = "  <- newest" if v == top else ""
         click.echo(f"{v:>8}  {m.kind:5}  {m.full_bytes():>14,}  {delta:>12,}  {unchanged:>9}  {m.created_at}{mark}")
 
 

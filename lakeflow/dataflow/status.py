@@ -23,7 +23,7 @@ from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.text import text_table
-from lakeflow.weights.manifest import read_latest
+from lakeflow.weights.manifest import latest_version
 
 
 def checkpoint_tables(store: Store, attempts: int = 5) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
@@ -90,10 +90,10 @@ def lake_status(store: Store) -> dict[str, Any]:
     for _, record in newer:
         uningested[record.model_id] = uningested.get(record.model_id, 0) + record.rows
     for m in models:
-        latest = read_latest(store, m)
+        latest = latest_version(store, m)
         open_ids, claimed = lake_tasks.list_tasks(store, m)
         report["models"][m] = {
-            "weights_version": latest[0].version if latest else None,
+            "weights_version": latest,
             "batches": count("batches", "true", m),
             "fresh_groups": count("fresh", "true", m),
             "replay_groups": count("replay", "true", m),

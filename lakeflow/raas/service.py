@@ -35,7 +35,7 @@ from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine, build_engine
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
-from lakeflow.weights import local_version, pull, read_latest
+from lakeflow.weights import latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
 
@@ -177,14 +177,15 @@ class RolloutService:
                 self.versions[model_id] = 0
                 return True
             return False
-        latest = read_latest(self.store, model_id)
-        if latest is None or latest[0].version == self.versions[model_id]:
+        latest = latest_version(self.store, model_id)
+        current = self.versions[model_id]
+        if latest is None or current is None or latest <= current:  # never back: LATEST may be rolled back
             return False
         self.state = "pulling-weights"
         try:
-            result = pull(self.store, model_id, os.path.join(self.cache_dir, model_id), latest[0].version)
+            result = pull(self.store, model_id, os.path.join(self.cache_dir, model_id), latest)
         except (WeightsIntegrityError, FileNotFoundError) as e:  # a broken or collected version: try again later
-            log.warning("cannot pull %s version %s: %s", model_id, latest[0].version, e)
+            log.warning("cannot pull %s version %s: %s", model_id, latest, e)
             return False
         engine.load(result.path)
         self.versions[model_id] = result.version

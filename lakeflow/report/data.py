@@ -22,7 +22,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
-from lakeflow.weights.manifest import read_latest, read_manifest
+from lakeflow.weights.manifest import latest_version, read_manifest
 from lakeflow.weights.retention import list_versions
 
 MAX_RATE_POINTS = 500  # throughput bins per model: wider bins than a minute for long runs
@@ -185,8 +185,8 @@ def throughput(lake: LakeQuery) -> dict[str, tuple[list[float], list[float], int
 def trained_steps(store: Store, model_id: str, trainer: list[TrainerStep]) -> set[int]:
     """Steps the trainer finished: those with a heartbeat, and every step below the published LATEST
     (step N publishes version N + 1). Batches written ahead of the trainer are not trained samples."""
-    latest = read_latest(store, model_id)
-    return {s.step for s in trainer} | set(range(latest[0].version if latest else 0))
+    latest = latest_version(store, model_id)
+    return {s.step for s in trainer} | set(range(latest or 0))
 
 
 def trainer_steps(store: Store, model_id: str, notes: list[str]) -> list[TrainerStep]:

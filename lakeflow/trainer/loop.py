@@ -71,7 +71,7 @@ from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatch
 from lakeflow.trainer.losses import LossInputs, build_loss
 from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs
 from lakeflow.trainer.publisher import Publisher
-from lakeflow.weights import State, TransferOptions, pull, read_latest
+from lakeflow.weights import State, TransferOptions, latest_version, pull, repair_latest
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -125,7 +125,7 @@ class Trainer:
         os.makedirs(self.work_dir, exist_ok=True)
         self.world = distributed.init(self.config.device)
         self.device = self.world.device if self.world else self.config.device
-        latest = read_latest(self.store, self.model_id)
+        latest = latest_version(self.store, self.model_id)  # not LATEST alone: a deleted pointer is no reset
         if latest is None and self.lead:
             source = resolve_model(self.config.model, self.config.model_cache_dir)
             self.model = load_model(source, self.config.dtype).to(self.device)
@@ -134,10 +134,11 @@ class Trainer:
         if self.world:
             torch.distributed.barrier()  # version 0 exists for every rank
         if self.model is None:
-            latest = read_latest(self.store, self.model_id)
+            latest = repair_latest(self.store, self.model_id, "trainer") if self.lead else None
+            latest = latest_version(self.store, self.model_id) if latest is None else latest
             if latest is None:
                 raise WeightsConflictError(f"rank 0 published no version of {self.model_id!r}")
-            self.version = latest[0].version
+            self.version = latest
             dest = os.path.join(self.work_dir, "policy" if self.world is None else f"policy-rank{self.world.rank}")
             pull(self.store, self.model_id, dest, self.version, TransferOptions(progress=False))
             self.model = load_model(dest, self.config.dtype).to(self.device)

@@ -14,7 +14,7 @@ from typing import Any
 from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.weights import State, publish, read_latest
+from lakeflow.weights import State, latest_version, publish
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -58,12 +58,11 @@ class Publisher:
 
     def publish(self, state: State, version: int) -> None:
         """`state` as `version`, coded against `base`; refused unless LATEST is `version - 1`."""
-        latest = read_latest(self.store, self.model_id)
-        if latest is None or latest[0].version != version - 1:
-            found = None if latest is None else latest[0].version
+        found = latest_version(self.store, self.model_id)
+        if found != version - 1:
             raise WeightsConflictError(
-                f"LATEST of {self.model_id!r} is {found}, expected {version - 1}: another trainer publishes this "
-                "model; only one trainer may run per model"
+                f"the newest published version of {self.model_id!r} is {found}, expected {version - 1}: another "
+                "trainer publishes this model; only one trainer may run per model"
             )
         manifest = publish(
             self.store,

@@ -9,8 +9,8 @@ never torch.
 from __future__ import annotations
 
 from lakeflow.weights.codec import decode_delta, encode_delta
-from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry, read_latest, read_manifest
-from lakeflow.weights.publish import publish, read_source
+from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry, latest_version, read_latest, read_manifest
+from lakeflow.weights.publish import publish, read_source, repair_latest
 from lakeflow.weights.pull import PullResult, local_version, pull, rebuild_state
 from lakeflow.weights.retention import collect, list_versions
 from lakeflow.weights.tensors import RawTensor, State, load_state, raw_tensor, state_sha256
@@ -27,6 +27,7 @@ __all__ = [
     "collect",
     "decode_delta",
     "encode_delta",
+    "latest_version",
     "list_versions",
     "load_state",
     "local_version",
@@ -37,5 +38,6 @@ __all__ = [
     "read_manifest",
     "read_source",
     "rebuild_state",
+    "repair_latest",
     "state_sha256",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
@@ -88,12 +88,63 @@ class Latest(BaseModel):
 
 
 def read_latest(store: Store, model: str) -> tuple[Latest, str] | None:
-    """The LATEST pointer and its etag, or None before version 0 exists."""
+    """The LATEST pointer as stored and its etag; None when it is missing or does not parse. Readers
+    that need the newest published version use `latest_version`, which does not trust it blindly."""
+    pointer = read_pointer(store, model)
+    return None if pointer is None or pointer[0] is None else (pointer[0], pointer[1])
+
+
+def read_pointer(store: Store, model: str) -> tuple[Latest | None, str] | None:
+    """The LATEST object's parsed content (None if it is garbage) and its etag; None if it is missing."""
     try:
         data, etag = store.get_with_etag(layout.latest_weights_key(model))
     except FileNotFoundError:
         return None
-    return Latest.model_validate_json(data), etag
+    try:
+        return Latest.model_validate_json(data), etag
+    except ValidationError:
+        return None, etag
+
+
+def latest_version(store: Store, model: str) -> int | None:
+    """The newest published version of `model`, or None when nothing is published.
+
+    LATEST is a hint that a hostile or careless writer may have deleted, corrupted or moved back
+    (or forward, to a version that does not exist). It is taken when its version's manifest exists
+    and the next version's does not (two small reads); otherwise the answer is the newest version
+    whose manifest parses, found by listing the model's prefix. A manifest is written only after
+    every object of its version, so that version is complete even if LATEST never moved to it."""
+    pointer = read_latest(store, model)
+    if pointer is not None:
+        version = pointer[0].version
+        if _has_manifest(store, model, version) and not _has_manifest(store, model, version + 1):
+            return version
+    return newest_manifest_version(store, model)
+
+
+def newest_manifest_version(store: Store, model: str) -> int | None:
+    """The highest version whose manifest parses and names itself (one listing of the model's prefix)."""
+    versions = set()
+    for info in store.list(layout.weights_prefix(model)):
+        version = layout.parse_weights_version(info.key, model)
+        if version is not None and info.key == layout.weights_manifest_key(model, version):
+            versions.add(version)
+    for version in sorted(versions, reverse=True):
+        try:
+            manifest = read_manifest(store, model, version)
+        except (FileNotFoundError, ValidationError, ValueError):
+            continue  # collected meanwhile, or not a manifest lakeflow wrote
+        if manifest.version == version and manifest.model == model:
+            return version
+    return None
+
+
+def _has_manifest(store: Store, model: str, version: int) -> bool:
+    try:
+        store.head(layout.weights_manifest_key(model, version))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_manifest(store: Store, model: str, version: int) -> Manifest:

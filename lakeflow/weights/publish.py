@@ -21,7 +21,15 @@ from lakeflow.errors import EtagMismatchError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.weights.codec import encode_delta
-from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Latest, Manifest, ObjectEntry, read_latest, read_manifest
+from lakeflow.weights.manifest import (
+    DEFAULT_SHARD_BYTES,
+    Latest,
+    Manifest,
+    ObjectEntry,
+    latest_version,
+    read_manifest,
+    read_pointer,
+)
 from lakeflow.weights.tensors import (
     INDEX_FILE,
     State,
@@ -77,8 +85,9 @@ def publish(
     """
     if full_every < 1:
         raise ValueError(f"full_every must be >= 1, got {full_every}")
-    latest = read_latest(store, model)
-    version = 0 if latest is None else latest[0].version + 1
+    pointer = read_pointer(store, model)  # its etag: LATEST moves by compare-and-swap from what it is now
+    current = latest_version(store, model)  # not LATEST itself: a deleted or rolled-back pointer is no reset
+    version = 0 if current is None else current + 1
     prev = read_manifest(store, model, version - 1) if version > 0 else None
     write = store.put if force else store.put_if_absent
     side = _side_entries(store, model, version, files, prev, write)
@@ -126,8 +135,18 @@ def publish(
         model,
         version,
     )
-    _move_latest(store, model, version, publisher, latest)
+    _move_latest(store, model, version, publisher, None if pointer is None else pointer[1])
     return manifest
+
+
+def repair_latest(store: Store, model: str, publisher: str) -> int | None:
+    """Point LATEST at the newest published version if it is missing, unreadable or elsewhere (a
+    trainer does this when it resumes; readers resolve the version themselves). Returns that version."""
+    version = latest_version(store, model)
+    pointer = read_pointer(store, model)
+    if version is not None and (pointer is None or pointer[0] is None or pointer[0].version != version):
+        _move_latest(store, model, version, publisher, None if pointer is None else pointer[1])
+    return version
 
 
 def _write_full(write, model: str, version: int, state: State, max_shard_bytes: int) -> list[ObjectEntry]:  # type: ignore[no-untyped-def]
@@ -180,14 +199,14 @@ def _put(write, key: str, data: bytes, model: str, version: int) -> None:  # typ
         ) from e
 
 
-def _move_latest(store: Store, model: str, version: int, publisher: str, latest: tuple[Latest, str] | None) -> None:
+def _move_latest(store: Store, model: str, version: int, publisher: str, etag: str | None) -> None:
     key = layout.latest_weights_key(model)
     data = json.dumps(Latest(version=version, publisher=publisher).model_dump()).encode()
     try:
-        if latest is None:
+        if etag is None:
             store.put_if_absent(key, data)
         else:
-            store.put_if_match(key, data, latest[1])
+            store.put_if_match(key, data, etag)
     except (FileExistsError, EtagMismatchError) as e:
         raise WeightsConflictError(
             f"LATEST of {model!r} moved while publishing version {version}: another trainer published; "

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.weights.codec import decode_delta
-from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, read_latest, read_manifest
+from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, latest_version, read_manifest
 from lakeflow.weights.tensors import (
     INDEX_FILE,
     State,
@@ -105,10 +105,9 @@ def local_version(dest: str) -> dict[str, object] | None:
 
 def _target(store: Store, model: str, version: int | None) -> Manifest:
     if version is None:
-        latest = read_latest(store, model)
-        if latest is None:
+        version = latest_version(store, model)
+        if version is None:
             raise FileNotFoundError(f"model {model!r} has no published weights in {store.url}")
-        version = latest[0].version
     return read_manifest(store, model, version)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.weights.manifest import read_latest, read_manifest
+from lakeflow.weights.manifest import latest_version, read_manifest
 
 
 def list_versions(store: Store, model: str) -> list[int]:
@@ -23,10 +23,9 @@ def needed_versions(store: Store, model: str, keep: int) -> set[int]:
     """The newest `keep` published versions and the full versions and deltas their chains need."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
-    latest = read_latest(store, model)
-    if latest is None:
+    top = latest_version(store, model)
+    if top is None:
         return set()
-    top = latest[0].version
     needed: set[int] = set()
     for v in range(max(0, top - keep + 1), top + 1):
         m = read_manifest(store, model, v)
@@ -42,11 +41,11 @@ def needed_versions(store: Store, model: str, keep: int) -> set[int]:
 def collect(store: Store, model: str, keep: int, dry_run: bool = False, keep_base: bool = True) -> list[int]:
     """Delete versions not needed by the newest `keep` (nor version 0 while `keep_base`); returns the
     versions deleted (or that would be)."""
-    latest = read_latest(store, model)
+    latest = latest_version(store, model)
     if latest is None:
         return []
     needed = needed_versions(store, model, keep) | ({0} if keep_base else set())
-    doomed = [v for v in list_versions(store, model) if v <= latest[0].version and v not in needed]
+    doomed = [v for v in list_versions(store, model) if v <= latest and v not in needed]
     if dry_run:
         return doomed
     for v in doomed:

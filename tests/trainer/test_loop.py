@@ -114,6 +114,24 @@ def test_crash_after_checkpoint_before_latest_retrains_the_same_batch(
     assert state_sha256(second.base) == read_manifest(store, MODEL, 3).state_sha256
 
 
+def test_deleted_latest_resumes_from_the_newest_manifest(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+    """A writer deleted LATEST: the restarted trainer resumes from the newest published version, repairs
+    the pointer and never republishes version 0 or retrains batch 0."""
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1, 2):
+        write_step_batch(store, step, tok)
+    trainer(store, tmp_path, tiny_cache, "first").run(until_version=2)
+    base = store.get(layout.weights_manifest_key(MODEL, 0))
+    store.delete(layout.latest_weights_key(MODEL))
+    second = trainer(store, tmp_path, tiny_cache, "second")
+    assert second.start() == 2
+    assert read_latest(store, MODEL) is not None and read_latest(store, MODEL)[0].version == 2  # type: ignore[index]
+    second.run(until_version=3)
+    assert list_versions(store, MODEL) == [0, 1, 2, 3]
+    assert store.get(layout.weights_manifest_key(MODEL, 0)) == base
+
+
 def test_missing_optimizer_checkpoint_still_resumes_from_latest(
     tmp_path: Path, tiny_cache: str, tiny_dir: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,7 +42,7 @@ def test_publish_pull_ls_verify_gc(lake: str, tmp_path: str) -> None:
         out = run("publish", "--lake", lake, "--model", "m", src, "--full-every", "3")
         assert f"version {i} ({'full' if i % 3 == 0 else 'delta'}" in out
     listing = run("ls", "--lake", lake, "--model", "m")
-    assert "<- LATEST" in listing and listing.count("delta") >= 2
+    assert "<- newest" in listing and listing.count("delta") >= 2
     dest = os.path.join(tmp_path, "dest")
     assert "version 2" in run("pull", "--lake", lake, "--model", "m", "--dest", dest, "--version", "2")
     assert_same_state(load_state(dest), states[2])
