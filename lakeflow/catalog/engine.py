@@ -16,6 +16,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakeflow.catalog.limits import interrupt_after
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
@@ -37,8 +38,9 @@ class LakeQuery:
     shards: list[str]
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
-    def sql(self, query: str) -> pa.Table:
-        """Run read-only SQL (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) and return the result."""
+    def sql(self, query: str, timeout_s: float | None = None) -> pa.Table:
+        """Run read-only SQL (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) and return the result; a query
+        running longer than `timeout_s` is interrupted (QueryError)."""
         try:
             statements = self.con.extract_statements(query)
         except duckdb.Error as e:
@@ -50,18 +52,27 @@ class LakeQuery:
             raise QueryError(f"the lake is read-only here: {', '.join(refused)} statements are refused")
         result = None
         try:
-            for statement in statements:
-                result = self.con.sql(statement.query)
-            return result.to_arrow_table() if result is not None else pa.table({})
+            with interrupt_after(self.con, timeout_s):
+                for statement in statements:
+                    result = self.con.sql(statement.query)
+                return result.to_arrow_table() if result is not None else pa.table({})
+        except duckdb.InterruptException as e:
+            raise QueryError(f"the query ran longer than its {timeout_s:g} s limit and was stopped (--timeout)") from e
         except duckdb.Error as e:
             raise QueryError(str(e).splitlines()[0]) from e
 
 
-def connect_lake(store: Store, threads: int | None = None, tables: dict[str, pa.Table] | None = None) -> LakeQuery:
+def connect_lake(
+    store: Store,
+    threads: int | None = None,
+    tables: dict[str, pa.Table] | None = None,
+    memory_limit: str | None = None,
+) -> LakeQuery:
     """A read-only DuckDB connection with a `trajectories` view over the lake's committed shards,
-    plus `tables` (e.g. the dataflow catalog's samples, batches, served, …) under their names."""
+    plus `tables` (e.g. the dataflow catalog's samples, batches, served, …) under their names.
+    `memory_limit` (DuckDB's syntax, e.g. '4GB') bounds the query's memory: past it, it fails."""
     shards, skipped = LakeReader(store).visible_shards()
-    con = _new_connection(threads)
+    con = _new_connection(threads, memory_limit)
     s3 = store.s3_access()
     if s3 is not None:
         _attach_s3(con, s3)
@@ -80,12 +91,14 @@ def connect_lake(store: Store, threads: int | None = None, tables: dict[str, pa.
     return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
 
 
-def _new_connection(threads: int | None) -> duckdb.DuckDBPyConnection:
+def _new_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     home = os.path.join(tempfile.gettempdir(), "lakeflow-duckdb")
     os.makedirs(home, exist_ok=True)  # DuckDB needs an existing home directory
     config: dict[str, str | bool | int | float | list[str]] = {"home_directory": home}
     if threads:
         config["threads"] = str(threads)
+    if memory_limit:
+        config["memory_limit"] = memory_limit
     return duckdb.connect(":memory:", config=config)
 
 

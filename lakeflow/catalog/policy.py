@@ -8,7 +8,6 @@ else; a policy that runs longer than its time limit is interrupted.
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from lakeflow.catalog.limits import interrupt_after
 from lakeflow.catalog.sqlfiles import shipped_policies
 from lakeflow.errors import PolicyError
 
@@ -90,16 +90,13 @@ def run_policy(
             f"{policy.path}: uses {', '.join('$' + m for m in sorted(missing))}, which the engine does not "
             f"provide for {policy.kind} policies; available: {', '.join('$' + p for p in sorted(params))}"
         )
-    timer = threading.Timer(timeout_s, con.interrupt)
-    timer.start()
     try:
-        result = con.execute(policy.sql, {k: params[k] for k in policy.params}).to_arrow_table()
+        with interrupt_after(con, timeout_s):
+            result = con.execute(policy.sql, {k: params[k] for k in policy.params}).to_arrow_table()
     except duckdb.InterruptException as e:
         raise PolicyError(f"{policy.path}: interrupted after {timeout_s:g} s") from e
     except duckdb.Error as e:
         raise PolicyError(f"{policy.path}: {_first_line(e)}") from e
-    finally:
-        timer.cancel()
     required = KINDS[policy.kind]
     absent = [c for c in required if c not in result.column_names]
     if absent:

@@ -8,6 +8,7 @@ import json
 import time
 
 import click
+import duckdb
 import pyarrow as pa
 
 from lakeflow.catalog import connect_lake
@@ -83,7 +84,20 @@ def synth(
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown in table format.")
-def sql(lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows: int) -> None:
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    help="Stop the query after this many seconds.",
+)
+@click.option(
+    "--memory-limit", default="4GB", show_default=True, help="DuckDB memory limit for the query (e.g. 512MB, 16GB)."
+)
+def sql(
+    lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows: int, timeout_s: float, memory_limit: str
+) -> None:
     """Run read-only SQL over the lake: `trajectories` (every committed sample, payload included)
     and, once a dataflow process has checkpointed, its catalog: samples, groups, batches, served,
     dropped, fresh, replay, prompts, prompt_stats, tasks, weights, quarantine.
@@ -92,12 +106,15 @@ def sql(lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows:
     """
     store = open_existing_lake(lake_url, endpoint_url)
     tables, _ = checkpoint_tables(store)
-    lake = connect_lake(store, tables=tables)
+    try:
+        lake = connect_lake(store, tables=tables, memory_limit=memory_limit)
+    except duckdb.Error as e:
+        raise click.BadParameter(str(e).splitlines()[0], param_hint="--memory-limit") from e
     for key, reason in lake.skipped:
         if not reason.startswith("no commit record"):
             click.echo(f"warning: skipped {key}: {reason}", err=True)
     try:
-        result = lake.sql(query)
+        result = lake.sql(query, timeout_s=timeout_s)
     except QueryError as e:
         raise click.ClickException(str(e)) from e
     click.echo(_render(result, fmt, max_rows), nl=fmt == "table")
