@@ -18,13 +18,24 @@ def read_config_file(path: str | Path) -> Any:
     """The parsed YAML (or `.json`) document; ConfigError when unreadable or malformed."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not a text file (not UTF-8 at byte {e.start}): pass a YAML or JSON config") from e
     except OSError as e:
-        raise ConfigError(f"cannot read config {path}: {e}") from e
+        raise ConfigError(f"cannot read config {path}: {e.strerror or e}") from e
+    kind = "JSON" if path.suffix == ".json" else "YAML"
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}") from e
+        where = ""
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path} is not valid {kind}{where}: {problem}") from e
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys to values, not {type(data).__name__}")
+    return data
 
 
 def validate_config(model: type[M], data: Any, source: str) -> M:

@@ -108,3 +108,25 @@ def test_access_denied_names_key_and_action() -> None:
     bad_key = ClientError({"Error": {"Code": "InvalidAccessKeyId", "Message": "bad"}}, "GetObject")
     assert "rejected" in str(translate(bad_key, store, "x", "s3:GetObject"))
     assert type(translate(bad_key, store, "x", "s3:GetObject")) is StoreAccessError
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (bytes(range(256)), "is not a text file"),
+        (b"models: [1,\n", "is not valid YAML at line 2"),
+        (b"- a list\n", "the top level must be a mapping"),
+        (b"no_such_key: 1\n", "no_such_key"),
+    ],
+    ids=["binary", "malformed", "list", "unknown-key"],
+)
+@pytest.mark.parametrize("command", ["dataflow", "train", "raas"])
+def test_bad_config_file_is_one_line(command: str, content: bytes, message: str, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_bytes(content)
+    args = [command, "--lake", str(tmp_path / "lake"), "--config", str(config)]
+    if command != "dataflow":
+        args += ["--model", "policy"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code in (1, 2), result.output
+    assert message in result.output and "Traceback" not in result.output
