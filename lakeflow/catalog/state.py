@@ -17,6 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from lakeflow.catalog.policy import Policy, run_policy
 from lakeflow.catalog.sqlfiles import read_sql
 
 APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine")
@@ -100,6 +101,10 @@ class Catalog:
     def sql(self, query: str) -> pa.Table:
         """Run SQL on the catalog (trusted callers only; policies go through run_policy)."""
         return self.con.sql(query).to_arrow_table()
+
+    def run_policy(self, policy: Policy, params: dict[str, Any], timeout_s: float = 30.0) -> pa.Table:
+        """Run a policy against the `candidates` view staged last (see `policy.run_policy`)."""
+        return run_policy(self.con, policy, params, timeout_s)
 
     # --- ingest ---------------------------------------------------------------------------
 
@@ -289,6 +294,22 @@ class Catalog:
     def weights_version(self, model_id: str) -> int | None:
         row = self.con.execute("SELECT version FROM weights WHERE model_id = ?", [model_id]).fetchone()
         return int(row[0]) if row else None
+
+    # --- balance -------------------------------------------------------------------------------
+
+    def known_models(self) -> list[str]:
+        """Models with published weights or recorded batches."""
+        return self._column("SELECT model_id FROM weights UNION SELECT DISTINCT model_id FROM batches")
+
+    def produced_consumed(self, since: datetime) -> tuple[int, int]:
+        """Samples ingested (rows of shards ingested) and samples served (in batches created) since `since`."""
+        produced = self.con.execute(
+            "SELECT coalesce(sum(rows), 0) FROM shards WHERE ingested_at >= ?", [since]
+        ).fetchone()[0]  # type: ignore[index]
+        consumed = self.con.execute(
+            "SELECT coalesce(sum(samples), 0) FROM batches WHERE created_at >= ?", [since]
+        ).fetchone()[0]  # type: ignore[index]
+        return int(produced), int(consumed)
 
     # --- checkpoints ---------------------------------------------------------------------------
 

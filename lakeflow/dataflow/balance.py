@@ -50,30 +50,21 @@ def balance_report(store: Store, catalog: Catalog, window: timedelta, now: datet
     since = now - window
     raas = _recent_json(store, layout.RAAS_STATS, since)
     g = len({r.get("raas_id") for r in raas})
-    models = [
-        r[0]
-        for r in catalog.con.sql("SELECT model_id FROM weights UNION SELECT DISTINCT model_id FROM batches").fetchall()
-    ]
     wait_s = step_s = 0.0
-    for model_id in models:
+    for model_id in catalog.known_models():
         for record in _recent_json(store, layout.trainer_stats_prefix(model_id), since):
             wait_s += float(record.get("wait_s", 0))
             step_s += float(record.get("step_s", 0))
     wait = wait_s / (wait_s + step_s) if wait_s + step_s > 0 else None
-    produced = catalog.con.execute(
-        "SELECT coalesce(sum(rows), 0) FROM shards WHERE ingested_at >= ?", [since]
-    ).fetchone()[0]  # type: ignore[index]
-    consumed = catalog.con.execute(
-        "SELECT coalesce(sum(samples), 0) FROM batches WHERE created_at >= ?", [since]
-    ).fetchone()[0]  # type: ignore[index]
+    produced, consumed = catalog.produced_consumed(since)
     report = {
         "at": now.isoformat(),
         "window_s": window.total_seconds(),
         "raas": g,
         "trainer_wait_fraction": wait,
-        "produced": int(produced),
-        "consumed": int(consumed),
-        "target_raas": target_pool(g, wait, int(produced), int(consumed)),
+        "produced": produced,
+        "consumed": consumed,
+        "target_raas": target_pool(g, wait, produced, consumed),
     }
     store.put(layout.BALANCE_REPORT, json.dumps(report).encode())
     return report

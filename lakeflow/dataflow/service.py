@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakeflow.catalog.policy import load_policy, run_policy
+from lakeflow.catalog import tasks_table
+from lakeflow.catalog.policy import load_policy
 from lakeflow.catalog.serving import ServingPolicies, batch_table, next_step, plan_batch, record_batch
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.balance import balance_report
 from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
-from lakeflow.dataflow.datasets import PROMPT_COLUMNS, load_prompts
+from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
 from lakeflow.dataflow.lease import Lease
 from lakeflow.dataflow.tasks import GresoState, TaskIssuer
@@ -78,13 +79,8 @@ class DataflowService:
                 self.issuer.greso[model_id] = GresoState(**g)
         self.issuer.round = int(state.get("round", 0))
         for model in self.config.models:
-            loaded = self.catalog.con.execute("SELECT count(*) FROM prompts WHERE model_id = ?", [model.id]).fetchone()
-            if model.dataset is not None and (not loaded or not loaded[0]):
-                table = load_prompts(model.dataset)
-                self.catalog.con.register("_prompts", table)
-                columns = ", ".join(PROMPT_COLUMNS)
-                self.catalog.con.execute(f"INSERT INTO prompts SELECT ?, {columns} FROM _prompts", [model.id])
-                self.catalog.con.unregister("_prompts")
+            if model.dataset is not None and not tasks_table.has_prompts(self.catalog, model.id):
+                tasks_table.load_prompts(self.catalog, model.id, load_prompts(model.dataset))
 
     def close(self, checkpoint: bool = True) -> None:
         """Checkpoint (while the lease is still ours), give the lease back, close the catalog."""
@@ -149,7 +145,7 @@ class DataflowService:
     def _complete(self, model: ModelConfig) -> bool:
         if not self.catalog.stage_complete(model.id, model.n_samples):
             return False
-        kept = run_policy(self.catalog.con, self._filters[model.id], {"model_id": model.id})
+        kept = self.catalog.run_policy(self._filters[model.id], {"model_id": model.id})
         result = self.catalog.finish_complete(
             kept.column("group_id").to_pylist(), self._filters[model.id].name, model.pass_rate_decay
         )

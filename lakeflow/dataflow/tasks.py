@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
-
+from lakeflow.catalog import tasks_table
 from lakeflow.catalog.candidates import prompt_candidates
-from lakeflow.catalog.policy import load_policy, run_policy
-from lakeflow.catalog.state import Catalog, quote
+from lakeflow.catalog.policy import load_policy
+from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.errors import LakeflowError, PolicyError
 from lakeflow.io import Store
@@ -51,14 +50,11 @@ class TaskIssuer:
         """Rebuild the model's outstanding tasks from the bucket; reissue expired claims.
         Returns how many claims were reissued."""
         open_ids, claimed = lake_tasks.list_tasks(self.store, model.id)
-        rows_now = self.catalog.con.execute(
-            "SELECT task_id, prompt_id, attempt, issued_at FROM tasks WHERE model_id = ?", [model.id]
-        ).to_arrow_table()  # arrow, not fetchall: TIMESTAMPTZ to Python needs pytz
-        known = {r["task_id"]: tuple(r.values()) for r in rows_now.to_pylist()}
+        known = tasks_table.outstanding_tasks(self.catalog, model.id)
         rows = []
         for task_id in sorted(open_ids):
             if task_id in known:
-                rows.append(known[task_id][:4])
+                rows.append(known[task_id])
                 continue
             try:
                 task = lake_tasks.read_task(self.store, model.id, task_id)
@@ -85,24 +81,7 @@ class TaskIssuer:
                 del claims[task_id]
             else:
                 claims[task_id] = (claim.raas_id, claim.expires_at)
-        self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ?", [model.id])
-        if rows:
-            table = pa.table(
-                {
-                    "model_id": [model.id] * len(rows),
-                    "task_id": [r[0] for r in rows],
-                    "prompt_id": [r[1] for r in rows],
-                    "attempt": pa.array([r[2] for r in rows], pa.int32()),
-                    "issued_at": pa.array([r[3] for r in rows], pa.timestamp("us", tz="UTC")),
-                    "claimed_by": [claims.get(r[0], (None, None))[0] for r in rows],
-                    "claim_expires": pa.array(
-                        [claims.get(r[0], (None, None))[1] for r in rows], pa.timestamp("us", tz="UTC")
-                    ),
-                }
-            )
-            self.catalog.con.register("_tasks", table)
-            self.catalog.con.sql("INSERT INTO tasks SELECT * FROM _tasks")
-            self.catalog.con.unregister("_tasks")
+        tasks_table.replace_tasks(self.catalog, model.id, [r + claims.get(r[0], (None, None)) for r in rows])
         if check:
             self._last_claim_check = now
         return reissued
@@ -113,18 +92,12 @@ class TaskIssuer:
             open_ids, _ = lake_tasks.list_tasks(self.store, model_id)
             for task_id in sorted({t for m, t in done if m == model_id} & open_ids):
                 lake_tasks.release_task(self.store, model_id, task_id)
-                self.catalog.con.execute("DELETE FROM tasks WHERE model_id = ? AND task_id = ?", [model_id, task_id])
+                tasks_table.remove_task(self.catalog, model_id, task_id)
 
     def top_up(self, model: ModelConfig, trainer_version: int, now: datetime) -> int:
         """Issue tasks until the model's in-flight target is met; returns how many were issued."""
-        con = self.catalog.con
-        in_flight = con.execute(
-            "SELECT (SELECT count(*) FROM tasks WHERE model_id = $m) + (SELECT count(*) FROM fresh WHERE model_id = $m)"
-            " + (SELECT count(*) FROM pending WHERE model_id = $m)",
-            {"m": model.id},
-        ).fetchone()[0]  # type: ignore[index]
         target = int(model.prompts_per_step * (model.steps_ahead + 1) * self.config.tasks.buffer_factor)
-        want = target - int(in_flight)
+        want = target - tasks_table.in_flight(self.catalog, model.id)
         if want <= 0:
             return 0
         self._adapt_greso(model, trainer_version)
@@ -142,14 +115,10 @@ class TaskIssuer:
                 issued_at=now,
             )
             lake_tasks.write_task(self.store, task)
-            con.execute(
-                "INSERT INTO tasks VALUES (?, ?, ?, 0, ?, NULL, NULL)", [model.id, task.task_id, prompt_id, now]
-            )
+            tasks_table.add_task(self.catalog, model.id, task.task_id, prompt_id, now)
         return len(chosen)
 
     def _curate(self, model: ModelConfig, want: int) -> list[tuple[str, str, str, str, str]]:
-        con = self.catalog.con
-        m = quote(model.id)
         prompt_candidates(self.catalog, model.id)
         policy = load_policy("curation", model.policies.curation)
         g = self.greso[model.id]
@@ -165,8 +134,8 @@ class TaskIssuer:
             "max_rejections": model.greso.max_rejections,
         }
         self.round += 1
-        result = run_policy(con, policy, params).to_pylist()
-        allowed = {r[0] for r in con.sql("SELECT prompt_id FROM candidates").fetchall()}
+        result = self.catalog.run_policy(policy, params).to_pylist()
+        allowed = tasks_table.candidate_prompt_ids(self.catalog)
         picked: list[str] = []
         rejected: list[str] = []
         for row in result:
@@ -176,43 +145,15 @@ class TaskIssuer:
                 break
             (picked if row["submit"] else rejected).append(row["prompt_id"])
         self._count_skips(model.id, picked, rejected)
-        self.catalog.ids("_picked", picked, "prompt_id")
-        self.catalog.ids("_rejected", rejected, "prompt_id")
-        stats = con.sql(
-            f"SELECT _picked.prompt_id, coalesce(s.issued, 0) + 1 AS issued, 0 AS rejections FROM _picked "
-            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = _picked.prompt_id"
-        ).to_arrow_table()
-        skipped = con.sql(
-            "SELECT r.prompt_id, coalesce(s.rejections, 0) + 1 AS rejections "
-            "FROM _rejected r "
-            f"LEFT JOIN prompt_stats s ON s.model_id = {m} AND s.prompt_id = r.prompt_id"
-        ).to_arrow_table()
-        for table in (stats, skipped):
-            if table.num_rows:
-                self.catalog.upsert_prompt_stats(table.append_column("model_id", pa.array([model.id] * table.num_rows)))
-        rows = con.sql(
-            f"SELECT prompt_id, prompt, answer, task_type, dataset FROM prompts SEMI JOIN _picked USING (prompt_id) "
-            f"WHERE model_id = {m}"
-        ).fetchall()
-        con.unregister("_picked")
-        con.unregister("_rejected")
-        return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+        tasks_table.record_curation(self.catalog, model.id, picked, rejected)
+        return tasks_table.prompts_by_id(self.catalog, model.id, picked)
 
     def _count_skips(self, model_id: str, picked: list[str], rejected: list[str]) -> None:
         g = self.greso[model_id]
         ids = picked + rejected
         if not ids:
             return
-        self.catalog.ids("_considered", ids, "prompt_id")
-        easy = {
-            r[0]
-            for r in self.catalog.con.execute(
-                "SELECT prompt_id FROM prompt_stats SEMI JOIN _considered USING (prompt_id) "
-                "WHERE model_id = ? AND last_mean > 0.5",
-                [model_id],
-            ).fetchall()
-        }
-        self.catalog.con.unregister("_considered")
+        easy = tasks_table.easy_prompts(self.catalog, model_id, ids)
         for pid in ids:
             kind = "easy" if pid in easy else "hard"
             g.seen[kind] += 1

@@ -1,7 +1,8 @@
 """The sample record (one completion of one policy) as one Arrow schema, and its validation.
 
 Columns are split into metadata (what the catalog ingests) and payload (token arrays,
-read only for the samples a batch needs). Validation errors name the field and the row.
+read only for the samples a batch needs). Validation errors name the field and the row; the
+rules on a table's values are `lake/rules.py`'s, which the ingest applies too.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lakeflow.errors import SampleValidationError
+from lakeflow.lake.rules import ALIGNED, column_type_problem, nulls, value_violations
 
 SCHEMA_VERSION = 1
 
@@ -86,10 +87,10 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
     for name in PAYLOAD_COLUMNS:
         if isinstance(out[name], str | bytes) or not hasattr(out[name], "__len__"):
             raise SampleValidationError(_bad(row, out, name, "must be a list or array"))
-    n = len(out["response_ids"])
-    for name in ("response_logprobs", "loss_mask"):
-        if len(out[name]) != n:
-            raise SampleValidationError(_bad(row, out, name, f"has {len(out[name])} values but response_ids has {n}"))
+    for name, other in ALIGNED:
+        if len(out[name]) != len(out[other]):
+            why = f"has {len(out[name])} values but {other} has {len(out[other])}"
+            raise SampleValidationError(_bad(row, out, name, why))
     if out["finish_reason"] not in FINISH_REASONS:
         raise SampleValidationError(_bad(row, out, "finish_reason", f"must be one of {FINISH_REASONS}"))
     return out
@@ -108,38 +109,21 @@ def samples_to_table(samples: list[dict[str, Any]]) -> pa.Table:
 
 
 def validate_table(table: pa.Table) -> None:
-    """Check a table read from a shard (or built elsewhere) against SAMPLE_SCHEMA."""
+    """Check a table read from a shard (or built elsewhere) against SAMPLE_SCHEMA; raise on the
+    first problem (per column in schema order: type, then nulls; then the value rules in order)."""
     missing = [n for n in SAMPLE_SCHEMA.names if n not in table.column_names]
     if missing:
         raise SampleValidationError(f"missing column(s) {missing}")
     for field in SAMPLE_SCHEMA:
-        column = table.column(field.name)
-        if column.type != field.type:
-            raise SampleValidationError(f"column {field.name!r} has type {column.type}, expected {field.type}")
-        if column.null_count:
-            raise SampleValidationError(_first_row(pc.is_null(column), f"field {field.name!r} is null"))
-    ids = table.column("sample_id")
-    if pc.count_distinct(ids).as_py() != table.num_rows:
-        counts = pc.value_counts(ids)
-        duplicate = pc.filter(counts.field("values"), pc.greater(counts.field("counts"), 1))[0]
-        raise SampleValidationError(_first_row(pc.equal(ids, duplicate), f"duplicate sample_id {duplicate}"))
-    reward = table.column("reward")
-    bad = pc.invert(pc.is_finite(reward))
-    if pc.any(bad).as_py():
-        raise SampleValidationError(_first_row(bad, "field 'reward' is NaN or infinite"))
-    n = pc.list_value_length(table.column("response_ids"))
-    for name in ("response_logprobs", "loss_mask"):
-        bad = pc.not_equal(pc.list_value_length(table.column(name)), n)
-        if pc.any(bad).as_py():
-            raise SampleValidationError(_first_row(bad, f"field {name!r} length differs from response_ids"))
-    bad = pc.greater(table.column("policy_version"), table.column("max_version"))
-    if pc.any(bad).as_py():
-        raise SampleValidationError(_first_row(bad, "field 'policy_version' is newer than max_version"))
-
-
-def _first_row(mask: pa.ChunkedArray | pa.Array, message: str) -> str:
-    index = pc.index(mask, True).as_py()
-    return f"row {index}: {message}"
+        problem = column_type_problem(table, field)
+        if problem is not None:
+            raise SampleValidationError(problem)
+        null = nulls(table, field.name)
+        if null is not None:
+            raise SampleValidationError(null.message)
+    broken = value_violations(table)
+    if broken:
+        raise SampleValidationError(broken[0].message)
 
 
 def _bad(row: int, sample: Mapping[str, Any], field: str, why: str) -> str:

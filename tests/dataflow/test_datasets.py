@@ -135,7 +135,7 @@ def test_reasoning_gym_config_is_validated() -> None:
 
 def test_reasoning_gym_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # import fails as if it were not installed
-    with pytest.raises(MissingExtraError, match=r"lakeflow\[reasoning-gym\]"):
+    with pytest.raises(MissingExtraError, match=r"lakeflow\[raas\]"):
         load_prompts(ReasoningGymDataset(name="chain_sum"))
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from lakeflow.catalog import read_sql
 from lakeflow.errors import SampleValidationError
+from lakeflow.lake.checks import row_problems
+from lakeflow.lake.rules import duplicate_ids
 from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table, validate_table
 from tests.lake.helpers import sample
 
@@ -82,3 +84,25 @@ def test_validate_table_finds_the_bad_row() -> None:
     index = good.schema.get_field_index("loss_mask")
     with pytest.raises(SampleValidationError, match="row 1: field 'loss_mask' length differs"):
         validate_table(good.set_column(index, SAMPLE_SCHEMA.field("loss_mask"), pa.array(ragged, pa.list_(pa.uint8()))))
+
+
+def test_writer_and_ingest_share_one_rule_set() -> None:
+    """The ingest's quarantine reason and the writer's error come from the same rule, in the same words."""
+    good = _table(sample(), sample(), sample())
+    rewards = good.column("reward").to_pylist()
+    rewards[1] = math.inf
+    bad = good.set_column(good.schema.get_field_index("reward"), "reward", pa.array(rewards))
+    with pytest.raises(SampleValidationError, match="row 1: field 'reward' is NaN or infinite"):
+        validate_table(bad)
+    problems = dict(row_problems(bad))
+    assert list(problems) == ["reward is NaN or infinite"]
+    assert problems["reward is NaN or infinite"].tolist() == [False, True, False]
+
+
+def test_duplicate_ids_keep_the_first_copy_and_null_ids_do_not_crash() -> None:
+    ids = pa.table({"sample_id": pa.array(["a", "b", None, "b", "a"])})
+    found = duplicate_ids(ids)
+    assert found is not None
+    assert found.rows.tolist() == [False, False, False, True, True]
+    assert found.message == "row 0: duplicate sample_id a"
+    assert duplicate_ids(pa.table({"sample_id": pa.array(["a", None, "b"])})) is None

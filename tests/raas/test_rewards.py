@@ -171,7 +171,7 @@ def test_reasoning_gym_missing_is_a_reason_naming_the_extra(
     ref = json.dumps({"generator": "chain_sum", "config": {}, "entry": {"question": "1 + 2 =", "answer": "3"}})
     r = build_reward("reasoning_gym:chain_sum")("3", ref)
     assert r.value == 0.0 and r.reason.startswith("checker-error: MissingExtraError: reasoning-gym is not installed")
-    assert "pip install 'lakeflow[reasoning-gym]'" in r.reason
+    assert "pip install 'lakeflow[raas]'" in r.reason
 
 
 def test_task_types_with_a_variant_fall_back_to_their_family() -> None:
