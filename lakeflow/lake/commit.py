@@ -12,8 +12,14 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakeflow.errors import CorruptCommitError
+from lakeflow.lake import layout
 
 COMMIT_FORMAT = 1
+# Bounds on what a writer may claim: a record past them is refused before anything is read.
+MAX_COMMIT_BYTES = 64 << 10  # a commit record is ~1 kB; a bigger object is not one
+MAX_SHARD_ROWS = 1 << 20
+MAX_SHARD_BYTES = 16 << 30
+MAX_VERSION = 1 << 40
 
 
 class CommitRecord(BaseModel):
@@ -39,7 +45,40 @@ class CommitRecord(BaseModel):
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes) -> CommitRecord:
+        """Parse and check a record read from `key`: every field in range, and the shard it names a
+        trajectory shard of the same model, writer and sequence number as the record and its key (a
+        record cannot point anywhere else). CorruptCommitError names the key and the first problem."""
+        if len(data) > MAX_COMMIT_BYTES:
+            raise CorruptCommitError(f"commit record {key} is {len(data):,} bytes, over {MAX_COMMIT_BYTES:,}")
         try:
-            return cls.model_validate_json(data)
+            record = cls.model_validate_json(data)
         except ValidationError as e:
-            raise CorruptCommitError(f"commit record {key} is not valid: {e.errors()[0]['msg']}") from e
+            error = e.errors()[0]
+            field = ".".join(str(p) for p in error["loc"]) or "record"
+            raise CorruptCommitError(f"commit record {key} is not valid: {field}: {error['msg']}") from e
+        problem = record._problem(key)
+        if problem:
+            raise CorruptCommitError(f"commit record {key} is refused: {problem}")
+        return record
+
+    def _problem(self, key: str) -> str | None:
+        try:
+            shard = layout.parse_shard_key(self.shard)
+            commit = layout.parse_commit_key(key)
+        except ValueError as e:
+            return str(e)
+        if (shard.model_id, shard.writer_id, shard.seq) != (self.model_id, self.writer_id, self.seq):
+            return f"shard {self.shard!r} is not {self.model_id}/{self.writer_id}-{self.seq:08d}, as the record says"
+        if (commit.writer_id, commit.seq) != (self.writer_id, self.seq):
+            return f"the key names writer {commit.writer_id} seq {commit.seq}, the record {self.writer_id} {self.seq}"
+        if self.rows > MAX_SHARD_ROWS or self.size > MAX_SHARD_BYTES:
+            return (
+                f"{self.rows:,} rows / {self.size:,} bytes is over the limit ({MAX_SHARD_ROWS:,} / {MAX_SHARD_BYTES:,})"
+            )
+        if not self.row_groups or min(self.row_groups) < 1 or sum(self.row_groups) != self.rows:
+            return f"row groups {self.row_groups[:8]} do not add up to {self.rows} rows"
+        if self.min_policy_version > self.max_policy_version or self.max_policy_version > MAX_VERSION:
+            return f"policy versions {self.min_policy_version}..{self.max_policy_version} are not a valid range"
+        if len(self.sha256) != 64 or any(c not in "0123456789abcdef" for c in self.sha256):
+            return "sha256 is not 64 lowercase hex digits"
+        return None

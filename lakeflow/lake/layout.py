@@ -64,8 +64,11 @@ def parse_commit_key(key: str) -> CommitKey:
     m = _COMMIT.match(key)
     if not m:
         raise ValueError(f"not a commit record key: {key!r}")
-    when = datetime.strptime(f"{m[1]} {m[2]}:{m[3]}", "%Y-%m-%d %H:%M-%S.%f").replace(tzinfo=UTC)
-    return CommitKey(when, m[4], int(m[5]))
+    try:
+        when = datetime.strptime(f"{m[1]} {m[2]}:{m[3]}", "%Y-%m-%d %H:%M-%S.%f").replace(tzinfo=UTC)
+    except ValueError as e:
+        raise ValueError(f"not a commit record key (no such time): {key!r}") from e
+    return CommitKey(when, check_name(m[4], "writer id"), int(m[5]))
 
 
 def commits_from(when: datetime) -> str:
@@ -206,7 +209,8 @@ def parse_shard_key(key: str) -> ShardKey:
     m = _SHARD.match(key)
     if not m:
         raise ValueError(f"not a trajectory shard key: {key!r}")
-    return ShardKey(m[1], m[2], m[3], int(m[4]))
+    # the ids must be names, so a key can never reach outside its partition ('..', '/')
+    return ShardKey(check_name(m[1], "model id"), m[2], check_name(m[3], "writer id"), int(m[4]))
 
 
 # --- the dataflow process's own objects ----------------------------------------------------

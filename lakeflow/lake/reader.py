@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from lakeflow.errors import CorruptCommitError, CorruptShardError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.commit import CommitRecord
+from lakeflow.lake.commit import MAX_COMMIT_BYTES, CommitRecord
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,10 @@ class SampleRef:
 class LakeReader:
     """Read-only access to committed trajectories."""
 
-    def __init__(self, store: Store, settle: timedelta = timedelta(minutes=2), threads: int = 8) -> None:
+    def __init__(self, store: Store, settle: timedelta = timedelta(minutes=2), threads: int = 16) -> None:
         self.store = store
         self.settle = settle
-        self.threads = threads  # concurrent shard reads in read_samples
+        self.threads = threads  # concurrent object reads (commit records in poll, shards in read_samples)
 
     def poll(self, cursor: CommitCursor | None = None, limit: int | None = None) -> Poll:
         """Commit records that appeared since `cursor`, oldest first (by the writers' clocks)."""
@@ -77,22 +77,38 @@ class LakeReader:
             start_after = layout.commits_from(layout.parse_commit_key(cursor.position).when - self.settle)
         result = Poll([], cursor)
         new: list[str] = []
+        seen = set(cursor.recent) | ({cursor.position} if cursor.position else set())
         for info in self.store.list(layout.COMMITS, start_after=start_after):
             if not _is_commit_key(info.key):
                 result.skipped.append((info.key, "not a commit record key"))
             elif info.key not in cursor.recent and info.key != cursor.position:
-                new.append(info.key)
+                if info.size > MAX_COMMIT_BYTES:  # refused unread: it cannot be a commit record
+                    result.skipped.append((info.key, f"{info.size:,} bytes: too large for a commit record"))
+                    seen.add(info.key)
+                else:
+                    new.append(info.key)
                 if limit is not None and len(new) >= limit:
                     break
-        seen = set(cursor.recent) | ({cursor.position} if cursor.position else set())
-        for key in new:
-            try:
-                result.commits.append((key, CommitRecord.from_bytes(key, self.store.get(key))))
-            except CorruptCommitError as e:
-                result.skipped.append((key, str(e)))
-            seen.add(key)
+        # Records are small independent objects: fetch them concurrently (latency, not bandwidth,
+        # bounds a sequential tail at 1/latency), then keep them in key order.
+        with ThreadPoolExecutor(max(1, min(self.threads, len(new)))) as pool:
+            for key, outcome in zip(new, pool.map(self._read_commit, new), strict=True):
+                if isinstance(outcome, CommitRecord):
+                    result.commits.append((key, outcome))
+                elif outcome is not None:
+                    result.skipped.append((key, outcome))
+                seen.add(key)
         result.cursor = self._advance(cursor, seen)
         return result
+
+    def _read_commit(self, key: str) -> CommitRecord | str | None:
+        """The checked record, the reason it was refused, or None if it vanished since the listing."""
+        try:
+            return CommitRecord.from_bytes(key, self.store.get(key))
+        except FileNotFoundError:
+            return None
+        except CorruptCommitError as e:
+            return str(e)
 
     def _advance(self, cursor: CommitCursor, seen: set[str]) -> CommitCursor:
         if not seen:
