@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakeflow.catalog.limits import interrupt_after
+from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
+from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
 
@@ -70,8 +72,13 @@ def connect_lake(
 ) -> LakeQuery:
     """A read-only DuckDB connection with a `trajectories` view over the lake's committed shards,
     plus `tables` (e.g. the dataflow catalog's samples, batches, served, …) under their names.
-    `memory_limit` (DuckDB's syntax, e.g. '4GB') bounds the query's memory: past it, it fails."""
+    `memory_limit` (DuckDB's syntax, e.g. '4GB') bounds the query's memory: past it, it fails.
+
+    The view holds what the dataflow process ingests: shards whose commit record passes the ingest's
+    checks, less what it quarantined (whole shards, and rows by sample id; a shard whose quarantined
+    rows are not all named is left out whole). Everything left out is in `LakeQuery.skipped`."""
     shards, skipped = LakeReader(store).visible_shards()
+    shards, excluded_ids = _apply_quarantine(store, shards, skipped)
     con = _new_connection(threads, memory_limit)
     s3 = store.s3_access()
     if s3 is not None:
@@ -84,11 +91,32 @@ def connect_lake(
         _register_arrow(con, store, shards, skipped)
     if urls:
         urls = _drop_unreadable(con, urls, shards, skipped)
+    con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(excluded_ids), pa.string())}))
     _create_views(con, urls)
+    skipped += create_metric_views(con, store)  # trainer_steps, rollout_stats, dataflow_stats, eval
     for name, table in (tables or {}).items():
         con.register(name, table)
     _lock(con, urls)
     return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
+
+
+def _apply_quarantine(store: Store, shards: list[str], skipped: list[tuple[str, str]]) -> tuple[list[str], set[str]]:
+    """The shards the dataflow did not reject whole, and the ids of rows it rejected one by one."""
+    records, bad = read_quarantine(store)
+    skipped += bad
+    dropped: dict[str, str] = {}
+    ids: set[str] = set()
+    for record in records:
+        if record.source not in shards:
+            continue  # a commit record, the catalog, or a shard not in the view anyway
+        if record.whole:
+            dropped[record.source] = f"quarantined by the dataflow: {record.reason}"
+        elif record.complete:
+            ids.update(record.sample_ids)
+        else:
+            dropped[record.source] = f"{record.rows} rows quarantined ({record.reason}), not all named"
+    skipped += list(dropped.items())
+    return [s for s in shards if s not in dropped], ids
 
 
 def _new_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -168,7 +196,10 @@ def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
     else:
         source = "_empty"
     columns = ", ".join(r[0] for r in con.sql("DESCRIBE _empty").fetchall())
-    con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM {source}")
+    con.sql(
+        f"CREATE VIEW trajectories AS SELECT {columns} FROM {source} "
+        "WHERE sample_id NOT IN (SELECT sample_id FROM _quarantined_ids)"
+    )
     # `samples`: the metadata of every committed sample (what the dataflow catalog indexes).
     con.sql(f"CREATE VIEW samples AS SELECT {', '.join(METADATA_COLUMNS)} FROM trajectories")
 

@@ -8,7 +8,6 @@ raises on bad input: every problem becomes a quarantine record and a counter.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.errors import CorruptShardError
 from lakeflow.io import Store
-from lakeflow.lake import CommitCursor, CommitRecord, LakeReader, layout
+from lakeflow.lake import CommitCursor, CommitRecord, LakeReader
 from lakeflow.lake.checks import row_problems, schema_problem
+from lakeflow.lake.quarantine import write_quarantine
 from lakeflow.lake.schema import METADATA_COLUMNS
 
 INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward"]
@@ -106,7 +106,7 @@ class Ingestor:
         bad = np.zeros(table.num_rows, dtype=bool)
         ids = table.column("sample_id").to_numpy(zero_copy_only=False)
         for reason, mask in row_problems(table, model.vocab_size, newest):
-            self._quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask][:100]), stats)
+            self._quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask]), stats)
             bad |= mask
         out = table.select(INGEST_COLUMNS)
         shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
@@ -119,12 +119,4 @@ class Ingestor:
     ) -> None:
         stats.quarantined[reason.split(":")[0]] += max(rows, 1)
         self.catalog.quarantine(source, rows, reason, now)
-        record = {
-            "source": source,
-            "rows": rows,
-            "reason": reason,
-            "at": now.isoformat(),
-            "sample_ids": sample_ids[:100],
-        }
-        key = layout.quarantine_key(now, f"{source}-{abs(hash(reason)) % 10**8:08d}-{now:%H%M%S%f}")
-        self.store.put(key, json.dumps(record, default=str).encode())
+        write_quarantine(self.store, source, rows, reason, now, sample_ids)

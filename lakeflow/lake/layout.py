@@ -80,6 +80,8 @@ def commits_from(when: datetime) -> str:
 def quarantine_key(when: datetime, source: str) -> str:
     """Rejected input with its reason; `source` is the key that was rejected."""
     name = source.replace("/", "__")
+    if len(name) > 200 or not name.isprintable():  # a hostile key: keep the name short and plain
+        name = "".join(c if c.isalnum() or c in "._-" else "_" for c in name[:150])
     return f"{QUARANTINE}{when:%Y-%m-%d}/{name}.json"
 
 
@@ -234,3 +236,50 @@ def catalog_checkpoint_prefix(seq: int) -> str:
 
 def trainer_stats_prefix(model_id: str) -> str:
     return f"stats/trainer/{check_name(model_id, 'model id')}/"
+
+
+# --- metric tables (small append-only Parquet objects, each made visible by a commit record) ---
+
+METRICS = "metrics/"
+
+
+def metrics_prefix(table: str) -> str:
+    """Every object of one metric table (`trainer_steps`, `rollout_stats`, `dataflow_stats`, `eval`)."""
+    return f"{METRICS}{check_name(table, 'metric table')}/"
+
+
+def metrics_object_key(table: str, when: datetime, writer_id: str, seq: int) -> str:
+    """One flush of one writer: an immutable Parquet object, invisible until its commit record exists."""
+    check_name(writer_id, "writer id")
+    when = when.astimezone(UTC)
+    return f"{metrics_prefix(table)}date={when:%Y-%m-%d}/{writer_id}-{_number(seq, 'seq')}.parquet"
+
+
+def metrics_commit_key(table: str, writer_id: str, seq: int) -> str:
+    """The commit record of a metric object (same writer and seq), written create-only after it."""
+    check_name(writer_id, "writer id")
+    return f"{metrics_prefix(table)}_commits/{writer_id}-{_number(seq, 'seq')}.json"
+
+
+@dataclass(frozen=True)
+class MetricsKey:
+    """The parts of a metric object or commit key."""
+
+    table: str
+    kind: str  # 'object' or 'commit'
+    writer_id: str
+    seq: int
+
+
+_METRICS = re.compile(r"^metrics/([^/]+)/(?:date=\d{4}-\d{2}-\d{2}/(.+)-(\d{8})\.parquet|_commits/(.+)-(\d{8})\.json)$")
+
+
+def parse_metrics_key(key: str) -> MetricsKey:
+    """Inverse of `metrics_object_key` / `metrics_commit_key`; ValueError for any other key."""
+    m = _METRICS.match(key)
+    if not m:
+        raise ValueError(f"not a metric object or commit key: {key!r}")
+    table = check_name(m[1], "metric table")
+    if m[2] is not None:
+        return MetricsKey(table, "object", check_name(m[2], "writer id"), int(m[3]))
+    return MetricsKey(table, "commit", check_name(m[4], "writer id"), int(m[5]))

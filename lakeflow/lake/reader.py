@@ -119,29 +119,23 @@ class LakeReader:
         return CommitCursor(position, recent)
 
     def visible_shards(self) -> tuple[list[str], list[tuple[str, str]]]:
-        """Keys of every committed shard, from two listings (no object reads), and skipped keys.
-
-        A shard is visible when a commit record with its (writer id, seq) exists.
-        """
-        committed: set[tuple[str, int]] = set()
+        """Keys of every committed shard whose commit record passes the same checks as the dataflow's
+        ingest (`CommitRecord.from_bytes`), in commit order, and what was left out and why: refused
+        commit records, and shards without one (uncommitted or abandoned writes)."""
+        shards: list[str] = []
         skipped: list[tuple[str, str]] = []
-        for info in self.store.list(layout.COMMITS):
-            try:
-                parsed = layout.parse_commit_key(info.key)
-            except ValueError as e:
-                skipped.append((info.key, str(e)))
-                continue
-            committed.add((parsed.writer_id, parsed.seq))
-        shards = []
+        cursor = CommitCursor()
+        while True:
+            result = self.poll(cursor, limit=4096)
+            shards += [record.shard for _, record in result.commits]
+            skipped += result.skipped
+            if result.cursor == cursor:
+                break
+            cursor = result.cursor
+        shards = list(dict.fromkeys(shards))  # a replayed record names its shard again: once is enough
+        committed = set(shards)
         for info in self.store.list(layout.TRAJECTORIES):
-            try:
-                shard = layout.parse_shard_key(info.key)
-            except ValueError as e:
-                skipped.append((info.key, str(e)))
-                continue
-            if (shard.writer_id, shard.seq) in committed:
-                shards.append(info.key)
-            else:
+            if info.key not in committed:
                 skipped.append((info.key, "no commit record (uncommitted or abandoned write)"))
         return shards, skipped
 

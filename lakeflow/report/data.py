@@ -22,6 +22,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
+from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.weights.manifest import latest_version, read_manifest
 from lakeflow.weights.retention import list_versions
 
@@ -260,21 +261,15 @@ def quarantined_rows(store: Store, notes: list[str]) -> tuple[dict[str, int], in
     """Quarantined rows per model (by the shard key each record names) and rows naming no model."""
     per_model: dict[str, int] = {}
     unattributed = 0
-    for info in store.list(layout.QUARANTINE):
+    records, bad = read_quarantine(store)
+    notes += [f"quarantine record {key} left out: {why}" for key, why in bad]
+    for record in records:
         try:
-            record = json.loads(store.get(info.key))
-            rows, source = int(record["rows"]), str(record["source"])
-        except FileNotFoundError:
-            continue
-        except (ValueError, KeyError, TypeError) as e:
-            notes.append(f"quarantine record {info.key} left out: {type(e).__name__}: {e}")
-            continue
-        try:
-            model = layout.parse_shard_key(source).model_id
+            model = layout.parse_shard_key(record.source).model_id
         except ValueError:
-            unattributed += rows
+            unattributed += record.rows
             continue
-        per_model[model] = per_model.get(model, 0) + rows
+        per_model[model] = per_model.get(model, 0) + record.rows
     return per_model, unattributed
 
 

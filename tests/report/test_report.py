@@ -75,8 +75,10 @@ def build_lake(store: Store) -> None:
     for step, (wait_s, step_s) in enumerate(WAITS):
         stats = {"step": step, "wait_s": wait_s, "step_s": step_s, "at": (T0 + timedelta(minutes=step)).isoformat()}
         store.put(layout.trainer_stats_key("alpha", step), json.dumps(stats).encode())
-    alpha_shard = next(c.shard for c in commits if c.model_id == "alpha")
-    for source, rows in ((alpha_shard, 3), ("catalog", 2)):
+    assert any(c.model_id == "alpha" for c in commits)
+    # a shard of alpha's that the dataflow rejected whole (it is not in the sample view), and catalog rows
+    rejected = layout.shard_key("alpha", T0, "raas-bad", 0)
+    for source, rows in ((rejected, 3), ("catalog", 2)):
         record = {"source": source, "rows": rows, "reason": "bad", "at": T0.isoformat(), "sample_ids": []}
         store.put(layout.quarantine_key(T0, f"{source}-{rows}"), json.dumps(record).encode())
 

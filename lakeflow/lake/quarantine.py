@@ -1,0 +1,71 @@
+"""The quarantine record: rejected input (a commit, a shard, some rows) with the reason, written by the
+dataflow process under `_quarantine/` and read by `lakeflow sql` and the report. Defined once, here."""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lakeflow.io import Store
+from lakeflow.lake import layout
+
+MAX_IDS = 10_000  # sample ids kept per record; a record of more rows names only the first ones
+
+
+class QuarantineRecord(BaseModel):
+    """One rejection."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    source: str = Field(description="What was rejected: a shard key, a commit key, or 'catalog'.")
+    rows: int = Field(ge=0, description="Rows rejected (0 for a commit record).")
+    reason: str = Field(description="Why, in one line.")
+    at: datetime = Field(description="When the dataflow process rejected it (UTC).")
+    sample_ids: list[str] = Field(default_factory=list, description="Ids of the rejected rows (at most MAX_IDS).")
+
+    @property
+    def whole(self) -> bool:
+        """True when the whole source was rejected (no row ids: a commit or an entire shard)."""
+        return not self.sample_ids
+
+    @property
+    def complete(self) -> bool:
+        """True when every rejected row is named."""
+        return len(self.sample_ids) >= self.rows
+
+
+def write_quarantine(store: Store, source: str, rows: int, reason: str, at: datetime, ids: list[Any]) -> str:
+    """Write one record under a key unique to (source, reason, time); returns the key."""
+    record = QuarantineRecord(
+        source=source, rows=rows, reason=reason, at=at, sample_ids=[str(i) for i in ids[:MAX_IDS]]
+    )
+    digest = hashlib.sha256(f"{source}\n{reason}".encode()).hexdigest()[:12]
+    key = layout.quarantine_key(at, f"{source}-{digest}-{at:%H%M%S%f}")
+    store.put(key, record.model_dump_json().encode())
+    return key
+
+
+def read_quarantine(store: Store, threads: int = 16) -> tuple[list[QuarantineRecord], list[tuple[str, str]]]:
+    """Every quarantine record, and the keys that could not be read as one (with why)."""
+    keys = [info.key for info in store.list(layout.QUARANTINE)]
+
+    def read(key: str) -> QuarantineRecord | str | None:
+        try:
+            return QuarantineRecord.model_validate_json(store.get(key))
+        except FileNotFoundError:
+            return None  # expired by retention while we listed
+        except (ValidationError, ValueError) as e:
+            return f"not a quarantine record: {str(e).splitlines()[0]}"
+
+    records, bad = [], []
+    with ThreadPoolExecutor(max(1, min(threads, len(keys)))) as pool:
+        for key, outcome in zip(keys, pool.map(read, keys), strict=True):
+            if isinstance(outcome, QuarantineRecord):
+                records.append(outcome)
+            elif outcome is not None:
+                bad.append((key, outcome))
+    return records, bad
