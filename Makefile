@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv test test-fast lint format bench demo lock clean check-wheel
+.PHONY: help venv test test-fast lint format bench demo lock clean gpu-check check-wheel
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -42,6 +42,10 @@ demo: venv  ## the whole loop on this machine (tiny model, vLLM on CPU), then it
 
 bench: venv  ## the benchmarks whose numbers the README quotes
 	$(VENV)/bin/lakeflow bench lake --samples 16384
+
+GPU_OUT ?= runs/gpu-check
+gpu-check:  ## the GPU check (docs/gpu.md) into runs/gpu-check (GPU_OUT); the CPU dry run: make gpu-check ARGS="--device cpu --tiny"
+	scripts/gpu-check --out $(GPU_OUT) $(ARGS)
 
 lock:  ## regenerate requirements/lock.txt from the current venv
 	$(PY) -m pip freeze --all --exclude-editable | grep -v '^lakeflow\|^pip==' > requirements/lock.txt

@@ -1,0 +1,136 @@
+"""The GPU check's report as text (report.txt): one block per section, "skipped: <reason>" or the
+error where a section or one of its measurements did not run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakeflow.text import text_table
+
+
+def render(report: dict[str, Any]) -> str:
+    m = report.get("machine") or {}
+    where = m.get("gpu") or f"device {report['options']['device']}"
+    versions = ", ".join(f"{k} {m[k]}" for k in ("python", "torch", "transformers", "numpy") if m.get(k))
+    verdict = "PASSED" if report["passed"] else "NOT PASSED"
+    verdict = verdict if report["ran"] else "nothing ran"
+    host = f"{m.get('cpus', '?')} cpus, {m.get('ram_gib', '?')} GiB RAM"
+    host += f", {m.get('work_dir_free_gib', '?')} GiB free for models and lakes"
+    lines = [f"lakeflow GPU check: {where}; {host}; {versions}"]
+    lines.append(f"{report['elapsed_s']:.0f} s; {verdict} (the sections that ran: {', '.join(report['ran']) or '-'})")
+    for name, render_section in (("codec", _codec), ("engine", _engine), ("trainer", _trainer)):
+        section = report["sections"].get(name)
+        if section is None:
+            continue
+        lines += ["", f"== {name}"]
+        lines += _status(section)
+        if section["status"] in ("ok", "running") or "models" in section:  # what ran, also of an interrupted section
+            lines += render_section(section)
+    return "\n".join(lines)
+
+
+def _status(entry: dict[str, Any]) -> list[str]:
+    """The line of a piece that did not run (empty when it ran)."""
+    if entry["status"] == "skipped":
+        return [f"skipped: {entry['reason']}"]
+    if entry["status"] == "failed":
+        return [f"FAILED: {entry['error']}", *("  " + line for line in entry["traceback"].splitlines()[-6:])]
+    return []
+
+
+def _short(entry: dict[str, Any]) -> str:
+    """A table cell for a piece that did not run; the reason goes under the table (`_notes`)."""
+    return "skipped" if entry["status"] == "skipped" else "FAILED"
+
+
+def _notes(pieces: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [f"{label}: {_status(entry)[0]}" for label, entry in pieces if entry["status"] != "ok"]
+
+
+def _codec(s: dict[str, Any]) -> list[str]:
+    lines = [
+        f"lakeflow/weights/codec.py on {s['tensors']} tensors of Qwen3-8B's shapes: {s['bytes'] / 1e6:,.0f} MB bf16 "
+        f"({s['share_of_model']:.0%} of {s['model_params'] / 1e9:.2f}B params; generated in {s['generate_s']:.1f} s)",
+        "GB/s of bf16 state; floor: copying the state into touched memory with as many threads",
+    ]
+    rows = []
+    for r in s["runs"]:
+        if r["status"] != "ok":
+            rows.append([str(r["workers"]), r["kind"], _short(r), "", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                str(r["workers"]),
+                r["kind"],
+                f"{r['encode_gbps']:.2f}",
+                f"{r['apply_gbps']:.2f}",
+                f"{r['copy_floor_gbps']:.1f}",
+                f"{r['encode_vs_floor']:.1%}",
+                f"{r['apply_vs_floor']:.1%}",
+                f"{r['bytes_per_param']:.4f}",
+                "yes" if r["bit_exact"] else "NO",
+            ]
+        )
+    header = ["workers", "kind", "encode", "apply", "floor", "enc/floor", "apply/floor", "B/param", "bit-exact"]
+    notes = _notes([(f"{r['kind']} x{r['workers']}", r) for r in s["runs"]])
+    return lines + text_table(header, rows, rule=True) + notes
+
+
+def _engine(s: dict[str, Any]) -> list[str]:
+    lines = [
+        f"transformers engine, {s['model']} in {s['dtype']}: {s['prompts']} prompts x {s['samples_per_prompt']} "
+        f"samples x {s['max_tokens']} new tokens = {s['generated_tokens']} tokens in {s['generate_s']:.2f} s "
+        f"= {s['tokens_per_s']:,.0f} tokens/s",
+        "behaviour logprob vs the trainer's forward (token_logprobs), |difference| in nats:",
+    ]
+    for dtype, a in s["agreement"].items():
+        judged = ""
+        if "tolerance" in a:
+            judged = f" (tolerance {a['tolerance']:g}: {'within' if a['within_tolerance'] else 'NOT within'})"
+        lines.append(
+            f"  {dtype}: max {a['max_abs_diff']:.2e}, mean {a['mean_abs_diff']:.2e} over {a['tokens']} tokens{judged}"
+        )
+    return lines
+
+
+def _trainer(s: dict[str, Any]) -> list[str]:
+    lines = [
+        f"lakeflow.trainer.Trainer, GRPO, {s['dtype']}; {s['mode']}",
+        f"MFU = 6 x params x tokens / compute time / {s['peak']}; tokens = prompt + response (no padding); "
+        "medians over the steps after step 0",
+        "I/O blocking = lake I/O on the trainer's critical path (heartbeat io_block_s) over the step cycles; "
+        "writes = the background job per step (optimizer checkpoint, heartbeat, weight delta)",
+    ]
+    header = ["model", "params", "overlap_io", "steps", "tokens/step", "step s", "compute s", "tokens/s", "MFU"]
+    header += ["I/O blocking", "io_block s", "snapshot_block s", "publish_block s", "writes s", "start s"]
+    rows = []
+    for model in s["models"]:
+        if model["status"] != "ok":
+            rows.append([model["model"], _short(model), *[""] * (len(header) - 2)])
+            continue
+        for r in model["runs"]:
+            if r["status"] != "ok":
+                rows.append([model["model"], "", str(r["overlap_io"]), _short(r), *[""] * (len(header) - 4)])
+                continue
+            rows.append(
+                [
+                    model["model"],
+                    f"{r['params'] / 1e6:,.1f}M",
+                    str(r["overlap_io"]),
+                    str(r["steps"]),
+                    f"{r['tokens_per_step']:,.0f}",
+                    f"{r['median_step_s']:.2f}",
+                    f"{r['median_compute_s']:.2f}",
+                    f"{r['tokens_per_s']:,.0f}",
+                    f"{r['mfu']:.1%}",
+                    f"{r['io_share']:.1%}",
+                    f"{r['median_io_block_s']:.2f}",
+                    f"{r['median_snapshot_block_s']:.2f}",
+                    f"{r['median_publish_block_s']:.2f}",
+                    f"{r['median_publish_s']:.2f}",
+                    f"{r['start_s']:.1f}",
+                ]
+            )
+    pieces = [(m["model"], m) for m in s["models"]]
+    pieces += [(f"{m['model']} overlap_io={r['overlap_io']}", r) for m in s["models"] for r in m.get("runs", [])]
+    return lines + text_table(header, rows, rule=True) + _notes(pieces)

@@ -1,0 +1,135 @@
+"""The trainer on an accelerator: GRPO steps of the real `Trainer` over batch objects in a local lake,
+with step time, tokens/s, an MFU estimate and the lake I/O blocking share read from its heartbeats.
+
+One process with `device: cuda`: `trainer.distributed` shards with FSDP2 only under torchrun with
+WORLD_SIZE > 1, so on one GPU the trainer runs unsharded (the code path a single-GPU user gets).
+Step 0 (CUDA warm-up, allocator growth) is left out of every median.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import shutil
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lakeflow.bench.gpu_batches import write_batches
+from lakeflow.bench.gpu_plan import BatchSpec, DType
+from lakeflow.bench.loop import lake_loop_stats
+from lakeflow.errors import SkippedError
+from lakeflow.io import open_store
+from lakeflow.lake import layout
+from lakeflow.trainer import Trainer, TrainerConfig
+
+MODEL_ID = "policy"
+PEAK_FLOPS = 989e12  # dense bf16 tensor-core peak of an H100 / H200 SXM (no sparsity)
+PEAK_NAME = "989 TFLOP/s dense bf16 (H100/H200 SXM)"
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """One trainer run: a model directory trained for `steps` steps on `batch`-sized batches."""
+
+    model_dir: str
+    device: str
+    overlap_io: bool
+    steps: int
+    batch: BatchSpec
+    max_tokens_per_microbatch: int
+    dtype: DType = "bfloat16"
+    minibatches: int = 2
+
+
+def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
+    """Train `run` in a fresh lake under `work` (removed afterwards); stopped after `cap_s` seconds."""
+    shutil.rmtree(work, ignore_errors=True)
+    _free(run.device)  # what an earlier run that failed may still hold
+    store = open_store(str(work / "lake"))
+    try:
+        config = TrainerConfig(
+            model=run.model_dir,
+            device=run.device,
+            dtype=run.dtype,
+            lr=1e-6,
+            minibatches=run.minibatches,
+            max_tokens_per_microbatch=run.max_tokens_per_microbatch,
+            overlap_io=run.overlap_io,
+            poll_s=0.05,
+            max_poll_s=0.2,
+        )
+        trainer = Trainer(store, MODEL_ID, config, str(work / "trainer"))
+        timer = threading.Timer(cap_s, trainer.stop)
+        timer.start()
+        try:
+            started = time.monotonic()
+            trainer.start()
+            start_s = time.monotonic() - started
+            params = sum(p.numel() for p in trainer.model.parameters())
+            vocab = int(trainer.model.config.vocab_size)
+            tokens = write_batches(store, MODEL_ID, run.steps, run.batch, vocab)
+            started = time.monotonic()
+            trainer.run(until_version=run.steps)
+            wall_s = time.monotonic() - started
+        finally:
+            timer.cancel()
+            trainer.stop()
+            del trainer
+            _free(run.device)
+        beats = [json.loads(store.get(i.key)) for i in store.list(layout.trainer_stats_prefix(MODEL_ID))]
+        if len(beats) < 2:  # the time cap stopped it: a budget matter, reported as skipped with the count
+            raise SkippedError(f"only {len(beats)} trainer step(s) finished within the {cap_s:.0f} s cap; need 2")
+        out = {"overlap_io": run.overlap_io, "params": params, "start_s": start_s, "wall_s": wall_s}
+        beats.sort(key=lambda b: b["step"])
+        return {**out, **summarize(beats, lake_loop_stats(store, MODEL_ID, wall_s), tokens, params, run.overlap_io)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def summarize(
+    beats: list[dict[str, Any]], lake: dict[str, Any], tokens: list[int], params: int, overlap_io: bool
+) -> dict[str, Any]:
+    """Medians over the heartbeats after step 0 (at least two heartbeats), beside `lake_loop_stats`.
+
+    compute_s is the step without its lake waits: `step_s` includes the wait for the previous step's
+    writes when overlapped (`publish_block_s`; in line those waits ran after the previous heartbeat)
+    and the wait for the weight snapshot (`snapshot_block_s`). tokens are prompt + response tokens
+    (no padding), all of which the forward and backward passes process."""
+    later = beats[1:]
+
+    def median(key: str) -> float:
+        return statistics.median(float(b[key]) for b in later)
+
+    compute = [b["step_s"] - b["snapshot_block_s"] - (b["publish_block_s"] if overlap_io else 0.0) for b in later]
+    tokens_per_s = statistics.median(tokens[b["step"]] / c for b, c in zip(later, compute, strict=True))
+    return {
+        "steps": len(beats),
+        "tokens_per_step": statistics.median(tokens[b["step"]] for b in later),
+        "trained_tokens_per_step": median("tokens"),
+        "median_step_s": median("step_s"),
+        "median_compute_s": statistics.median(compute),
+        "median_cycle_s": lake["median_cycle_s"],
+        "tokens_per_s": tokens_per_s,
+        "mfu": 6 * params * tokens_per_s / PEAK_FLOPS,
+        "io_share": lake["io_share"],
+        "median_io_block_s": median("io_block_s"),
+        "median_load_s": median("load_s"),
+        "median_snapshot_block_s": median("snapshot_block_s"),
+        "median_publish_block_s": median("publish_block_s"),
+        "median_publish_s": median("publish_s"),
+        "loss_finite": all(math.isfinite(b["loss"]) for b in beats),
+    }
+
+
+def _free(device: str) -> None:
+    """Give the accelerator memory of a finished run back before the next one loads a model."""
+    import torch
+
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()

@@ -1,0 +1,64 @@
+"""`scripts/gpu-check --device cpu --tiny` end to end: the report's structure, positive finite numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.slow
+def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
+    args = [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tiny", "--out", str(out)]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    text = (out / "report.txt").read_text()
+    assert report["passed"] is True and report["ran"] == ["codec", "engine", "trainer"]
+    assert "PASSED" in text and "== trainer" in text and "skipped" not in text
+    assert not list(tmp_path.glob("lakeflow-gpu-check-*"))  # models and lakes removed
+
+    codec = report["sections"]["codec"]
+    assert codec["status"] == "ok" and codec["passed"] is True
+    assert [(r["workers"], r["kind"]) for r in codec["runs"]] == [
+        (1, "single call"), (4, "thread"), (4, "process"), (16, "thread"), (16, "process"),
+    ]  # fmt: skip
+    for run in codec["runs"]:
+        assert run["status"] == "ok" and run["bit_exact"] is True
+        for key in ("encode_gbps", "apply_gbps", "copy_floor_gbps", "encode_vs_floor", "bytes_per_param"):
+            assert positive(run[key]), (run["workers"], run["kind"], key)
+
+    engine = report["sections"]["engine"]
+    assert engine["status"] == "ok" and engine["passed"] is True
+    assert positive(engine["tokens_per_s"]) and engine["generated_tokens"] > 0
+    f32 = engine["agreement"]["float32"]
+    assert f32["within_tolerance"] is True and f32["tokens"] > 0 and math.isfinite(f32["max_abs_diff"])
+
+    trainer = report["sections"]["trainer"]
+    assert trainer["status"] == "ok" and trainer["passed"] is True and trainer["peak_flops"] == 989e12
+    (model,) = trainer["models"]
+    assert model["model"] == "tiny" and model["status"] == "ok"
+    assert [r["overlap_io"] for r in model["runs"]] == [True, False]
+    for run in model["runs"]:
+        assert run["status"] == "ok" and run["steps"] == 3 and run["loss_finite"] is True
+        for key in ("params", "tokens_per_step", "median_step_s", "median_compute_s", "tokens_per_s", "mfu"):
+            assert positive(run[key]), (run["overlap_io"], key)
+        for key in ("io_share", "median_io_block_s", "median_publish_block_s", "median_snapshot_block_s"):
+            assert math.isfinite(run[key]) and run[key] >= 0, (run["overlap_io"], key)
