@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
+from lakeflow.catalog.policy import Policy, run_policy
 from lakeflow.catalog.state import GROUP_COLUMNS, Catalog, quote
 
 GROUP_TABLE = {"filter": "_complete", "staleness": "fresh", "fresh": "fresh", "replay": "replay"}
@@ -67,3 +70,18 @@ def stage_empty(catalog: Catalog, kind: str) -> None:
         catalog.stage_complete("policy", 1)
     else:
         group_candidates(catalog, GROUP_TABLE[kind], "policy")
+
+
+def check_policy(policy: Policy, timeout_s: float = 30.0) -> pa.Table:
+    """Parse and dry-run `policy` against an empty catalog of the right shape; PolicyError when it is
+    not one SELECT, uses parameters the engine does not bind, fails, or returns the wrong columns.
+    The dataflow process checks every configured policy this way before it serves anything."""
+    catalog = Catalog()
+    try:
+        stage_empty(catalog, policy.kind)
+        result = run_policy(catalog.con, policy, example_params(policy.kind), timeout_s)
+        if policy.kind == "filter":
+            catalog.finish_complete([], policy.name, 0.5)
+        return result
+    finally:
+        catalog.close()

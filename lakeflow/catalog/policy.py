@@ -26,6 +26,14 @@ KINDS: dict[str, tuple[str, ...]] = {
     "replay": ("group_id",),
     "curation": ("prompt_id", "submit"),
 }
+# What a call falls back to when the configured policy fails at run time (None: an empty answer).
+FALLBACK: dict[str, str | None] = {
+    "filter": "keep_all",
+    "staleness": "version_window",
+    "fresh": "fifo",
+    "replay": None,
+    "curation": "accept_all",
+}
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
 _STRING = re.compile(r"'(?:[^']|'')*'")
@@ -105,6 +113,24 @@ def run_policy(
             f"it returned {', '.join(result.column_names) or 'none'}"
         )
     return result.select(list(required))
+
+
+def check_answer(con: duckdb.DuckDBPyConnection, policy: Policy, result: pa.Table) -> None:
+    """PolicyError when a policy chose something that is not a candidate, or a group twice."""
+    column = KINDS[policy.kind][0]
+    if policy.kind == "staleness":
+        return  # it names the groups allowed: an id that is not a candidate matches nothing
+    ids = [i for i in result.column(column).to_pylist() if i is not None]
+    if policy.kind in ("fresh", "replay") and len(set(ids)) != len(ids):
+        raise PolicyError(f"{policy.path}: returned a {column} more than once")
+    con.register("_answer", pa.table({column: pa.array(ids, pa.string())}))
+    try:
+        row = con.sql(f"SELECT count(*), any_value({column}) FROM _answer ANTI JOIN candidates USING ({column})")
+        strays, example = row.fetchone()  # type: ignore[misc]
+    finally:
+        con.unregister("_answer")
+    if strays:
+        raise PolicyError(f"{policy.path}: returned {strays} {column}(s) that are not candidates, e.g. {example!r}")
 
 
 def _first_line(error: Exception) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakeflow.catalog.candidates import group_candidates
-from lakeflow.catalog.policy import Policy, run_policy
+from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.state import Catalog, quote
 from lakeflow.errors import PolicyError
 
@@ -50,10 +50,8 @@ class Plan:
 
 def _select(catalog: Catalog, policy: Policy, params: dict[str, Any], limit: int) -> list[str]:
     """The first `limit` group ids a policy returns. (Ids that are not candidates are caught by
-    `batch_table`, which finds every chosen group in its pool or fails.)"""
-    ids = [i for i in run_policy(catalog.con, policy, params).column("group_id").to_pylist() if i is not None]
-    if len(set(ids)) != len(ids):
-        raise PolicyError(f"{policy.path}: returned a group id more than once")
+    the catalog's `run_policy`, which falls back to the default policy for the call.)"""
+    ids = [i for i in catalog.run_policy(policy, params).column("group_id").to_pylist() if i is not None]
     return ids[:limit]
 
 
@@ -63,7 +61,7 @@ def _prune_stale(catalog: Catalog, table: str, model_id: str, step: int, p: Serv
     group_candidates(catalog, table, model_id)
     params = {"model_id": model_id, "step": step, "max_staleness": p.max_staleness}
     # Ids the policy returns that are not candidates match nothing below: harmless.
-    catalog.con.register("_ok", run_policy(catalog.con, p.staleness, params))
+    catalog.con.register("_ok", catalog.run_policy(p.staleness, params))
     try:
         left, total = catalog.con.sql(
             "SELECT (SELECT count(*) FROM candidates SEMI JOIN _ok USING (group_id)), (SELECT count(*) FROM candidates)"

@@ -8,8 +8,10 @@ DuckDB's file access.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,9 +19,11 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from lakeflow.catalog.policy import Policy, run_policy
+from lakeflow.catalog.policy import FALLBACK, KINDS, Policy, check_answer, load_policy, run_policy
 from lakeflow.catalog.sqlfiles import read_sql
+from lakeflow.errors import PolicyError
 
+log = logging.getLogger("lakeflow.catalog")
 APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine")
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 GROUP_COLUMNS = "model_id, group_id, prompt_id, n, reward_mean, reward_std, zero_adv, policy_version, arrival"
@@ -80,6 +84,8 @@ class Catalog:
             self.con.sql(read_sql("schema.sql"))
         self.con.sql("SET enable_progress_bar = false")
         self.con.sql("SET lock_configuration = true")
+        self.policy_failures: Counter[str] = Counter()  # policy calls that fell back, by kind:name
+        self.policy_timeout_s = 30.0  # a policy call running longer is interrupted (and falls back)
         self.ckpt = 0  # sequence of the checkpoint that will hold rows inserted now
         self.arrival = self._scalar(
             "SELECT greatest((SELECT max(arrival) FROM groups), (SELECT max(arrival) FROM pending)) + 1"
@@ -102,9 +108,24 @@ class Catalog:
         """Run SQL on the catalog (trusted callers only; policies go through run_policy)."""
         return self.con.sql(query).to_arrow_table()
 
-    def run_policy(self, policy: Policy, params: dict[str, Any], timeout_s: float = 30.0) -> pa.Table:
-        """Run a policy against the `candidates` view staged last (see `policy.run_policy`)."""
-        return run_policy(self.con, policy, params, timeout_s)
+    def run_policy(self, policy: Policy, params: dict[str, Any], timeout_s: float | None = None) -> pa.Table:
+        """Run a policy against the `candidates` view staged last (see `policy.run_policy`) and check its
+        answer (ids it may choose are candidates, each once). A policy that fails, times out or answers
+        wrongly does not stop the service: this call falls back to the kind's shipped default
+        (`FALLBACK`), and the failure is counted in `policy_failures` and logged."""
+        timeout_s = self.policy_timeout_s if timeout_s is None else timeout_s
+        try:
+            result = run_policy(self.con, policy, params, timeout_s)
+            check_answer(self.con, policy, result)
+            return result
+        except PolicyError as e:
+            self.policy_failures[f"{policy.kind}:{policy.name}"] += 1
+            log.warning("policy failed, using the default %s policy for this call: %s", policy.kind, e)
+            fallback = FALLBACK[policy.kind]
+            if fallback is None:
+                return pa.table({c: pa.array([], pa.string()) for c in KINDS[policy.kind]})
+            default = load_policy(policy.kind, fallback)
+            return run_policy(self.con, default, {k: params[k] for k in default.params if k in params}, timeout_s)
 
     # --- ingest ---------------------------------------------------------------------------
 
@@ -287,7 +308,9 @@ class Catalog:
 
     def set_weights_version(self, model_id: str, version: int) -> None:
         self.con.execute(
-            "INSERT INTO weights VALUES (?, ?) ON CONFLICT (model_id) DO UPDATE SET version = excluded.version",
+            # never back: a LATEST moved back by a careless or hostile writer does not roll the catalog back
+            "INSERT INTO weights VALUES (?, ?) ON CONFLICT (model_id) "
+            "DO UPDATE SET version = greatest(weights.version, excluded.version)",
             [model_id, version],
         )
 

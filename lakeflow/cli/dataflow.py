@@ -8,9 +8,8 @@ from types import FrameType
 
 import click
 
-from lakeflow.catalog.candidates import example_params, stage_empty
-from lakeflow.catalog.policy import KINDS, load_policy, run_policy
-from lakeflow.catalog.state import Catalog
+from lakeflow.catalog.candidates import check_policy
+from lakeflow.catalog.policy import KINDS, load_policy
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.config import load_config
 from lakeflow.dataflow.service import DataflowService
@@ -78,17 +77,10 @@ def policy() -> None:
 @click.argument("path")
 def policy_check(kind: str, path: str) -> None:
     """Parse and dry-run a policy (a shipped name or a .sql file) against an empty catalog."""
-    catalog = Catalog()
     try:
         loaded = load_policy(kind, path)
-        stage_empty(catalog, kind)
-        params = example_params(kind)
-        result = run_policy(catalog.con, loaded, params)
-        if kind == "filter":
-            catalog.finish_complete([], loaded.name, 0.5)
+        result = check_policy(loaded)
     except PolicyError as e:
         raise click.ClickException(str(e)) from e
-    finally:
-        catalog.close()
     used = ", ".join("$" + p for p in sorted(loaded.params)) or "none"
     click.echo(f"ok: {kind} policy {loaded.path} returns {', '.join(result.column_names)}; parameters used: {used}")

@@ -144,6 +144,10 @@ class LoopConfig(_Strict):
     settle_s: float = Field(120, ge=0, description="Commit-listing window for late commits (writer clock skew).")
     verify_payload: bool = Field(True, description="Read whole shards at ingest (checksum, vocabulary, lengths).")
     ingest_commits: int = Field(256, ge=1, description="Most commits ingested per loop iteration.")
+    policy_timeout_s: float = Field(
+        30.0, gt=0, description="A policy call running longer is interrupted; that call uses the default policy."
+    )
+    metrics_s: float = Field(10.0, gt=0, description="Length of a dataflow_stats window (one metric object each).")
 
 
 class DataflowConfig(_Strict):

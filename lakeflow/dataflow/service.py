@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakeflow.catalog import tasks_table
+from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import load_policy
 from lakeflow.catalog.serving import ServingPolicies, batch_table, next_step, plan_batch, record_batch
 from lakeflow.catalog.state import Catalog
@@ -26,7 +27,9 @@ from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
 from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.metrics import DataflowMetrics
 from lakeflow.dataflow.tasks import GresoState, TaskIssuer
+from lakeflow.errors import PolicyError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
@@ -49,6 +52,7 @@ class Counters:
     groups_filtered: int = 0
     dropped_stale: int = 0
     quarantined: Counter[str] = field(default_factory=Counter)
+    policy_failures: Counter[str] = field(default_factory=Counter)  # calls that fell back to the default policy
 
 
 class DataflowService:
@@ -63,10 +67,14 @@ class DataflowService:
         self.issuer = TaskIssuer(store, self.catalog, config)
         self.cursor = CommitCursor()
         self.counters = Counters()
+        self.counters.policy_failures = self.catalog.policy_failures  # counted where policies run
+        self.catalog.policy_timeout_s = config.loop.policy_timeout_s
         self.serving = {m.id: _serving(m) for m in config.models}
         self._filters = {m.id: load_policy("filter", m.policies.filter) for m in config.models}
+        check_policies(config)  # a broken policy stops the start, never a running service
         self._last_checkpoint = time.monotonic()
         self._last_balance = 0.0
+        self.metrics = DataflowMetrics(store, self.catalog, [m.id for m in config.models], config.loop.metrics_s)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -86,6 +94,7 @@ class DataflowService:
         """Checkpoint (while the lease is still ours), give the lease back, close the catalog."""
         if checkpoint and self.lease.valid():
             self.checkpoint()
+        self.metrics.close()  # the last dataflow_stats window
         self.lease.release()
         self.catalog.close()
 
@@ -137,6 +146,7 @@ class DataflowService:
             self._last_balance = time.monotonic()
         if time.monotonic() - self._last_checkpoint >= self.config.loop.checkpoint_s and self.lease.valid():
             self.checkpoint()
+        self.metrics.tick()  # a dataflow_stats window every loop.metrics_s
         return busy
 
     def _trainer_version(self, model: ModelConfig) -> int:
@@ -214,6 +224,23 @@ class DataflowService:
             self.counters.batches += 1
             served = True
         return served
+
+
+def check_policies(config: DataflowConfig) -> None:
+    """Parse and dry-run every configured policy of every model; PolicyError naming each one that fails."""
+    problems = []
+    for model in config.models:
+        p = model.policies
+        named = {"filter": p.filter, "staleness": p.staleness, "fresh": p.fresh, "curation": p.curation}
+        if p.replay != "none":
+            named["replay"] = p.replay
+        for kind, name in named.items():
+            try:
+                check_policy(load_policy(kind, name), config.loop.policy_timeout_s)
+            except PolicyError as e:
+                problems.append(f"model {model.id}, {kind} policy: {e}")
+    if problems:
+        raise PolicyError("; ".join(problems))
 
 
 def _serving(model: ModelConfig) -> ServingPolicies:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lakeflow.dataflow.service import DataflowService
+from lakeflow.errors import PolicyError
 from lakeflow.io import Store
 from lakeflow.lake.batch import read_batch
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
@@ -118,4 +121,41 @@ def test_reward_weighted_replay_prefers_rewarded_groups(store: Store) -> None:
     replayed = batch_groups(store, 1, "replay")
     assert len(replayed) == 20
     assert sum(g.startswith("good") for g in replayed) >= 16  # weights 0.885 vs 0.01
+    service.close()
+
+
+def test_a_policy_that_is_not_a_select_stops_the_start(store: Store, tmp_path: Path) -> None:
+    dropper = tmp_path / "drop.sql"
+    dropper.write_text("DROP TABLE groups")
+    with pytest.raises(PolicyError, match=r"model policy, filter policy: .*exactly one SELECT"):
+        DataflowService(store, config(policies={"filter": str(dropper)}))
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        # valid on an empty catalog (start-up passes), wrong once there are candidates
+        ("SELECT DISTINCT 'not-a-group' AS group_id FROM candidates", "not candidates"),
+        ("SELECT group_id FROM candidates UNION ALL SELECT group_id FROM candidates", "more than once"),
+        ("SELECT group_id FROM candidates WHERE CAST('x' || group_id AS INTEGER) > 0", "Conversion Error"),
+        # slow only when there are rows: interrupted at the limit
+        (
+            "SELECT group_id FROM candidates WHERE "
+            "(SELECT count(*) FROM range((SELECT count(*) FROM candidates) * 100000000000)) < 0",
+            "interrupted",
+        ),
+    ],
+    ids=["stranger", "twice", "error", "slow"],
+)
+def test_a_policy_that_fails_at_run_time_falls_back_and_the_service_keeps_serving(
+    store: Store, tmp_path: Path, sql: str, why: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = tmp_path / "fresh.sql"
+    policy.write_text(sql)
+    write_groups(store, [group("policy", [1, 0, 0, 1]) for _ in range(4)])
+    caplog.set_level("WARNING", logger="lakeflow.catalog")
+    service = serve(store, policies={"fresh": str(policy)}, loop={"policy_timeout_s": 0.5})
+    assert len(batch_groups(store, 0)) == 4  # served with the default fresh policy (fifo)
+    assert service.counters.policy_failures[f"fresh:{policy.stem}"] >= 1
+    assert why in caplog.text
     service.close()
