@@ -106,15 +106,13 @@ def _apply_quarantine(store: Store, shards: list[str], skipped: list[tuple[str, 
     skipped += bad
     dropped: dict[str, str] = {}
     ids: set[str] = set()
+    in_view = set(shards)
     for record in records:
-        if record.source not in shards:
-            continue  # a commit record, the catalog, or a shard not in the view anyway
-        if record.whole:
-            dropped[record.source] = f"quarantined by the dataflow: {record.reason}"
-        elif record.complete:
-            ids.update(record.sample_ids)
-        else:
-            dropped[record.source] = f"{record.rows} rows quarantined ({record.reason}), not all named"
+        if record.sample_ids and record.complete:
+            ids.update(record.sample_ids)  # rows of a shard, or of a group (which may span shards)
+        elif record.source in in_view:
+            why = record.reason if record.whole else f"{record.rows} rows quarantined ({record.reason}), not all named"
+            dropped[record.source] = f"quarantined by the dataflow: {why}"
     skipped += list(dropped.items())
     return [s for s in shards if s not in dropped], ids
 

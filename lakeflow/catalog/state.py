@@ -192,6 +192,21 @@ class Catalog:
     def _column(self, sql: str) -> list[str]:
         return [r[0] for r in self.con.sql(sql).fetchall()]
 
+    def drop_oversized(self, model_id: str, n_samples: int) -> list[tuple[str, int, list[str]]]:
+        """Groups of the model that hold more than `n_samples` samples (no honest rollout service writes
+        them): recorded as complete and not kept (filter 'oversized'), so their later samples are late
+        too, and never served. Returns (group_id, samples, sample ids) of each, for the quarantine."""
+        where = f"model_id = {quote(model_id)} AND n > {int(n_samples)}"
+        found = self.con.sql(f"SELECT group_id, n, sample_ids FROM pending WHERE {where}").fetchall()
+        if found:
+            self.con.execute(
+                "INSERT INTO groups SELECT model_id, group_id, prompt_id, task_id, n, list_avg(rewards), 0.0, false, "
+                f"policy_version, arrival, false, 'oversized', ? FROM pending WHERE {where}",
+                [self.ckpt],
+            )
+            self.con.sql(f"DELETE FROM pending WHERE {where}")
+        return [(str(g), int(n), list(ids)) for g, n, ids in found]
+
     def stage_complete(self, model_id: str, n_samples: int) -> int:
         """Put the model's groups that have `n_samples` samples into the temp view `candidates`."""
         self.con.sql(

@@ -54,7 +54,7 @@ class Ingestor:
         now = datetime.now(UTC)
         for key, reason in poll.skipped:
             if reason != "not a commit record key":
-                self._quarantine(key, 0, reason, now, [], stats)
+                self.quarantine(key, 0, reason, now, [], stats)
         if not poll.commits:
             return poll.cursor, stats
         with ThreadPoolExecutor(min(self.threads, len(poll.commits))) as pool:
@@ -62,7 +62,7 @@ class Ingestor:
         parts = []
         for (key, commit), (table, error) in zip(poll.commits, tables, strict=True):
             if error is not None or table is None:
-                self._quarantine(commit.shard, commit.rows, error or "unreadable", now, [], stats)
+                self.quarantine(commit.shard, commit.rows, error or "unreadable", now, [], stats)
                 continue
             part = self._check(key, commit, table, now, stats)
             if part is not None:
@@ -71,11 +71,11 @@ class Ingestor:
             result = self.catalog.ingest(pa.concat_tables(parts))
             stats.samples += result.rows
             if result.duplicates:
-                self._quarantine(
+                self.quarantine(
                     "catalog", len(result.duplicates), "sample_id already ingested", now, result.duplicates, stats
                 )
             if result.late:
-                self._quarantine("catalog", len(result.late), "group already complete", now, result.late, stats)
+                self.quarantine("catalog", len(result.late), "group already complete", now, result.late, stats)
         return poll.cursor, stats
 
     def _read(self, commit: CommitRecord) -> tuple[pa.Table | None, str | None]:
@@ -99,14 +99,14 @@ class Ingestor:
             elif commit.model_id not in {m.id for m in self.config.models}:
                 problem = f"model {commit.model_id!r} is not in this run's config"
         if problem is not None:
-            self._quarantine(commit.shard, table.num_rows, problem, now, [], stats)
+            self.quarantine(commit.shard, table.num_rows, problem, now, [], stats)
             return None
         model = self.config.model(commit.model_id)
         newest = self.catalog.weights_version(commit.model_id)
         bad = np.zeros(table.num_rows, dtype=bool)
         ids = table.column("sample_id").to_numpy(zero_copy_only=False)
         for reason, mask in row_problems(table, model.vocab_size, newest):
-            self._quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask]), stats)
+            self.quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask]), stats)
             bad |= mask
         out = table.select(INGEST_COLUMNS)
         shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
@@ -114,9 +114,17 @@ class Ingestor:
         out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))
         return out.filter(pa.array(~bad)) if bad.any() else out
 
-    def _quarantine(
-        self, source: str, rows: int, reason: str, now: datetime, sample_ids: list[Any], stats: IngestStats
+    def quarantine(
+        self,
+        source: str,
+        rows: int,
+        reason: str,
+        now: datetime,
+        sample_ids: list[Any],
+        stats: IngestStats | None = None,
     ) -> None:
-        stats.quarantined[reason.split(":")[0]] += max(rows, 1)
+        """Record rejected input in the catalog and under `_quarantine/` (the record names the ids)."""
+        if stats is not None:
+            stats.quarantined[reason.split(":")[0]] += max(rows, 1)
         self.catalog.quarantine(source, rows, reason, now)
         write_quarantine(self.store, source, rows, reason, now, sample_ids)

@@ -153,6 +153,11 @@ class DataflowService:
         return self.catalog.weights_version(model.id) or 0
 
     def _complete(self, model: ModelConfig) -> bool:
+        now = datetime.now(UTC)
+        for group_id, n, ids in self.catalog.drop_oversized(model.id, model.n_samples):
+            reason = f"group has {n} samples, more than n_samples ({model.n_samples})"
+            self.ingestor.quarantine(f"group:{model.id}/{group_id}", n, reason, now, ids)
+            self.counters.quarantined["group has more samples than n_samples"] += n
         if not self.catalog.stage_complete(model.id, model.n_samples):
             return False
         kept = self.catalog.run_policy(self._filters[model.id], {"model_id": model.id})

@@ -8,6 +8,7 @@ GRESO's exploration probabilities are adapted here, once per trainer version.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,8 @@ from lakeflow.errors import LakeflowError, PolicyError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake import tasks as lake_tasks
+
+log = logging.getLogger("lakeflow.dataflow")
 
 
 @dataclass
@@ -71,16 +74,18 @@ class TaskIssuer:
             claims[task_id] = (None, None)
             if not check:
                 continue
-            found = lake_tasks.read_claim(self.store, model.id, task_id)
-            if found is None:
-                continue
-            claim, _ = found
-            if claim.expired(now):
+            try:
+                found = lake_tasks.read_claim(self.store, model.id, task_id)
+                void = found is not None and found[0].expired(now)
+            except LakeflowError as e:  # a claim no rollout service wrote: void, the task goes out again
+                log.warning("%s", e)
+                found, void = None, True
+            if void:
                 self.store.delete(layout.claim_key(model.id, task_id))  # open for another RaaS
                 reissued += 1
                 del claims[task_id]
-            else:
-                claims[task_id] = (claim.raas_id, claim.expires_at)
+            elif found is not None:
+                claims[task_id] = (found[0].raas_id, found[0].expires_at)
         tasks_table.replace_tasks(self.catalog, model.id, [r + claims.get(r[0], (None, None)) for r in rows])
         if check:
             self._last_claim_check = now

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 # Per-token arrays that have one value per response token: (column, the column it must match).
 ALIGNED = (("response_logprobs", "response_ids"), ("loss_mask", "response_ids"))
+MAX_SAMPLE_TOKENS = 1 << 20  # prompt + response tokens of one sample: far above any context length
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,32 @@ def version_order(table: pa.Table) -> Violation | None:
     return _field_rule("policy_version", "is newer than max_version", newer)
 
 
+def negative_version(table: pa.Table) -> Violation | None:
+    """Rows whose policy_version or max_version is below 0 (version 0 is the base model)."""
+    if "policy_version" not in table.column_names or "max_version" not in table.column_names:
+        return None
+    below = pc.or_(pc.less(table["policy_version"], 0), pc.less(table["max_version"], 0))
+    return _field_rule("policy_version", "is negative", pc.fill_null(below, False))
+
+
+def too_long(table: pa.Table) -> Violation | None:
+    """Rows with more than MAX_SAMPLE_TOKENS prompt + response tokens."""
+    if "prompt_ids" not in table.column_names or "response_ids" not in table.column_names:
+        return None
+    total = pc.add(pc.list_value_length(table["prompt_ids"]), pc.list_value_length(table["response_ids"]))
+    return _field_rule(
+        "response_ids", f"with the prompt is over {MAX_SAMPLE_TOKENS:,} tokens", pc.greater(total, MAX_SAMPLE_TOKENS)
+    )
+
+
 # The rules on values, in the order the writer checks them (it reports the first broken one).
 VALUE_RULES: tuple[Callable[[pa.Table], Violation | None], ...] = (
     duplicate_ids,
     non_finite_reward,
     *(partial(misaligned, name=name, other=other) for name, other in ALIGNED),
     version_order,
+    negative_version,
+    too_long,
 )
 
 
