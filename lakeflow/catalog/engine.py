@@ -85,7 +85,7 @@ def connect_lake(
         _attach_s3(con, s3)
         urls = [_s3_url(s3, key) for key in shards]
     elif store.local_path("x") is not None:
-        urls = [str(store.local_path(key)) for key in shards]
+        urls = _local_files(store, shards, skipped)
     else:
         urls = []
         _register_arrow(con, store, shards, skipped)
@@ -98,6 +98,19 @@ def connect_lake(
         con.register(name, table)
     _lock(con, urls)
     return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
+
+
+def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]) -> list[str]:
+    """Paths of a local lake's shards; a symbolic link (which could point anywhere) is left out."""
+    paths = []
+    for key in list(shards):
+        path = str(store.local_path(key))
+        if os.path.islink(path) or os.path.realpath(path) != os.path.abspath(path):
+            skipped.append((key, "a symbolic link, not an object of this lake"))
+            shards.remove(key)
+        else:
+            paths.append(path)
+    return paths
 
 
 def _apply_quarantine(store: Store, shards: list[str], skipped: list[tuple[str, str]]) -> tuple[list[str], set[str]]:

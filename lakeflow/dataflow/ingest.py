@@ -46,6 +46,7 @@ class Ingestor:
         self.config = config
         self.reader = LakeReader(store, settle=timedelta(seconds=config.loop.settle_s))
         self.threads = threads
+        self._reported: set[str] = set()
 
     def ingest(self, cursor: CommitCursor, limit: int = 256) -> tuple[CommitCursor, IngestStats]:
         """Ingest up to `limit` new commits after `cursor`; returns the new cursor and counts."""
@@ -53,7 +54,8 @@ class Ingestor:
         stats = IngestStats(commits=len(poll.commits))
         now = datetime.now(UTC)
         for key, reason in poll.skipped:
-            if reason != "not a commit record key":
+            if reason != "not a commit record key" and key not in self._reported:
+                self._reported.add(key)  # a key skipped again at the next poll is recorded once
                 self.quarantine(key, 0, reason, now, [], stats)
         if not poll.commits:
             return poll.cursor, stats

@@ -25,6 +25,8 @@ from lakeflow.lake import tasks as lake_tasks
 from lakeflow.text import text_table
 from lakeflow.weights.manifest import latest_version
 
+MAX_HEARTBEAT_BYTES = 1 << 20
+
 
 def checkpoint_tables(store: Store, attempts: int = 5) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
     """The tables of the newest catalog checkpoint (without internal columns), and its manifest.
@@ -110,14 +112,18 @@ def lake_status(store: Store) -> dict[str, Any]:
     )
     try:
         report["balance"] = json.loads(store.get(layout.BALANCE_REPORT))
-    except FileNotFoundError:
+    except (FileNotFoundError, ValueError):
         report["balance"] = None
     heartbeats = []
     for info in store.list(layout.RAAS_STATS):
+        if info.size > MAX_HEARTBEAT_BYTES:
+            continue  # not a heartbeat a rollout service writes (~1 kB): not read at all
         try:
-            heartbeats.append(json.loads(store.get(info.key)))
+            beat = json.loads(store.get(info.key))
         except (FileNotFoundError, ValueError):
             continue  # replaced while listing, or malformed: not ours to judge here
+        if isinstance(beat, dict):
+            heartbeats.append(beat)
     report["raas"] = heartbeats
     return report
 

@@ -33,12 +33,21 @@ class LocalStore:
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def _open(self, key: str) -> BinaryIO:
+        """The object's file for reading. A symbolic link inside the lake (to a file or through a
+        directory) is not an object of the lake: reading one raises FileNotFoundError, as if absent."""
+        path = self._path(key)
+        real = os.path.realpath(path)
+        if real != os.path.join(os.path.realpath(self.root), *key.split("/")):
+            raise FileNotFoundError(errno.ENOENT, "a symbolic link, not an object of this lake", key)
+        return open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb")
+
     def get(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as f:
+        with self._open(key) as f:
             return f.read()
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
-        with open(self._path(key), "rb") as f:
+        with self._open(key) as f:
             f.seek(start)
             return f.read(max(0, end - start))
 
@@ -47,7 +56,8 @@ class LocalStore:
         return data, content_etag(data)
 
     def head(self, key: str) -> ObjectInfo:
-        return ObjectInfo(key, os.stat(self._path(key)).st_size)
+        with self._open(key) as f:
+            return ObjectInfo(key, os.fstat(f.fileno()).st_size)
 
     def _write_tmp(self, path: str, data: bytes | None = None, src: str | None = None) -> str:
         directory = os.path.dirname(path)
@@ -119,8 +129,8 @@ class LocalStore:
         except (FileNotFoundError, NotADirectoryError):
             return
         for entry in entries:
-            if entry.name.startswith(TMP_PREFIX):
-                continue
+            if entry.name.startswith(TMP_PREFIX) or entry.is_symlink():
+                continue  # temporary files and symbolic links are not objects of the lake
             key = rel + entry.name
             if entry.is_dir(follow_symlinks=False):
                 sub = key + "/"
@@ -141,7 +151,7 @@ class LocalStore:
             os.unlink(self._path(key))
 
     def open_read(self, key: str) -> BinaryIO:
-        return open(self._path(key), "rb")
+        return self._open(key)
 
     def local_path(self, key: str) -> str | None:
         return self._path(key)

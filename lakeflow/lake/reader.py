@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,8 @@ from lakeflow.errors import CorruptCommitError, CorruptShardError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import MAX_COMMIT_BYTES, CommitRecord
+
+MAX_EXPANSION = 100  # a shard may decode to at most this many times its stored size (token ids: ~1.2x)
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,16 @@ class SampleRef:
 class LakeReader:
     """Read-only access to committed trajectories."""
 
-    def __init__(self, store: Store, settle: timedelta = timedelta(minutes=2), threads: int = 16) -> None:
+    def __init__(
+        self,
+        store: Store,
+        settle: timedelta = timedelta(minutes=2),
+        threads: int = 16,
+        max_future: timedelta = timedelta(minutes=10),
+    ) -> None:
         self.store = store
         self.settle = settle
+        self.max_future = max_future  # commits stamped further ahead of this clock wait until it catches up
         self.threads = threads  # concurrent object reads (commit records in poll, shards in read_samples)
 
     def poll(self, cursor: CommitCursor | None = None, limit: int | None = None) -> Poll:
@@ -78,9 +87,16 @@ class LakeReader:
         result = Poll([], cursor)
         new: list[str] = []
         seen = set(cursor.recent) | ({cursor.position} if cursor.position else set())
+        horizon = datetime.now(UTC) + self.max_future
         for info in self.store.list(layout.COMMITS, start_after=start_after):
             if not _is_commit_key(info.key):
                 result.skipped.append((info.key, "not a commit record key"))
+            elif layout.parse_commit_key(info.key).when > horizon:
+                # Keys sort by their stamp: this and every later key claim a time ahead of our clock.
+                # Taking them would move the cursor into the future and hide every honest commit
+                # stamped before it; they are left in place and read once the clock gets there.
+                result.skipped.append((info.key, f"stamped more than {self.max_future} ahead of this clock"))
+                break
             elif info.key not in cursor.recent and info.key != cursor.position:
                 if info.size > MAX_COMMIT_BYTES:  # refused unread: it cannot be a commit record
                     result.skipped.append((info.key, f"{info.size:,} bytes: too large for a commit record"))
@@ -156,7 +172,7 @@ class LakeReader:
                 f"shard {commit.shard} does not match its commit record "
                 f"({len(data)} bytes, expected {commit.size}; checksum differs)"
             )
-        return _parse(commit.shard, lambda: pq.read_table(io.BytesIO(data), columns=columns))
+        return _parse(commit.shard, lambda: _read_bounded(commit.shard, data, columns))
 
     def read_samples(self, refs: Sequence[SampleRef], columns: Sequence[str] | None = None) -> pa.Table:
         """The samples `refs` point to, in that order, reading only their row groups and `columns`."""
@@ -200,6 +216,21 @@ class LakeReader:
                 return table.take(local)
 
         return _parse(shard, read)
+
+
+def _read_bounded(shard: str, data: bytes, columns: Sequence[str] | None) -> pa.Table:
+    """The shard's table, unless its footer says it decodes to more than MAX_EXPANSION times its size
+    (at least 256 MiB): a decompression bomb is refused before anything is decompressed."""
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    decoded = sum(
+        meta.row_group(g).column(c).total_uncompressed_size
+        for g in range(meta.num_row_groups)
+        for c in range(meta.num_columns)
+    )
+    limit = max(256 << 20, MAX_EXPANSION * len(data))
+    if decoded > limit:
+        raise CorruptShardError(f"shard {shard} would decode to {decoded:,} bytes, over {limit:,}: refused")
+    return pq.read_table(io.BytesIO(data), columns=columns)
 
 
 def _parse(shard: str, read: Callable[[], pa.Table]) -> pa.Table:

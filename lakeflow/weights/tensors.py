@@ -106,26 +106,34 @@ def read_safetensors(path: str) -> tuple[State, dict[str, str]]:
     return parse_safetensors(data, path)
 
 
+MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own bound on its JSON header
+
+
 def parse_safetensors(data: bytes, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
     """Tensors (views into `data`) and metadata of a safetensors byte string."""
     if len(data) < 8:
         raise ValueError(f"{what}: too short to be a safetensors file")
     (n,) = struct.unpack("<Q", data[:8])
-    if n > len(data) - 8:
-        raise ValueError(f"{what}: header length {n} exceeds the file size")
+    if n > min(len(data) - 8, MAX_HEADER_BYTES):
+        raise ValueError(f"{what}: header length {n:,} exceeds the file size or {MAX_HEADER_BYTES:,} bytes")
     try:
         header = json.loads(data[8 : 8 + n])
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{what}: unreadable safetensors header") from e
+    if not isinstance(header, dict):
+        raise ValueError(f"{what}: the safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
     body = memoryview(data)[8 + n :]
     state: State = {}
     for name, info in header.items():
-        start, end = info["data_offsets"]
-        if not 0 <= start <= end <= len(body):
-            raise ValueError(f"{what}: tensor {name!r} lies outside the file")
-        state[name] = raw_tensor(info["dtype"], info["shape"], body[start:end])
-    return state, dict(meta)
+        try:
+            start, end = info["data_offsets"]
+            if not 0 <= start <= end <= len(body):
+                raise ValueError(f"tensor {name!r} lies outside the file")
+            state[name] = raw_tensor(info["dtype"], info["shape"], body[start:end])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{what}: tensor {name!r} is malformed: {e}") from e
+    return state, dict(meta) if isinstance(meta, dict) else {}
 
 
 def safetensors_bytes(state: State, metadata: dict[str, str] | None = None) -> list[bytes | memoryview]:
