@@ -29,6 +29,8 @@ COMMANDS = {
     "autoscale": "lakeflow.cli.autoscale:autoscale",
     "bench": "lakeflow.cli.bench:bench",
     "infra": "lakeflow.cli.infra:infra",
+    "eval": "lakeflow.cli.evaluate:evaluate",
+    "export-metrics": "lakeflow.cli.metrics:export_metrics",
 }
 
 # One line each in `lakeflow --help`, so listing the commands imports none of them.
@@ -46,7 +48,9 @@ SUMMARIES = {
     "launch": "Render a run for Kubernetes, SkyPilot or Slurm (and apply it with their client).",
     "autoscale": "Size the rollout pools from the balance report (local processes, Kubernetes, SkyPilot).",
     "bench": "Benchmarks, side by side with the alternative.",
-    "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, analyst).",
+    "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, eval, analyst).",
+    "eval": "Evaluate a model's published versions on held-out prompts (the eval table).",
+    "export-metrics": "Replay a lake's metric tables into W&B, TensorBoard or MLflow.",
 }
 
 

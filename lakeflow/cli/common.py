@@ -48,3 +48,14 @@ def open_existing_lake(lake_url: str, endpoint_url: str | None) -> Store:
             "`lakeflow run`, `lakeflow dataflow` or `lakeflow synth`)"
         )
     return store
+
+
+def tracker_options(func: click.decorators.FC) -> click.decorators.FC:
+    """`--tracker wandb|tensorboard|mlflow` and `--tracker-dir DIR` (they override the config's `tracker`)."""
+    func = click.option("--tracker-dir", default=None, help="Where the tracker writes (default: ./trackers).")(func)
+    return click.option(
+        "--tracker",
+        type=click.Choice(["wandb", "tensorboard", "mlflow"]),
+        default=None,
+        help="Also log metrics to this tracker (the lake's metric tables have them anyway).",
+    )(func)

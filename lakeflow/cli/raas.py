@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_lake, tracker_options
 from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.tracking.config import parse_tracker
 
 if TYPE_CHECKING:
     from lakeflow.raas.config import RaasConfig
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
 )
 @click.option("--max-groups", type=int, default=None, help="Exit after committing N groups (default: until SIGTERM).")
+@tracker_options
 def raas(
     lake_url: str,
     endpoint_url: str | None,
@@ -37,6 +39,8 @@ def raas(
     raas_id: str | None,
     config_path: str | None,
     max_groups: int | None,
+    tracker: str | None,
+    tracker_dir: str | None,
 ) -> None:
     """Roll out tasks of one model: claim, generate, score, commit; follow the published weights."""
     stopping: list[int] = []  # signals that arrive before the service exists (imports, model build)
@@ -52,6 +56,8 @@ def raas(
         from lakeflow.raas.service import RolloutService
 
         config = _config(config_path, engine, region, raas_id)
+        if tracker is not None:
+            config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_lake(lake_url, endpoint_url)
         try:
             service = RolloutService(store, model_id, config)

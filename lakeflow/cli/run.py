@@ -10,10 +10,12 @@ from types import FrameType
 import click
 from tqdm import tqdm
 
-from lakeflow.cli.common import open_lake
+from lakeflow.cli.common import open_lake, tracker_options
 from lakeflow.errors import ConfigError
 from lakeflow.run import Launcher, load_run_config
 from lakeflow.run.config import AutoscaleConfig
+from lakeflow.run.observe import with_tracker
+from lakeflow.tracking.config import parse_tracker
 
 
 @click.command()
@@ -33,6 +35,7 @@ from lakeflow.run.config import AutoscaleConfig
     is_flag=True,
     help="Size the rollout pools with `lakeflow autoscale` (the config's `autoscale` section, else 1 to 4 each).",
 )
+@tracker_options
 def run(
     config_path: str,
     lake_url: str | None,
@@ -40,6 +43,8 @@ def run(
     run_dir: str | None,
     engine: str | None,
     autoscale: bool,
+    tracker: str | None,
+    tracker_dir: str | None,
 ) -> None:
     """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
     trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
@@ -52,6 +57,7 @@ def run(
     if autoscale and config.autoscale is None:
         config = config.model_copy(update={"autoscale": AutoscaleConfig()})
     directory = Path(run_dir or Path("runs") / config.name)
+    config = with_tracker(config, parse_tracker(tracker, tracker_dir), directory)
     url = lake_url or config.lake or str(directory / "lake")
     store = open_lake(url, endpoint_url)
     launcher = Launcher(config, store, url, directory, endpoint_url)

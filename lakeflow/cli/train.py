@@ -10,8 +10,9 @@ from types import FrameType
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_lake, tracker_options
 from lakeflow.errors import ConfigError, WeightsConflictError
+from lakeflow.tracking.config import parse_tracker
 
 
 @click.command("train")
@@ -33,6 +34,7 @@ from lakeflow.errors import ConfigError, WeightsConflictError
     default=None,
     help="Local directory for pulled weights (default: a temporary directory, removed at exit).",
 )
+@tracker_options
 def train(
     lake_url: str,
     endpoint_url: str | None,
@@ -40,6 +42,8 @@ def train(
     config_path: str,
     steps: int | None,
     work_dir: str | None,
+    tracker: str | None,
+    tracker_dir: str | None,
 ) -> None:
     """Train MODEL on the batches the dataflow layer serves and publish a weight version per step.
 
@@ -53,6 +57,8 @@ def train(
         config = load_config(config_path)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
+    if tracker is not None:
+        config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
     store = open_lake(lake_url, endpoint_url)
     own_dir = work_dir is None
     work = work_dir or tempfile.mkdtemp(prefix=f"lakeflow-train-{model_id}-")

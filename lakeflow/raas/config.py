@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lakeflow.configfile import load_config_file, validate_config
+from lakeflow.tracking.config import TrackerConfig
 
 
 class _Strict(BaseModel):
@@ -81,6 +82,12 @@ class RaasConfig(_Strict):
     id: str | None = Field(None, description="Rollout service id (default: raas-<12 hex>); unique per instance.")
     cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
     seed: int | None = Field(None, description="Seed of the sampler (default: nondeterministic).")
+    metrics_window_s: float = Field(
+        30.0, gt=0, description="Length of a rollout_stats window (one metric object per window), seconds."
+    )
+    tracker: TrackerConfig | None = Field(
+        None, description="Also log each window to this tracker (wandb, tensorboard, mlflow)."
+    )
 
 
 def load_config(path: str | Path) -> RaasConfig:

@@ -33,8 +33,10 @@ from lakeflow.lake import tasks as lake_tasks
 from lakeflow.models import resolve_model
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine, build_engine
+from lakeflow.raas.metrics import RolloutMetrics
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
+from lakeflow.tracking import MetricSink
 from lakeflow.weights import latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
@@ -95,6 +97,9 @@ class RolloutService:
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
         self._held: _Held | None = None
         self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
+        run = f"rollout_stats/{self.raas_id}"
+        sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
+        self.metrics = RolloutMetrics(sink, self.raas_id, self.config)  # the rollout_stats windows
 
     @property
     def engine(self) -> Engine:
@@ -127,6 +132,7 @@ class RolloutService:
             while not self.stopping and (max_groups is None or self.stats.groups - first < max_groups):
                 if not self.step():
                     self._stop.wait(self.config.poll_s)
+                self.metrics.tick(self.versions)
             self.state = "stopped"
         except BaseException:
             self.state = "failed"
@@ -135,6 +141,7 @@ class RolloutService:
             done.set()
             keeper.join()
             self._heartbeat()
+            self.metrics.close(self.versions)
         return self.stats
 
     def close(self) -> None:
@@ -178,16 +185,19 @@ class RolloutService:
                 return True
             return False
         latest = latest_version(self.store, model_id)
+        self.metrics.latest[model_id] = latest
         current = self.versions[model_id]
-        if latest is None or current is None or latest <= current:  # never back: LATEST may be rolled back
+        if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
             return False
         self.state = "pulling-weights"
+        pulling = time.monotonic()
         try:
             result = pull(self.store, model_id, os.path.join(self.cache_dir, model_id), latest)
         except (WeightsIntegrityError, FileNotFoundError) as e:  # a broken or collected version: try again later
             log.warning("cannot pull %s version %s: %s", model_id, latest, e)
             return False
         engine.load(result.path)
+        self.metrics.pull(model_id, result.bytes_fetched, time.monotonic() - pulling)
         self.versions[model_id] = result.version
         marker = local_version(result.path) or {}
         self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
@@ -234,6 +244,7 @@ class RolloutService:
         seconds = time.monotonic() - started
         if not self._renew(held, force=True):
             self.stats.abandoned += 1
+            self.metrics.abandoned(self.model_id)
             log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, task.task_id)
             return
         self.state = "committing"
@@ -246,6 +257,7 @@ class RolloutService:
             self.stats.samples += len(trajectories)
             self.stats.tokens += tokens
             self._speed.append((tokens, seconds))
+        self.metrics.group(task.task_type, [(self.roles.get(t.role, self.model_id), t) for t in trajectories], seconds)
 
     def _sample(self, task: lake_tasks.Task, t: Trajectory, versions: dict[str, int]) -> dict[str, Any]:
         model_id = self.roles.get(t.role, self.model_id)

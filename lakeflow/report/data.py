@@ -23,6 +23,7 @@ from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.quarantine import read_quarantine
+from lakeflow.report.curves import Curves, curves
 from lakeflow.weights.manifest import latest_version, read_manifest
 from lakeflow.weights.retention import list_versions
 
@@ -84,6 +85,7 @@ class ModelData:
     weights: list[WeightVersion] = field(default_factory=list)
     samples: int = 0
     quarantined_rows: int = 0
+    curves: Curves = field(default_factory=Curves)  # from the metric tables
 
 
 @dataclass
@@ -105,6 +107,8 @@ def gather(store: Store) -> ReportData:
     for m, rows in reward_by_version(lake).items():
         models[m].rewards = rows
         models[m].samples = sum(r.samples for r in rows)
+    for m, c in curves(lake).items():
+        models.setdefault(m, ModelData(m)).curves = c
     for m, (edges, rate, width) in throughput(lake).items():
         models[m].rate_edges_s, models[m].rate_per_min, models[m].rate_bin_min = edges, rate, width
     for m, data in models.items():

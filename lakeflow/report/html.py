@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakeflow.io import Store
-from lakeflow.report import plots
+from lakeflow.report import curve_plots, plots
 from lakeflow.report.data import ModelData, ReportData, gather, summary
 
 INDEX = "index.html"
@@ -63,6 +63,25 @@ PLOTS = (
         "Bytes each version adds to the lake and the share of weights unchanged; "
         "a delta close to the full state size means updates are dense.",
         plots.weights_plot,
+    ),
+    Plot(
+        "training.png",
+        "Loss, KL and entropy per step",
+        "From the trainer_steps table. KL: how far the trained policy moved from the policy that sampled its "
+        "data (k3, nats per token); entropy falling towards 0 means the policy has become deterministic.",
+        curve_plots.training_plot,
+    ),
+    Plot(
+        "rollouts.png",
+        "Response lengths and finish reasons",
+        "From the rollout_stats table: 'length' means cut off by max_new_tokens.",
+        curve_plots.rollout_plot,
+    ),
+    Plot(
+        "eval.png",
+        "Held-out evaluation",
+        "From the eval table: pass@1 on held-out prompts per weight version, beside the rollouts' mean reward.",
+        curve_plots.eval_plot,
     ),
 )
 

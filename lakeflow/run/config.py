@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lakeflow.configfile import load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
+from lakeflow.evaluation.config import EvalConfig
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
 
 
@@ -48,6 +50,7 @@ class RunModel(_Strict):
     dataflow: dict[str, Any] = Field(description="lakeflow.dataflow.config.ModelConfig fields, without `id`.")
     trainer: TrainerConfig = Field(description="The model's trainer.")
     raas: PoolConfig = Field(default_factory=PoolConfig, description="The model's rollout pool.")
+    eval: EvalConfig | None = Field(None, description="Held-out evaluation of each version (`lakeflow eval`).")
 
     def dataflow_config(self) -> ModelConfig:
         return ModelConfig.model_validate({"id": self.id, **self.dataflow})
@@ -62,6 +65,7 @@ class RunCredentials(_Strict):
     dataflow: str | None = Field(None, description="AWS profile of the dataflow process (None: the launcher's).")
     trainer: str | None = Field(None, description="AWS profile of the trainers (None: the launcher's).")
     raas: str | None = Field(None, description="AWS profile of the rollout services (None: the launcher's).")
+    eval: str | None = Field(None, description="AWS profile of the evaluation services (None: the launcher's).")
 
 
 class RunConfig(_Strict):
@@ -78,6 +82,9 @@ class RunConfig(_Strict):
         description="AWS profile per process role (least privilege, see docs/security.md).",
     )
     autoscale: AutoscaleConfig | None = Field(None, description="Size the rollout pools automatically.")
+    tracker: TrackerConfig | None = Field(
+        None, description="Log trainers, rollout pools and evaluations to this tracker too (`--tracker`)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

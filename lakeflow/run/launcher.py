@@ -26,7 +26,8 @@ import yaml
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.run.config import RunConfig, RunModel
-from lakeflow.weights.manifest import read_latest
+from lakeflow.run.observe import eval_specs
+from lakeflow.weights.manifest import latest_version
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ class Launcher:
     def plan(self) -> list[Component]:
         """The processes of the run, with their config files written. With `autoscale` in the config, one
         `lakeflow autoscale --actuator local` process starts and sizes the rollout pools instead."""
-        specs = process_specs(self.config)
+        specs = process_specs(self.config) + eval_specs(self.config)
         a = self.config.autoscale
         if a is not None:
             flags = ["--actuator", "local", "--run-dir", str(self.run_dir), "--min", str(a.min), "--max", str(a.max)]
@@ -163,11 +164,11 @@ class Launcher:
             code = c.process.poll() if c.process else None
             if code is None:
                 continue
-            if code == 0 and c.name.startswith("train-"):
+            if code == 0 and c.name.startswith(("train-", "eval-")):
                 c.done = True
             elif not self._stopping:
                 return f"failed: {c.name} exited with {code}; last lines of {c.log_path}:\n{_tail(c.log_path)}"
-        trainers = [c for c in self.components if c.name.startswith("train-")]
+        trainers = [c for c in self.components if c.name.startswith(("train-", "eval-"))]  # evals: version `steps`
         return "done" if trainers and all(c.done for c in trainers) else None
 
     def progress(self) -> dict[str, Progress]:
@@ -175,8 +176,7 @@ class Launcher:
         out = {}
         for m in self.config.models:
             p = Progress()
-            latest = read_latest(self.store, m.id)
-            p.version = latest[0].version if latest else None
+            p.version = latest_version(self.store, m.id)
             keys = [i.key for i in self.store.list(layout.trainer_stats_prefix(m.id))]
             if keys:
                 with contextlib.suppress(FileNotFoundError, ValueError):  # replaced while reading: next poll

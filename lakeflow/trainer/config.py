@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from lakeflow.configfile import load_config_file
+from lakeflow.tracking.config import TrackerConfig
 
 
 class _Strict(BaseModel):
@@ -93,6 +94,12 @@ class TrainerConfig(_Strict):
         "float32", description="Parameter dtype, trained and published (float32 on CPU)."
     )
     seed: int = Field(0, description="Torch seed set at start.")
+    tracker: TrackerConfig | None = Field(
+        None, description="Also log every step to this tracker (wandb, tensorboard, mlflow); the lake has them anyway."
+    )
+    metrics_flush_s: float = Field(
+        10.0, gt=0, description="Seconds between flushes of the trainer_steps metric table (and at exit)."
+    )
 
 
 def load_config(path: str | Path) -> TrainerConfig:

@@ -64,12 +64,14 @@ from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.models import resolve_model
+from lakeflow.tracking import MetricSink
 from lakeflow.trainer import distributed
 from lakeflow.trainer.background import Prefetch, Writer
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
-from lakeflow.trainer.losses import LossInputs, build_loss
-from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs
+from lakeflow.trainer.losses import LossInputs, build_loss, diagnostics
+from lakeflow.trainer.metrics import step_row
+from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs, token_logprobs_entropy
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.weights import State, TransferOptions, latest_version, pull, repair_latest
 
@@ -106,6 +108,7 @@ class Trainer:
         self._snapshot_ready: threading.Event | None = None  # set by the writer once the last step's copy is taken
         self._snapshot_block_s = 0.0  # this step's wait for it
         self._until: int | None = None  # the version `run` stops at: nothing is prefetched beyond it
+        self.metrics: MetricSink | None = None  # the trainer_steps table (and tracker), on the lead process
 
     def stop(self) -> None:
         """Ask the loop to stop (safe from a signal handler)."""
@@ -148,6 +151,8 @@ class Trainer:
             distributed.shard(self.model)
         self.optimizer = self._make_optimizer()
         self._load_optimizer()
+        if self.lead and self.metrics is None:
+            self.metrics = self._metric_sink()
         if self.config.kl.coef > 0:
             self.reference = self._load_reference()
         return self.version
@@ -159,8 +164,23 @@ class Trainer:
 
     def close(self) -> None:
         """Leave the torchrun job (nothing to do for a single process)."""
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
         if self.world and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+    def _metric_sink(self) -> MetricSink:
+        c = self.config
+        return MetricSink(
+            self.store,
+            "trainer_steps",
+            f"train-{self.model_id}",
+            c.tracker,
+            run=f"trainer_steps/{self.model_id}",
+            params={"model_id": self.model_id, **c.model_dump(mode="json", exclude={"tracker"})},
+            flush_s=c.metrics_flush_s,
+        )
 
     def _optim(self) -> torch.optim.AdamW:
         if self.optimizer is None:
@@ -228,6 +248,8 @@ class Trainer:
                 self._prefetch.cancel()
                 self._prefetch = None
             self._writer.drain()
+            if self.metrics is not None:
+                self.metrics.flush()
 
     def _fetch_batch(self, version: int, cancelled: threading.Event | None = None) -> tuple[StepBatch, float]:
         """Batch `version` once it exists, and the seconds of the read that found it (batch object +
@@ -299,6 +321,7 @@ class Trainer:
             "samples": batch.rows,
             "tokens": batch.tokens,
             "reward_mean": float(batch.rewards.mean()),
+            "lr": float(self._optim().param_groups[0]["lr"]),
             **metrics,
             "wait_s": wait_s,
             "step_s": time.monotonic() - started,
@@ -350,18 +373,21 @@ class Trainer:
             share = distributed.my_share(micro, self.world) if self.world else ((m, 1.0) for m in micro)
             for micro_rows, weight in share:
                 part = batch.select(micro_rows).to(self.device)
-                logp = token_logprobs(self.model, part.input_ids, part.attention_mask, self.config.temperature)
+                logp, entropy = token_logprobs_entropy(
+                    self.model, part.input_ids, part.attention_mask, self.config.temperature
+                )
                 ref = None
                 if self.reference is not None:
                     with torch.no_grad():
                         ref = token_logprobs(
                             self.reference, part.input_ids, part.attention_mask, self.config.temperature
                         )
-                out = self.objective(LossInputs(logp, part.old_logp, part.advantages, part.mask, ref))
+                inputs = LossInputs(logp, part.old_logp, part.advantages, part.mask, ref)
+                out = self.objective(inputs)
                 loss = out.per_token.sum() * (weight / tokens)
                 (loss * scale).backward()  # type: ignore[no-untyped-call]
                 total += float(loss.detach())
-                for name, value in out.sums.items():
+                for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
                     sums[name] = sums.get(name, 0.0) + value * weight
             params = [p for g in optimizer.param_groups for p in g["params"]]
             max_norm = c.grad_clip if c.grad_clip is not None else math.inf
@@ -416,6 +442,8 @@ class Trainer:
         finally:
             ready.set()  # also after an error: the error is raised at the next submit or drain
         self.publisher.write_step(stats, checkpoint, state)
+        if self.metrics is not None:
+            self.metrics.add(step_row(self.model_id, stats))
 
     @property
     def base(self) -> State:

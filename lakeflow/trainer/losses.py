@@ -175,6 +175,23 @@ def with_kl(objective: Objective, coef: float, estimator: str, inputs: LossInput
     return LossOutput(out.per_token + coef * kl, sums)
 
 
+def diagnostics(inputs: LossInputs, entropy: torch.Tensor | None = None) -> dict[str, float]:
+    """Sums over the masked tokens of what every objective reports (divided by the token count later):
+
+    - `kl_behaviour`: KL(current || behaviour) from the sampled tokens, which the behaviour policy drew:
+      with r = exp(logp - old_logp), the k3 estimator of KL(pi_theta || pi_b) importance-weighted by r,
+      r * ((1/r - 1) + log r) = r log r - r + 1 (>= 0; its mean under pi_b is exactly KL(pi_theta || pi_b));
+    - `entropy`: the policy's token entropy in nats ([B, T] `entropy`, when given).
+    """
+    with torch.no_grad():
+        log_r = inputs.logp.detach() - inputs.old_logp
+        r = torch.exp(log_r)
+        out = {"kl_behaviour": float(((r * log_r - r + 1.0) * inputs.mask).sum())}
+        if entropy is not None:
+            out["entropy"] = float((entropy * inputs.mask).sum())
+    return out
+
+
 LOSSES: dict[str, Callable[..., LossOutput]] = {"grpo": grpo_loss, "m2po": m2po_loss, "sft": sft_loss}
 
 

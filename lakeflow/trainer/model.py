@@ -94,6 +94,24 @@ def token_logprobs(
     """[B, T] float32: position t holds log p(input_ids[t] | input_ids[:t]) under the policy at
     `temperature` (logits / T, as the rollout service sampled); position 0 holds 0."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [B, T, V]
+    return _scored(logits, input_ids)
+
+
+def token_logprobs_entropy(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logprobs` and, from the same logits, [B, T] float32 entropy in nats of the tempered
+    distribution each token was drawn from: position t holds H(softmax(logits[t - 1] / T)), position 0
+    holds 0. The entropy carries no gradient (a diagnostic)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [B, T, V]
+    with torch.no_grad():
+        shifted = logits[:, :-1].detach()  # [B, T - 1, V]: the distribution of the next token
+        entropy = torch.logsumexp(shifted, dim=-1) - (torch.softmax(shifted, dim=-1) * shifted).sum(-1)
+        entropy = torch.cat([entropy.new_zeros(entropy.shape[0], 1), entropy], dim=1)
+    return _scored(logits, input_ids), entropy
+
+
+def _scored(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
     b, t, v = logits.shape
     targets = input_ids[:, 1:].reshape(-1)
     scored = -F.cross_entropy(logits[:, :-1].reshape(-1, v), targets, reduction="none").view(b, t - 1)

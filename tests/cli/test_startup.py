@@ -22,9 +22,7 @@ finally:
 
 
 def heavy_imports(*args: str, cwd: Path) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
     return next(line for line in result.stderr.splitlines() if line.startswith("HEAVY=")).removeprefix("HEAVY=")
 
 

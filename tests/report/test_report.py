@@ -15,6 +15,7 @@ from lakeflow.cli.report import report
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.lake import layout, write_samples
 from lakeflow.lake.batch import BATCH_SCHEMA, write_batch
+from lakeflow.lake.metrics import MetricsWriter
 from lakeflow.report import write_report
 from lakeflow.report.data import gather, summary
 from lakeflow.report.html import PLOTS
@@ -75,12 +76,36 @@ def build_lake(store: Store) -> None:
     for step, (wait_s, step_s) in enumerate(WAITS):
         stats = {"step": step, "wait_s": wait_s, "step_s": step_s, "at": (T0 + timedelta(minutes=step)).isoformat()}
         store.put(layout.trainer_stats_key("alpha", step), json.dumps(stats).encode())
+    metric_tables(store)
     assert any(c.model_id == "alpha" for c in commits)
     # a shard of alpha's that the dataflow rejected whole (it is not in the sample view), and catalog rows
     rejected = layout.shard_key("alpha", T0, "raas-bad", 0)
     for source, rows in ((rejected, 3), ("catalog", 2)):
         record = {"source": source, "rows": rows, "reason": "bad", "at": T0.isoformat(), "sample_ids": []}
         store.put(layout.quarantine_key(T0, f"{source}-{rows}"), json.dumps(record).encode())
+
+
+def metric_tables(store: Store) -> None:
+    """Rows of alpha's trainer_steps, rollout_stats and eval tables (the loss/KL/entropy, rollout and eval plots)."""
+    steps = MetricsWriter(store, "trainer_steps", "train-alpha")
+    for step in range(len(WAITS)):
+        at = T0 + timedelta(minutes=step)
+        steps.add({"created_at": at, "model_id": "alpha", "step": step, "loss": 0.1, "kl": 0.01 * step, "entropy": 2.0})
+    steps.flush()
+    windows = MetricsWriter(store, "rollout_stats", "raas-1")
+    for w in range(3):
+        at = T0 + timedelta(minutes=w)
+        row = {"created_at": at, "model_id": "alpha", "raas_id": "raas-1", "task_type": "math", "samples": 4}
+        windows.add(row | {"tokens": 10 + w, "finish_stop": 3, "finish_length": 1, "finish_other": 0})
+    windows.flush()
+    evals = MetricsWriter(store, "eval", "eval-alpha")
+    for v, p in ((0, 0.0), (2, 0.5)):
+        evals.add({"model_id": "alpha", "policy_version": v, "dataset": "held", "pass_at_1": p, "reward_mean": p})
+    evals.flush()
+    data = gather(store).models["alpha"].curves
+    assert data.steps == list(range(len(WAITS)))
+    assert data.eval == {"held": [(0, 0.0, 0.0), (2, 0.5, 0.5)]}
+    assert data.finish_share["length"] == [0.25, 0.25, 0.25] and data.response_len == [2.5, 2.75, 3.0]
 
 
 @pytest.fixture

@@ -80,11 +80,12 @@ def test_resume_loads_weights_and_optimizer_and_continues(tmp_path: Path, tiny_c
     assert list_versions(store, MODEL) == [0, 1, 2]
 
 
-def test_crash_after_checkpoint_before_latest_retrains_the_same_batch(
+def test_crash_after_the_manifest_before_latest_resumes_from_the_complete_version(
     tmp_path: Path, tiny_cache: str, tiny_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """kill -9 between writing version 2's objects and moving LATEST: the restart trains batch 1 again
-    from version 1, overwrites the leftovers and publishes version 2; nothing is skipped or repeated."""
+    """kill -9 between writing version 2's manifest (the last of its objects) and moving LATEST: version
+    2 is complete, so the restart resumes from it, points LATEST at it and trains batch 2 next;
+    nothing is skipped, repeated or overwritten."""
     publish_module = importlib.import_module("lakeflow.weights.publish")  # the package re-exports `publish`
 
     store = open_store(str(tmp_path / "lake"))
@@ -102,11 +103,13 @@ def test_crash_after_checkpoint_before_latest_retrains_the_same_batch(
     with pytest.raises(KeyboardInterrupt):
         first.run(until_version=2)
     assert read_latest(store, MODEL)[0].version == 1  # type: ignore[index]
-    assert store.get(layout.weights_manifest_key(MODEL, 2))  # leftovers of the crashed publish
+    manifest = store.get(layout.weights_manifest_key(MODEL, 2))  # written: only the pointer is behind
     monkeypatch.setattr(publish_module, "_move_latest", real_move)
     second = trainer(store, tmp_path, tiny_cache, "second")
-    assert second.start() == 1
+    assert second.start() == 2
+    assert read_latest(store, MODEL)[0].version == 2  # type: ignore[index]
     second.run(until_version=3)
+    assert store.get(layout.weights_manifest_key(MODEL, 2)) == manifest
     assert list_versions(store, MODEL) == [0, 1, 2, 3]
     for step in (0, 1, 2):
         stats = json.loads(store.get(layout.trainer_stats_key(MODEL, step)))

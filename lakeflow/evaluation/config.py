@@ -1,0 +1,49 @@
+"""The evaluation service's configuration: typed, validated, unknown keys refused with the key and file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakeflow.configfile import load_config_file
+from lakeflow.dataflow.config import Dataset
+from lakeflow.raas.config import EngineConfig
+from lakeflow.tracking.config import TrackerConfig
+
+
+class EvalConfig(BaseModel):
+    """One held-out evaluation of one model (a `lakeflow eval --config` file, or a model's `eval:` section
+    of a run config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: Dataset = Field(
+        description="Held-out prompts, as a dataflow dataset: a file, reasoning_gym with a seed not used for "
+        "training, humaneval, synthetic."
+    )
+    name: str | None = Field(None, description="Dataset name in the eval table (default: the dataset's own).")
+    limit: int | None = Field(None, ge=1, description="Evaluate only the first N prompts.")
+    every: int | None = Field(
+        None,
+        ge=1,
+        description="Evaluate versions 0, K, 2K, ... (each once, oldest first). None: each time a newer version is "
+        "published, the newest one (versions published meanwhile are skipped).",
+    )
+    n_samples: int = Field(1, ge=1, description="Completions per prompt (pass@k uses k = n_samples).")
+    temperature: float = Field(
+        0.0, ge=0, description="0: greedy decoding (sampling at T = 1e-4, see docs/metrics.md); > 0: sampling."
+    )
+    threshold: float = Field(1.0, description="A completion passes when its reward is at least this.")
+    max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
+    reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this score 0 ('overlong').")
+    engine: EngineConfig | None = Field(None, description="Inference engine (default: transformers on CPU).")
+    seed: int | None = Field(0, description="Sampler seed.")
+    poll_s: float = Field(2.0, gt=0, description="Seconds between checks for a newly published version.")
+    cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
+    tracker: TrackerConfig | None = Field(None, description="Also log each evaluation to this tracker.")
+
+
+def load_eval_config(path: str | Path) -> EvalConfig:
+    """Parse and validate a YAML or JSON config; errors name the key and the file."""
+    return load_config_file(EvalConfig, path)

@@ -1,0 +1,176 @@
+"""The evaluation service: follow a model's published versions, generate on held-out prompts with the
+rollout engines, score with the rollout rewards, and write one `eval` row per version and dataset.
+
+It only reads weights and writes `metrics/eval/`: it never blocks the trainer, and a slow evaluation
+only falls behind (with `every: K` it evaluates every K-th version in order; without, the newest).
+Versions already in the eval table for this model and dataset are skipped, so a restart resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from lakeflow.dataflow.datasets import load_prompts
+from lakeflow.errors import WeightsIntegrityError
+from lakeflow.evaluation.config import EvalConfig
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.lake.metrics import read_metrics
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.config import HFEngineConfig
+from lakeflow.raas.engines import Engine, build_engine
+from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.workflows import POLICY, Sampling, rlvr
+from lakeflow.tracking import MetricSink
+from lakeflow.weights import TransferOptions, latest_version, pull
+
+log = logging.getLogger("lakeflow.eval")
+
+GREEDY_TEMPERATURE = 1e-4  # both engines sample at T > 0; at this T the top token wins unless logits tie
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one prompt with `c` passing out of `n` samples: 1 - C(n - c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+class EvalService:
+    """One model's held-out evaluation. `run(until_version)` loops; `evaluate(version)` does one."""
+
+    def __init__(self, store: Store, model_id: str, config: EvalConfig, engine: Engine | None = None) -> None:
+        self.store = store
+        self.model_id = layout.check_name(model_id, "model id")
+        self.config = config
+        self.engine = engine if engine is not None else build_engine(config.engine or HFEngineConfig(), config.seed)
+        self.prompts = load_prompts(config.dataset).to_pylist()[: config.limit]
+        self.dataset = config.name or (self.prompts[0]["dataset"] if self.prompts else "heldout")
+        self._own_cache = config.cache_dir is None
+        self.cache_dir = config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-eval-")
+        self.sink = MetricSink(
+            store,
+            "eval",
+            f"eval-{self.model_id}",
+            config.tracker,
+            run=f"eval/{self.model_id}",
+            params={"model_id": self.model_id, **config.model_dump(mode="json", exclude={"tracker"})},
+            flush_s=0.0,  # one object per evaluated version
+        )
+        self.done = self._evaluated()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Ask the loop to exit after the evaluation in progress (safe from a signal handler)."""
+        self._stop.set()
+
+    def _evaluated(self) -> set[int]:
+        table, _ = read_metrics(self.store, "eval")
+        rows = table.select(["model_id", "dataset", "policy_version"]).to_pylist()
+        return {r["policy_version"] for r in rows if r["model_id"] == self.model_id and r["dataset"] == self.dataset}
+
+    def due(self, latest: int, until_version: int | None = None) -> int | None:
+        """The next version to evaluate given the newest published one, or None."""
+        every = self.config.every
+        if every is None:
+            return latest if latest not in self.done else None
+        wanted = [v for v in range(0, latest + 1, every) if v not in self.done]
+        if until_version is not None and latest >= until_version and until_version not in self.done:
+            wanted.append(until_version)  # the last version of a run is always evaluated
+        return min(wanted) if wanted else None
+
+    def run(self, until_version: int | None = None) -> None:
+        """Evaluate versions as they are published until `until_version` is evaluated (None: until stopped)."""
+        try:
+            while not self._stop.is_set():
+                if until_version is not None and until_version in self.done:
+                    return
+                latest = latest_version(self.store, self.model_id)
+                version = None if latest is None else self.due(latest, until_version)
+                if version is None:
+                    self._stop.wait(self.config.poll_s)
+                    continue
+                self.evaluate(version)
+        finally:
+            self.sink.flush()
+
+    def evaluate(self, version: int) -> dict[str, Any] | None:
+        """Pull `version`, generate on every held-out prompt, score, write the eval row and return it;
+        None when the version cannot be pulled (collected or broken: it is skipped)."""
+        started = time.monotonic()
+        try:
+            result = pull(
+                self.store,
+                self.model_id,
+                os.path.join(self.cache_dir, self.model_id),
+                version,
+                TransferOptions(progress=False),
+            )
+        except (WeightsIntegrityError, FileNotFoundError) as e:
+            log.warning("cannot pull %s version %d, skipping it: %s", self.model_id, version, e)
+            self.done.add(version)
+            return None
+        self.engine.load(result.path)
+        row = self._score(version, started)
+        self.sink.add(row)
+        self.done.add(version)
+        log.info(
+            "%s version %d: pass@1 %.3f, mean reward %.3f", self.model_id, version, row["pass_at_1"], row["reward_mean"]
+        )
+        return row
+
+    def _score(self, version: int, started: float) -> dict[str, Any]:
+        c = self.config
+        temperature = c.temperature if c.temperature > 0 else GREEDY_TEMPERATURE
+        sampling = Sampling(c.max_new_tokens, temperature, None)
+        n = c.n_samples
+        passes, rewards, lengths, cut = [], [], [], 0
+        for i, p in enumerate(self.prompts):
+            task = Task(
+                task_id=f"eval-{i}",
+                model_id=self.model_id,
+                prompt_id=str(p["prompt_id"]),
+                prompt=str(p["prompt"]),
+                answer=str(p["answer"]),
+                n_samples=n,
+                task_type=str(p["task_type"]),
+                dataset=self.dataset,
+                issued_at=datetime.now(UTC),
+            )
+            reward = build_reward(task.task_type, c.reward_max_chars)
+            trajectories = rlvr(task, {POLICY: self.engine}, reward, sampling)
+            passes.append(sum(t.reward >= c.threshold for t in trajectories))
+            rewards += [float(t.reward) for t in trajectories]
+            lengths += [len(t.response_ids) for t in trajectories]
+            cut += sum(t.finish_reason == "length" for t in trajectories)
+        count = max(len(rewards), 1)
+        prompts = max(len(passes), 1)
+        return {
+            "model_id": self.model_id,
+            "policy_version": version,
+            "dataset": self.dataset,
+            "prompts": len(passes),
+            "n_samples": n,
+            "temperature": c.temperature,
+            "threshold": c.threshold,
+            "pass_at_1": sum(pass_at_k(n, k, 1) for k in passes) / prompts,
+            "k": n,
+            "pass_at_k": sum(pass_at_k(n, k, n) for k in passes) / prompts,
+            "reward_mean": sum(rewards) / count,
+            "response_len_mean": sum(lengths) / count,
+            "finish_length": cut / count,
+            "gen_s": time.monotonic() - started,
+        }
+
+    def close(self) -> None:
+        self.sink.close()
+        if self._own_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)

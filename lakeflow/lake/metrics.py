@@ -1,0 +1,340 @@
+"""Metric tables in the lake: small append-only Parquet objects, each made visible by a commit record.
+
+Every process buffers rows of its table (`trainer_steps`, `rollout_stats`, `dataflow_stats`, `eval`)
+and flushes them as one object under `metrics/<table>/date=…/<writer>-<seq>.parquet` (create-only),
+then writes `metrics/<table>/_commits/<writer>-<seq>.json` (create-only): readers see only objects
+with a commit record, as for trajectory shards. The columns of each table are defined once, here,
+with their meaning (docs/metrics.md is checked against them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from lakeflow.errors import LakeflowError
+from lakeflow.io import Store
+from lakeflow.lake import layout
+
+log = logging.getLogger("lakeflow.metrics")
+
+_TS = pa.timestamp("us", tz="UTC")
+_F, _I, _S = pa.float64(), pa.int64(), pa.string()
+
+
+@dataclass(frozen=True)
+class MetricColumn:
+    """One column of a metric table: name, Arrow type and what it means (units included)."""
+
+    name: str
+    type: pa.DataType
+    doc: str
+
+
+def _common(what: str) -> list[MetricColumn]:
+    return [
+        MetricColumn("created_at", _TS, f"When the {what} ended and the row was made (the writer's UTC clock)."),
+        MetricColumn("writer_id", _S, "Unique id of the writer instance (<process name>-<12 hex>)."),
+        MetricColumn("model_id", _S, "Model the row is about."),
+    ]
+
+
+_TIMINGS = [
+    ("wait_s", "Seconds the trainer blocked waiting for its batch."),
+    ("step_s", "Seconds of the whole step after the batch arrived (training, snapshot hand-over)."),
+    ("load_s", "Seconds of the read of the batch object and its payload (possibly in the prefetch thread)."),
+    ("snapshot_s", "Seconds of the copy of weights and optimizer state for publishing."),
+    ("snapshot_block_s", "Seconds this step's first optimizer step waited for the previous copy."),
+    ("publish_block_s", "Seconds the step waited for the previous step's writes."),
+    ("publish_s", "Seconds the previous step's background writes took (checkpoint, heartbeat, weights)."),
+    ("io_block_s", "Lake I/O on the trainer's critical path, seconds (see trainer/loop.py)."),
+]
+
+TABLES: dict[str, tuple[MetricColumn, ...]] = {
+    "trainer_steps": (
+        *_common("step"),
+        MetricColumn("step", _I, "Training step N: trained batch N, starting from weight version N."),
+        MetricColumn("version", _I, "Weight version the step published (N + 1)."),
+        MetricColumn("samples", _I, "Samples (rows) trained."),
+        MetricColumn("tokens", _I, "Trained tokens (response tokens with loss_mask 1)."),
+        MetricColumn("response_len_mean", _F, "Trained tokens per sample (tokens / samples)."),
+        MetricColumn("reward_mean", _F, "Mean reward of the trained samples."),
+        MetricColumn("loss", _F, "Objective value, token mean, averaged over the step's minibatches."),
+        MetricColumn(
+            "kl",
+            _F,
+            "KL(current policy || behaviour policy) in nats per trained token, k3 estimator importance-weighted "
+            "because the tokens were sampled by the behaviour policy: with r = exp(logp - old_logp), the token "
+            "mean of r*log(r) - r + 1 (>= 0, unbiased). Measured before each minibatch's optimizer step; "
+            "reported whatever the KL penalty coefficient.",
+        ),
+        MetricColumn(
+            "entropy",
+            _F,
+            "Token entropy of the current policy in nats, -sum_v p(v) log p(v) of softmax(logits / temperature) "
+            "at each trained token's position, token mean (before the minibatch's optimizer step).",
+        ),
+        MetricColumn(
+            "kl_ref",
+            _F,
+            "The KL penalty's estimate of KL(policy || reference = version 0) per token (the configured "
+            "estimator); null when the penalty coefficient is 0.",
+        ),
+        MetricColumn("clip_frac", _F, "Share of trained tokens clipped (grpo) or dropped (m2po)."),
+        MetricColumn("ratio", _F, "Mean importance ratio exp(logp - old_logp) over trained tokens."),
+        MetricColumn("m2", _F, "Mean squared log-ratio over trained tokens (m2po only, else null)."),
+        MetricColumn("grad_norm", _F, "Largest global gradient norm of the step's minibatches, before clipping."),
+        MetricColumn("lr", _F, "AdamW learning rate."),
+        *(MetricColumn(name, _F, doc) for name, doc in _TIMINGS),
+        MetricColumn("extra", _S, "Other numbers the objective reported, as a JSON object."),
+    ),
+    "rollout_stats": (
+        *_common("window"),
+        MetricColumn("window_start", _TS, "When the window started."),
+        MetricColumn("raas_id", _S, "Rollout service id."),
+        MetricColumn("task_type", _S, "Reward family of the window's groups (one row per task type)."),
+        MetricColumn("region", _S, "Region label of the service."),
+        MetricColumn("engine", _S, "Inference engine (hf, vllm)."),
+        MetricColumn("groups", _I, "Groups committed in the window."),
+        MetricColumn("samples", _I, "Samples committed."),
+        MetricColumn("tokens", _I, "Response tokens committed."),
+        MetricColumn("gen_s", _F, "Seconds spent generating and scoring those groups."),
+        MetricColumn("tokens_per_s", _F, "tokens / gen_s: generation speed while generating."),
+        MetricColumn("reward_mean", _F, "Mean reward of the samples."),
+        MetricColumn("finish_stop", _I, "Samples that ended with a stop token."),
+        MetricColumn("finish_length", _I, "Samples cut off by max_new_tokens."),
+        MetricColumn("finish_other", _I, "Samples with another finish reason (error, ...)."),
+        MetricColumn("response_len_mean", _F, "Mean response length in tokens."),
+        MetricColumn("response_len_max", _I, "Longest response in tokens."),
+        MetricColumn("weights_version", _I, "Weight version of the model loaded at the end of the window."),
+        MetricColumn("latest_version", _I, "Newest published version the service saw (LATEST)."),
+        MetricColumn("version_lag", _I, "latest_version - weights_version."),
+        MetricColumn("pulls", _I, "Weight pulls of this model in the window (on its first row of the window, else 0)."),
+        MetricColumn("pull_bytes", _I, "Bytes those pulls fetched (first row of the model, else 0)."),
+        MetricColumn("pull_s", _F, "Seconds those pulls and engine reloads took (first row of the model, else 0)."),
+        MetricColumn("abandoned", _I, "Groups dropped because their claim was lost (first row of the model, else 0)."),
+    ),
+    "dataflow_stats": (
+        *_common("window"),
+        MetricColumn("window_start", _TS, "When the window started."),
+        MetricColumn("window_s", _F, "Window length, seconds."),
+        MetricColumn("shards", _I, "Shards of this model ingested in the window."),
+        MetricColumn("samples_ingested", _I, "Samples of this model ingested (quarantined rows excluded)."),
+        MetricColumn("ingest_samples_per_s", _F, "samples_ingested / window_s."),
+        MetricColumn("quarantined_rows", _I, "Rows of this model's shards quarantined in the window."),
+        MetricColumn("groups_kept", _I, "Complete groups the filter policy kept."),
+        MetricColumn("groups_filtered", _I, "Complete groups the filter policy dropped."),
+        MetricColumn("dropped", _I, "Fresh groups dropped without being served (staleness), in the window."),
+        MetricColumn("batches", _I, "Batches served in the window."),
+        MetricColumn("samples_served", _I, "Samples in those batches."),
+        MetricColumn("pending_groups", _I, "Incomplete groups waiting for samples, at the end of the window."),
+        MetricColumn("fresh_groups", _I, "Kept groups not yet served (fresh pool), at the end."),
+        MetricColumn("replay_groups", _I, "Groups in the replay pool, at the end."),
+        MetricColumn("tasks_open", _I, "Outstanding tasks, at the end."),
+        MetricColumn("tasks_claimed", _I, "Outstanding tasks with a claim, at the end."),
+        MetricColumn("trainer_version", _I, "The model's newest published weight version."),
+        MetricColumn("next_step", _I, "The next batch step to serve."),
+        MetricColumn("trainer_wait_fraction", _F, "Balance report (all models): trainers' wait / (wait + step)."),
+        MetricColumn("raas", _I, "Balance report: live rollout services."),
+        MetricColumn("target_raas", _I, "Balance report: the seed formula's target pool size."),
+    ),
+    "eval": (
+        *_common("evaluation"),
+        MetricColumn("policy_version", _I, "Weight version evaluated."),
+        MetricColumn("dataset", _S, "Held-out dataset name."),
+        MetricColumn("prompts", _I, "Prompts evaluated."),
+        MetricColumn("n_samples", _I, "Completions per prompt (1 with greedy decoding)."),
+        MetricColumn("temperature", _F, "Sampling temperature; 0 means greedy."),
+        MetricColumn("threshold", _F, "A completion passes when its reward is >= this."),
+        MetricColumn("pass_at_1", _F, "Mean over prompts of the share of passing completions (unbiased pass@1)."),
+        MetricColumn("k", _I, "The k of pass_at_k (= n_samples)."),
+        MetricColumn("pass_at_k", _F, "Mean over prompts of the unbiased pass@k estimate (Chen et al. 2021)."),
+        MetricColumn("reward_mean", _F, "Mean reward of every completion, scored by the task's reward function."),
+        MetricColumn("response_len_mean", _F, "Mean completion length in tokens."),
+        MetricColumn("finish_length", _F, "Share of completions cut off by max_new_tokens."),
+        MetricColumn("gen_s", _F, "Seconds the evaluation of this version took (generation and scoring)."),
+    ),
+}
+
+
+def schema(table: str) -> pa.Schema:
+    """The Arrow schema of a metric table; ValueError for an unknown one."""
+    if table not in TABLES:
+        raise ValueError(f"unknown metric table {table!r}; known: {', '.join(TABLES)}")
+    return pa.schema([pa.field(c.name, c.type) for c in TABLES[table]])
+
+
+def normalize_row(table: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row with exactly the table's columns: missing ones null, unknown numbers into `extra` (JSON) when
+    the table has it, else ValueError naming them; non-finite floats become null."""
+    names = {c.name for c in TABLES[table]} if table in TABLES else set(schema(table).names)
+    unknown = {k: v for k, v in row.items() if k not in names}
+    if unknown and "extra" not in names:
+        raise ValueError(f"metric table {table} has no column(s) {', '.join(sorted(unknown))}")
+    out = {name: row.get(name) for name in names}
+    for name, value in out.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            out[name] = None
+    if "extra" in names and unknown:
+        out["extra"] = json.dumps(unknown, sort_keys=True, default=str)
+    return out
+
+
+class MetricsCommit(BaseModel):
+    """The record that makes one metric object visible."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    table: str = Field(description="Metric table.")
+    object: str = Field(description="Key of the Parquet object, relative to the lake root.")
+    writer_id: str = Field(description="Writer instance.")
+    seq: int = Field(ge=0, description="The writer's flush number.")
+    rows: int = Field(ge=1, description="Rows in the object.")
+    size: int = Field(ge=1, description="Bytes of the object.")
+    sha256: str = Field(description="Hex SHA-256 of the object.")
+    created_at: datetime = Field(description="Writer's clock (UTC) at commit.")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MetricsWriter:
+    """Buffers rows of one table and flushes them as one committed object every `flush_s` seconds (checked
+    on `add`), on `flush()` and on `close()`. Thread-safe. A failed write is logged and its rows kept for
+    the next flush under a new sequence number: metrics never stop the service that writes them."""
+
+    def __init__(
+        self,
+        store: Store,
+        table: str,
+        name: str,
+        *,
+        flush_s: float = 10.0,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.store = store
+        self.table = table
+        self.schema = schema(table)
+        self.writer_id = f"{layout.check_name(name, 'writer name')[:48]}-{uuid.uuid4().hex[:12]}"
+        self.flush_s = flush_s
+        self.clock = clock
+        self._rows: list[dict[str, Any]] = []
+        self._seq = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Buffer one row (`created_at` defaults to now, `writer_id` is set); flushes when `flush_s` has passed."""
+        full = {"created_at": self.clock(), **row, "writer_id": self.writer_id}
+        with self._lock:
+            self._rows.append(normalize_row(self.table, full))
+        if time.monotonic() - self._last >= self.flush_s:
+            self.flush()
+
+    def flush(self) -> str | None:
+        """Write and commit the buffered rows; returns the object key (None: nothing buffered or it failed)."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+            seq, self._seq = self._seq, self._seq + 1
+            self._last = time.monotonic()
+            if not rows:
+                self._seq -= 1
+                return None
+            try:
+                return self._write(rows, seq)
+            except (OSError, ValueError, LakeflowError) as e:  # the store's errors: an outage, a refused write
+                self._rows = rows + self._rows
+                log.warning("metrics %s: flush %d failed, rows kept for the next one: %s", self.table, seq, e)
+                return None
+
+    def _write(self, rows: list[dict[str, Any]], seq: int) -> str:
+        buffer = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(rows, schema=self.schema), buffer, compression="zstd")
+        data = buffer.getvalue()
+        now = self.clock()
+        key = layout.metrics_object_key(self.table, now, self.writer_id, seq)
+        self.store.put_if_absent(key, data)
+        record = MetricsCommit(
+            table=self.table,
+            object=key,
+            writer_id=self.writer_id,
+            seq=seq,
+            rows=len(rows),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            created_at=now,
+        )
+        self.store.put_if_absent(
+            layout.metrics_commit_key(self.table, self.writer_id, seq), record.model_dump_json().encode()
+        )
+        return key
+
+    def close(self) -> None:
+        self.flush()
+
+
+def visible_objects(store: Store, table: str) -> tuple[list[str], list[tuple[str, str]]]:
+    """Keys of the table's committed objects (in writer, seq order) and the keys left out with why."""
+    objects: dict[tuple[str, int], str] = {}
+    commits: set[tuple[str, int]] = set()
+    skipped: list[tuple[str, str]] = []
+    for info in store.list(layout.metrics_prefix(table)):
+        try:
+            k = layout.parse_metrics_key(info.key)
+        except ValueError as e:
+            skipped.append((info.key, str(e)))
+            continue
+        if k.kind == "object":
+            objects[(k.writer_id, k.seq)] = info.key
+        else:
+            commits.add((k.writer_id, k.seq))
+    for ident in sorted(set(objects) - commits):
+        skipped.append((objects[ident], "no commit record (being written, or its writer died)"))
+    return [objects[i] for i in sorted(objects) if i in commits], skipped
+
+
+def read_metrics(store: Store, table: str, threads: int = 8) -> tuple[pa.Table, list[tuple[str, str]]]:
+    """Every committed row of a metric table, ordered by `created_at` (an empty table when there are none), and the
+    objects left out with why: a malformed object is named, never fatal."""
+    target = schema(table)
+    keys, skipped = visible_objects(store, table)
+
+    def load(key: str) -> pa.Table | str:
+        try:
+            part = pq.read_table(io.BytesIO(store.get(key)))
+            columns = [
+                part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(part.num_rows, f.type)
+                for f in target
+            ]
+            return pa.Table.from_arrays(columns, schema=target)
+        except FileNotFoundError:
+            return "deleted while reading"
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+            return f"cannot be read as this table: {str(e).splitlines()[0]}"
+
+    parts: list[pa.Table] = []
+    if keys:
+        with ThreadPoolExecutor(min(threads, len(keys))) as pool:
+            for key, result in zip(keys, pool.map(load, keys), strict=True):
+                if isinstance(result, str):
+                    skipped.append((key, result))
+                else:
+                    parts.append(result)
+    out = pa.concat_tables(parts) if parts else target.empty_table()
+    return (out.sort_by("created_at") if out.num_rows else out), skipped

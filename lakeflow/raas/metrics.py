@@ -1,0 +1,131 @@
+"""The rollout service's windows of the `rollout_stats` metric table.
+
+Per window (`metrics_window_s`, closed between groups and at exit) and per (model, task type) of
+the groups committed in it: groups, samples, tokens and the seconds spent generating them, reward,
+finish reasons, response lengths; per model: weight pulls (count, bytes, seconds, on the model's
+first row of the window) and the version lag behind LATEST at the window's end.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.episodes import Trajectory
+from lakeflow.tracking import MetricSink
+
+
+@dataclass
+class _Bucket:
+    groups: int = 0
+    samples: int = 0
+    tokens: int = 0
+    gen_s: float = 0.0
+    reward: float = 0.0
+    finish: dict[str, int] = field(default_factory=dict)
+    longest: int = 0
+
+
+@dataclass
+class _Pulls:
+    pulls: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    abandoned: int = 0
+
+
+class RolloutMetrics:
+    """Accumulates one window; `tick` closes it when due, `close` closes the last one and the sink."""
+
+    def __init__(self, sink: MetricSink, raas_id: str, config: RaasConfig) -> None:
+        self.sink = sink
+        self.raas_id = raas_id
+        self.config = config
+        self.latest: dict[str, int | None] = {}  # newest LATEST seen per model
+        self._start = datetime.now(UTC)
+        self._opened = time.monotonic()
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+        self._pulls: dict[str, _Pulls] = {}
+
+    def group(self, task_type: str, trajectories: list[tuple[str, Trajectory]], seconds: float) -> None:
+        """A committed group: its (model id, trajectory) pairs and the seconds it took to generate and score."""
+        models = sorted({m for m, _ in trajectories})
+        for model_id in models:
+            b = self._buckets.setdefault((model_id, task_type), _Bucket())
+            b.groups += 1
+            b.gen_s += seconds / len(models)  # the group's generation time, shared between its models
+            for m, t in trajectories:
+                if m != model_id:
+                    continue
+                b.samples += 1
+                b.tokens += len(t.response_ids)
+                b.reward += float(t.reward)
+                b.finish[t.finish_reason] = b.finish.get(t.finish_reason, 0) + 1
+                b.longest = max(b.longest, len(t.response_ids))
+
+    def pull(self, model_id: str, fetched_bytes: int, seconds: float) -> None:
+        p = self._pulls.setdefault(model_id, _Pulls())
+        p.pulls, p.bytes, p.seconds = p.pulls + 1, p.bytes + fetched_bytes, p.seconds + seconds
+
+    def abandoned(self, model_id: str) -> None:
+        self._pulls.setdefault(model_id, _Pulls()).abandoned += 1
+
+    def tick(self, versions: Mapping[str, int | None], force: bool = False) -> None:
+        """Close the window when `metrics_window_s` has passed (or `force`) and anything happened in it."""
+        if not force and time.monotonic() - self._opened < self.config.metrics_window_s:
+            return
+        now = datetime.now(UTC)
+        models = sorted({m for m, _ in self._buckets} | set(self._pulls))
+        for model_id in models:
+            pulls = self._pulls.get(model_id, _Pulls())
+            keys = sorted(k for k in self._buckets if k[0] == model_id) or [(model_id, "")]
+            for i, key in enumerate(keys):
+                row = self._row(key, self._buckets.get(key, _Bucket()), versions.get(model_id), now)
+                first = i == 0
+                row |= {
+                    "pulls": pulls.pulls if first else 0,
+                    "pull_bytes": pulls.bytes if first else 0,
+                    "pull_s": pulls.seconds if first else 0.0,
+                    "abandoned": pulls.abandoned if first else 0,
+                }
+                self.sink.add(row)
+        if models:
+            self.sink.flush()  # one small object per window
+        self._start, self._opened = now, time.monotonic()
+        self._buckets, self._pulls = {}, {}
+
+    def _row(self, key: tuple[str, str], b: _Bucket, version: int | None, now: datetime) -> dict[str, Any]:
+        model_id, task_type = key
+        latest = self.latest.get(model_id)
+        other = sum(n for reason, n in b.finish.items() if reason not in ("stop", "length"))
+        return {
+            "created_at": now,
+            "window_start": self._start,
+            "model_id": model_id,
+            "raas_id": self.raas_id,
+            "task_type": task_type,
+            "region": self.config.region,
+            "engine": self.config.engine.type,
+            "groups": b.groups,
+            "samples": b.samples,
+            "tokens": b.tokens,
+            "gen_s": b.gen_s,
+            "tokens_per_s": b.tokens / b.gen_s if b.gen_s > 0 else None,
+            "reward_mean": b.reward / b.samples if b.samples else None,
+            "finish_stop": b.finish.get("stop", 0),
+            "finish_length": b.finish.get("length", 0),
+            "finish_other": other,
+            "response_len_mean": b.tokens / b.samples if b.samples else None,
+            "response_len_max": b.longest if b.samples else None,
+            "weights_version": version,
+            "latest_version": latest,
+            "version_lag": latest - version if latest is not None and version is not None else None,
+        }
+
+    def close(self, versions: Mapping[str, int | None]) -> None:
+        self.tick(versions, force=True)
+        self.sink.close()

@@ -1,0 +1,153 @@
+"""Tracker plugins: W&B, TensorBoard and MLflow through their own libraries, imported lazily.
+
+`TRACKERS` maps a name to a factory `(config, run, params) -> Tracker`; `build_tracker` builds one.
+A tracker is one run of that tool: `run` names it (`trainer_steps/policy`, ...), `params` are logged
+once as its configuration. Offline use: W&B with WANDB_MODE=offline (files under `dir/wandb/`),
+TensorBoard event files under `dir/<run>/`, MLflow's file store `file:<dir>` (MLflow 3 refuses its
+file store unless MLFLOW_ALLOW_FILE_STORE is true; lakeflow sets it for a `file:` URI it was given).
+A missing library raises MissingExtraError naming the extra `tracking`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from lakeflow.errors import MissingExtraError
+from lakeflow.tracking.config import TrackerConfig
+
+
+class Tracker(Protocol):
+    """One run of a tracking tool."""
+
+    def log(self, values: Mapping[str, float], step: int, wall_time: float | None = None) -> None:
+        """Scalars at `step` (wall_time: Unix seconds, default now)."""
+
+    def close(self) -> None:
+        """Flush and finish the run."""
+
+
+def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = str(value)
+    return out
+
+
+class TensorBoardTracker:
+    """Event files written with tensorboard's own writer (no torch, no TensorFlow)."""
+
+    def __init__(self, config: TrackerConfig, run: str, params: Mapping[str, Any]) -> None:
+        try:
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.compat.proto.summary_pb2 import Summary
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError as e:
+            raise MissingExtraError("tensorboard", "tracking") from e
+        self._event, self._summary = Event, Summary
+        self.logdir = str(Path(config.dir) / run)
+        self._writer = EventFileWriter(self.logdir)
+        if params:
+            text = "\n".join(f"{k}: {v}" for k, v in sorted(_flat(params).items()))
+            self._writer.add_event(Event(wall_time=time.time(), file_version="brain.Event:2"))
+            self._writer.add_event(Event(wall_time=time.time(), step=0, summary=_text(Summary, "config", text)))
+
+    def log(self, values: Mapping[str, float], step: int, wall_time: float | None = None) -> None:
+        summary = self._summary(value=[self._summary.Value(tag=k, simple_value=v) for k, v in values.items()])
+        self._writer.add_event(self._event(wall_time=wall_time or time.time(), step=step, summary=summary))
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+def _text(summary: Any, tag: str, text: str) -> Any:
+    from tensorboard.compat.proto.summary_pb2 import SummaryMetadata
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.types_pb2 import DT_STRING
+
+    meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+    tensor = TensorProto(dtype=DT_STRING, string_val=[text.encode()])
+    return summary(value=[summary.Value(tag=tag, metadata=meta, tensor=tensor)])
+
+
+class MlflowTracker:
+    """One MLflow run in experiment `project`, through MlflowClient (no global active run)."""
+
+    def __init__(self, config: TrackerConfig, run: str, params: Mapping[str, Any]) -> None:
+        try:
+            from mlflow.entities import Metric, Param, RunTag
+            from mlflow.tracking import MlflowClient
+        except ImportError as e:
+            raise MissingExtraError("mlflow", "tracking") from e
+        self._metric = Metric
+        uri = config.dir if "://" in config.dir or config.dir.startswith("file:") else None
+        if uri is None:
+            uri = f"file:{os.path.abspath(config.dir)}"
+        if uri.startswith("file:"):  # MLflow 3 keeps the file store behind this switch
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        experiment = self.client.get_experiment_by_name(config.project)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(config.project)
+        tags = {"lakeflow.run": run, **({"group": config.group} if config.group else {})}
+        self.run_id = self.client.create_run(experiment_id, run_name=run.replace("/", "-"), tags=tags).info.run_id
+        flat = [Param(k[:250], v[:6000]) for k, v in sorted(_flat(params).items())]
+        if flat:
+            self.client.log_batch(self.run_id, params=flat, tags=[RunTag("lakeflow.params", str(len(flat)))])
+
+    def log(self, values: Mapping[str, float], step: int, wall_time: float | None = None) -> None:
+        ms = int((wall_time or time.time()) * 1000)
+        metrics = [self._metric(k, v, ms, step) for k, v in values.items()]
+        for start in range(0, len(metrics), 1000):  # MLflow's batch limit
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + 1000])
+
+    def close(self) -> None:
+        self.client.set_terminated(self.run_id)
+
+
+class WandbTracker:
+    """One W&B run (WANDB_MODE=offline writes it under `dir/wandb/` for a later `wandb sync`)."""
+
+    def __init__(self, config: TrackerConfig, run: str, params: Mapping[str, Any]) -> None:
+        try:
+            import wandb
+        except ImportError as e:
+            raise MissingExtraError("wandb", "tracking") from e
+        os.makedirs(config.dir, exist_ok=True)
+        self.run = wandb.init(
+            project=config.project,
+            dir=config.dir,
+            name=run,
+            group=config.group,
+            config=dict(params),
+            reinit="create_new",  # export opens several runs in one process
+        )
+
+    def log(self, values: Mapping[str, float], step: int, wall_time: float | None = None) -> None:
+        self.run.log(dict(values), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+TRACKERS: dict[str, Callable[[TrackerConfig, str, Mapping[str, Any]], Tracker]] = {
+    "tensorboard": TensorBoardTracker,
+    "mlflow": MlflowTracker,
+    "wandb": WandbTracker,
+}
+
+
+def build_tracker(config: TrackerConfig, run: str, params: Mapping[str, Any] | None = None) -> Tracker:
+    """The tracker named by `config.type`, as one run named `run`."""
+    try:
+        factory = TRACKERS[config.type]
+    except KeyError as e:
+        raise ValueError(f"unknown tracker {config.type!r}; known: {', '.join(sorted(TRACKERS))}") from e
+    return factory(config, run, params or {})
