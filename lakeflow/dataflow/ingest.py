@@ -70,7 +70,8 @@ class Ingestor:
             if part is not None:
                 parts.append(part)
         if parts:
-            result = self.catalog.ingest(pa.concat_tables(parts))
+            # permissive: a writer's schema may differ in nullability (or be a subset); the rules ran already
+            result = self.catalog.ingest(pa.concat_tables(parts, promote_options="permissive"))
             stats.samples += result.rows
             if result.duplicates:
                 self.quarantine(
