@@ -21,10 +21,11 @@ from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
-from lakeflow.lake.quarantine import read_quarantine
+from lakeflow.lake.quarantine import GROUP_SOURCE, read_quarantine
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
 
+_ROWS = pa.schema([("file", pa.string()), ("row", pa.int64())])
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 
 
@@ -75,10 +76,11 @@ def connect_lake(
     `memory_limit` (DuckDB's syntax, e.g. '4GB') bounds the query's memory: past it, it fails.
 
     The view holds what the dataflow process ingests: shards whose commit record passes the ingest's
-    checks, less what it quarantined (whole shards, and rows by sample id; a shard whose quarantined
-    rows are not all named is left out whole). Everything left out is in `LakeQuery.skipped`."""
+    checks, less what it quarantined: whole shards, rows of a shard by sample id (a shard whose
+    quarantined rows are not all named is left out whole), and the samples of quarantined groups.
+    Everything left out is in `LakeQuery.skipped`."""
     shards, skipped = LakeReader(store).visible_shards()
-    shards, excluded_ids = _apply_quarantine(store, shards, skipped)
+    shards, bad_rows, bad_ids = _apply_quarantine(store, shards, skipped)
     con = _new_connection(threads, memory_limit)
     s3 = store.s3_access()
     if s3 is not None:
@@ -89,9 +91,14 @@ def connect_lake(
     else:
         urls = []
         _register_arrow(con, store, shards, skipped)
+    files = dict(zip(shards, urls, strict=True)) if urls else {s: s for s in shards}  # what `filename` says
     if urls:
         urls = _drop_unreadable(con, urls, shards, skipped)
-    con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(excluded_ids), pa.string())}))
+    rows = sorted((files[shard], sid) for shard, sid in bad_rows if shard in files)
+    con.register(
+        "_quarantined_rows", pa.table({"file": [f for f, _ in rows], "row": [r for _, r in rows]}, schema=_ROWS)
+    )
+    con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(bad_ids), pa.string())}))
     _create_views(con, urls)
     skipped += create_metric_views(con, store)  # trainer_steps, rollout_stats, dataflow_stats, eval
     for name, table in (tables or {}).items():
@@ -113,21 +120,30 @@ def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]
     return paths
 
 
-def _apply_quarantine(store: Store, shards: list[str], skipped: list[tuple[str, str]]) -> tuple[list[str], set[str]]:
-    """The shards the dataflow did not reject whole, and the ids of rows it rejected one by one."""
+def _apply_quarantine(
+    store: Store, shards: list[str], skipped: list[tuple[str, str]]
+) -> tuple[list[str], set[tuple[str, int]], set[str]]:
+    """The shards the dataflow did not reject whole; the (shard, row position) rows it rejected one by
+    one (not by id: a hostile row may copy an honest sample's id); the ids of rejected groups.
+    Records about the catalog (duplicates and late samples of ids it already holds) remove nothing."""
     records, bad = read_quarantine(store)
     skipped += bad
     dropped: dict[str, str] = {}
+    rows: set[tuple[str, int]] = set()
     ids: set[str] = set()
     in_view = set(shards)
     for record in records:
-        if record.sample_ids and record.complete:
-            ids.update(record.sample_ids)  # rows of a shard, or of a group (which may span shards)
-        elif record.source in in_view:
+        if record.source.startswith(GROUP_SOURCE) and record.complete:
+            ids.update(record.sample_ids)
+        elif record.source not in in_view:
+            continue
+        elif record.positions and record.complete:
+            rows.update((record.source, position) for position in record.positions)
+        else:
             why = record.reason if record.whole else f"{record.rows} rows quarantined ({record.reason}), not all named"
             dropped[record.source] = f"quarantined by the dataflow: {why}"
     skipped += list(dropped.items())
-    return [s for s in shards if s not in dropped], ids
+    return [s for s in shards if s not in dropped], rows, ids
 
 
 def _new_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -172,9 +188,12 @@ def _register_arrow(
     tables = []
     for key in shards:
         try:
-            tables.append(pq.read_table(store.open_read(key)))
+            table = pq.read_table(store.open_read(key))
         except (pa.ArrowInvalid, OSError) as e:
             skipped.append((key, f"cannot be read as Parquet: {e}"))
+            continue
+        table = table.append_column("filename", pa.array([key] * table.num_rows, pa.string()))
+        tables.append(table.append_column("file_row_number", pa.array(range(table.num_rows), pa.int64())))
     if tables:
         con.register("_shards", pa.concat_tables(tables, promote_options="default"))
 
@@ -201,16 +220,21 @@ def _drop_unreadable(
 def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
     con.sql(read_sql("trajectories.sql").replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
     if urls:
-        source = f"read_parquet({_list(urls)}, hive_partitioning = false)"
+        source = f"read_parquet({_list(urls)}, hive_partitioning = false, filename = true, file_row_number = true)"
     elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:
         source = "_shards"
     else:
         source = "_empty"
-    columns = ", ".join(r[0] for r in con.sql("DESCRIBE _empty").fetchall())
-    con.sql(
-        f"CREATE VIEW trajectories AS SELECT {columns} FROM {source} "
-        "WHERE sample_id NOT IN (SELECT sample_id FROM _quarantined_ids)"
-    )
+    names = [r[0] for r in con.sql("DESCRIBE _empty").fetchall()]
+    columns = ", ".join(f"t.{n}" for n in names)
+    if source == "_empty":
+        con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM _empty t")
+    else:
+        con.sql(
+            f"CREATE VIEW trajectories AS SELECT {columns} FROM {source} t "
+            "ANTI JOIN _quarantined_rows q ON t.filename = q.file AND t.file_row_number = q.row "
+            "ANTI JOIN _quarantined_ids USING (sample_id)"
+        )
     # `samples`: the metadata of every committed sample (what the dataflow catalog indexes).
     con.sql(f"CREATE VIEW samples AS SELECT {', '.join(METADATA_COLUMNS)} FROM trajectories")
 

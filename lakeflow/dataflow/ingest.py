@@ -109,7 +109,8 @@ class Ingestor:
         bad = np.zeros(table.num_rows, dtype=bool)
         ids = table.column("sample_id").to_numpy(zero_copy_only=False)
         for reason, mask in row_problems(table, model.vocab_size, newest):
-            self.quarantine(commit.shard, int(mask.sum()), reason, now, list(ids[mask]), stats)
+            rows = np.flatnonzero(mask).tolist()
+            self.quarantine(commit.shard, len(rows), reason, now, list(ids[mask]), stats, positions=rows)
             bad |= mask
         out = table.select(INGEST_COLUMNS)
         shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
@@ -125,9 +126,11 @@ class Ingestor:
         now: datetime,
         sample_ids: list[Any],
         stats: IngestStats | None = None,
+        positions: list[int] | None = None,
     ) -> None:
-        """Record rejected input in the catalog and under `_quarantine/` (the record names the ids)."""
+        """Record rejected input in the catalog and under `_quarantine/` (the record names the ids and,
+        for rows of a shard, their positions in it)."""
         if stats is not None:
             stats.quarantined[reason.split(":")[0]] += max(rows, 1)
         self.catalog.quarantine(source, rows, reason, now)
-        write_quarantine(self.store, source, rows, reason, now, sample_ids)
+        write_quarantine(self.store, source, rows, reason, now, sample_ids, positions or [])

@@ -33,7 +33,8 @@ from lakeflow.errors import PolicyError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
-from lakeflow.weights.manifest import read_latest
+from lakeflow.lake.quarantine import GROUP_SOURCE
+from lakeflow.weights.manifest import latest_version, read_latest
 
 log = logging.getLogger("lakeflow.dataflow")
 
@@ -124,9 +125,14 @@ class DataflowService:
             self.lease.renew()
         now = datetime.now(UTC)
         for model in self.config.models:
-            latest = read_latest(self.store, model.id)
-            if latest is not None:
-                self.catalog.set_weights_version(model.id, latest[0].version)
+            # The manifests decide (a LATEST deleted or moved back must not make honest new samples look
+            # too new); the pointer only where no manifest exists.
+            version = latest_version(self.store, model.id)
+            if version is None:
+                pointer = read_latest(self.store, model.id)
+                version = pointer[0].version if pointer else None
+            if version is not None:
+                self.catalog.set_weights_version(model.id, version)
         self.cursor, stats = self.ingestor.ingest(self.cursor, self.config.loop.ingest_commits)
         self.counters.commits += stats.commits
         self.counters.samples += stats.samples
@@ -156,7 +162,7 @@ class DataflowService:
         now = datetime.now(UTC)
         for group_id, n, ids in self.catalog.drop_oversized(model.id, model.n_samples):
             reason = f"group has {n} samples, more than n_samples ({model.n_samples})"
-            self.ingestor.quarantine(f"group:{model.id}/{group_id}", n, reason, now, ids)
+            self.ingestor.quarantine(f"{GROUP_SOURCE}{model.id}/{group_id}", n, reason, now, ids)
             self.counters.quarantined["group has more samples than n_samples"] += n
         if not self.catalog.stage_complete(model.id, model.n_samples):
             return False

@@ -73,7 +73,7 @@ class CommitRecord(BaseModel):
             return f"the key names writer {commit.writer_id} seq {commit.seq}, the record {self.writer_id} {self.seq}"
         if self.rows > MAX_SHARD_ROWS or self.size > MAX_SHARD_BYTES:
             return (
-                f"{self.rows:,} rows / {self.size:,} bytes is over the limit ({MAX_SHARD_ROWS:,} / {MAX_SHARD_BYTES:,})"
+                f"{self.rows:,} rows / {self.size:,} bytes: over {MAX_SHARD_ROWS:,} rows or {MAX_SHARD_BYTES:,} bytes"
             )
         if not self.row_groups or min(self.row_groups) < 1 or sum(self.row_groups) != self.rows:
             return f"row groups {self.row_groups[:8]} do not add up to {self.rows} rows"

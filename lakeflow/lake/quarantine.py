@@ -14,6 +14,7 @@ from lakeflow.io import Store
 from lakeflow.lake import layout
 
 MAX_IDS = 10_000  # sample ids kept per record; a record of more rows names only the first ones
+GROUP_SOURCE = "group:"  # source prefix of a rejected group (`group:<model>/<group id>`), which may span shards
 
 
 class QuarantineRecord(BaseModel):
@@ -26,22 +27,32 @@ class QuarantineRecord(BaseModel):
     reason: str = Field(description="Why, in one line.")
     at: datetime = Field(description="When the dataflow process rejected it (UTC).")
     sample_ids: list[str] = Field(default_factory=list, description="Ids of the rejected rows (at most MAX_IDS).")
+    positions: list[int] = Field(
+        default_factory=list, description="Rows of a rejected shard's rows, by position in the shard (at most MAX_IDS)."
+    )
 
     @property
     def whole(self) -> bool:
-        """True when the whole source was rejected (no row ids: a commit or an entire shard)."""
-        return not self.sample_ids
+        """True when the whole source was rejected (nothing named: a commit or an entire shard)."""
+        return not self.sample_ids and not self.positions
 
     @property
     def complete(self) -> bool:
-        """True when every rejected row is named."""
-        return len(self.sample_ids) >= self.rows
+        """True when every rejected row is named by its position (rows of a shard) or its id (a group)."""
+        return len(self.positions) >= self.rows or (not self.positions and len(self.sample_ids) >= self.rows)
 
 
-def write_quarantine(store: Store, source: str, rows: int, reason: str, at: datetime, ids: list[Any]) -> str:
+def write_quarantine(
+    store: Store, source: str, rows: int, reason: str, at: datetime, ids: list[Any], positions: list[int] | None = None
+) -> str:
     """Write one record under a key unique to (source, reason, time); returns the key."""
     record = QuarantineRecord(
-        source=source, rows=rows, reason=reason, at=at, sample_ids=[str(i) for i in ids[:MAX_IDS]]
+        source=source,
+        rows=rows,
+        reason=reason,
+        at=at,
+        sample_ids=[str(i) for i in ids[:MAX_IDS] if i is not None],
+        positions=(positions or [])[:MAX_IDS],
     )
     digest = hashlib.sha256(f"{source}\n{reason}".encode()).hexdigest()[:12]
     key = layout.quarantine_key(at, f"{source}-{digest}-{at:%H%M%S%f}")

@@ -1,0 +1,453 @@
+"""A corpus of hostile and malformed objects, each planted beside honest data in a lake, then run past
+every reader: the dataflow process, `lakeflow sql`, `status`, the report, and (for weights) what a
+trainer resumes from and what a rollout service pulls. Each is quarantined, refused or ignored with a
+reason; no reader dies; every honest object beside it, written before and after, is still processed.
+The table in docs/hostile-inputs.md is written from this file's cases once they all pass
+(LAKEFLOW_WRITE_DOCS=1) and checked against it otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from lakeflow.catalog import connect_lake
+from lakeflow.dataflow.service import DataflowService
+from lakeflow.dataflow.status import lake_status, render_status
+from lakeflow.errors import LakeflowError
+from lakeflow.io import Store, open_store
+from lakeflow.lake import layout, write_samples
+from lakeflow.report.data import gather
+from lakeflow.weights import latest_version, publish, pull, read_manifest
+from lakeflow.weights.tensors import load_state, state_sha256
+from tests.dataflow.helpers import config, group
+from tests.hostile import planting as p
+from tests.weights.weight_states import adam_step, make_state
+
+HONEST = 8  # rows written before the hostile object (2 groups) ...
+LATER = 4  # ... and after it (1 group): a hostile object must not hide later commits
+DOC = Path(__file__).resolve().parents[2] / "docs" / "hostile-inputs.md"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # what is planted
+    plant: Callable[[Store, Path], object]
+    dataflow: str | None  # a quarantine reason it must give (None: nothing quarantined)
+    sql: str | None = None  # why `lakeflow sql` leaves it out (a `skipped` reason), if it shows up there
+    extra_rows: int = 0  # rows of the planted object that are honest after all (ingested and shown)
+    outcome: str = ""  # the table's last column
+
+
+def _latest(store: Store, version: int) -> None:
+    store.put(layout.latest_weights_key("policy"), json.dumps({"version": version, "publisher": "x"}).encode())
+
+
+CASES = [
+    # --- commit records --------------------------------------------------------------------------
+    Case(
+        "commit naming ../../../../etc/passwd",
+        lambda s, t: p.commit_raw(s, b"x", 1, shard="../../../../etc/passwd"),
+        "not a trajectory shard key",
+        "not a trajectory shard key",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit naming an absolute path",
+        lambda s, t: p.commit_raw(s, b"x", 1, shard="/etc/passwd"),
+        "not a trajectory shard key",
+        "not a trajectory shard key",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit whose shard key climbs out of its partition",
+        lambda s, t: p.commit_raw(
+            s, b"x", 1, shard="trajectories/model=policy/date=2026-01-01/../../x-00000001.parquet"
+        ),
+        "invalid writer id",
+        "invalid writer id",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit naming another writer's shard",
+        lambda s, t: p.commit_raw(s, b"x", 1, shard=layout.shard_key("policy", datetime.now(UTC), "raas-good", 0)),
+        "as the record says",
+        "as the record says",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit for another model's partition",
+        lambda s, t: p.commit_table(s, p.good_table(), model="other", model_id="policy"),
+        "as the record says",
+        "as the record says",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit record of garbage bytes",
+        lambda s, t: p.commit_bytes(s, b"\x00\xff garbage {"),
+        "is not valid",
+        "is not valid",
+        outcome="refused",
+    ),
+    Case(
+        "commit record that is a JSON list",
+        lambda s, t: p.commit_bytes(s, b"[1, 2, 3]"),
+        "is not valid",
+        "is not valid",
+        outcome="refused",
+    ),
+    Case(
+        "commit record of 100 kB",
+        lambda s, t: p.commit_bytes(s, b"{" + b" " * 100_000 + b"}"),
+        "too large for a commit record",
+        "too large for a commit record",
+        outcome="refused unread",
+    ),
+    Case(
+        "commit with a wrong SHA-256",
+        lambda s, t: p.commit_table(s, p.good_table(), sha256="0" * 64),
+        "does not match its commit record",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "commit with a wrong size",
+        lambda s, t: p.commit_table(s, p.good_table(), size=5),
+        "does not match its commit record",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "commit claiming fewer rows than the shard holds",
+        lambda s, t: p.commit_table(s, p.good_table(), rows=3, row_groups=[3]),
+        "shard has 4 rows",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "commit whose row groups do not add up",
+        lambda s, t: p.commit_table(s, p.good_table(), row_groups=[1, 1]),
+        "do not add up",
+        "do not add up",
+        outcome="refused",
+    ),
+    Case(
+        "commit with a version range upside down",
+        lambda s, t: p.commit_table(s, p.good_table(), min_policy_version=9, max_policy_version=1),
+        "not a valid range",
+        "not a valid range",
+        outcome="refused",
+    ),
+    Case(
+        "commit claiming 10^9 rows",
+        lambda s, t: p.commit_table(s, p.good_table(), rows=10**9, row_groups=[10**9]),
+        "over 1,048,576 rows",
+        "over 1,048,576 rows",
+        outcome="refused",
+    ),
+    Case(
+        "commit of a shard that does not exist",
+        lambda s, t: p.commit_raw(s, b"PAR1", 4, write_shard=False),
+        "committed but missing",
+        "quarantined by the dataflow",
+        outcome="quarantined",
+    ),
+    Case(
+        "commit stamped in the year 2100",
+        lambda s, t: p.commit_table(s, p.good_table(), when=datetime(2100, 1, 1, tzinfo=UTC)),
+        "ahead of this clock",
+        None,
+        outcome="left for later; honest commits after it still read",
+    ),
+    Case(
+        "commit stamped a day ago",
+        lambda s, t: p.commit_table(s, p.good_table(), when=datetime.now(UTC) - p.days(1)),
+        None,
+        extra_rows=4,
+        outcome="ingested (honest data with an old stamp)",
+    ),
+    Case(
+        "an old commit replayed under a new key",
+        lambda s, t: _replay(s),
+        "sample_id already ingested",
+        outcome="duplicates quarantined; shard shown once",
+    ),
+    Case(
+        "an object under _commits/ that is not a commit key",
+        lambda s, t: s.put("_commits/evil.json", b"{}"),
+        None,
+        "not a commit record key",
+        outcome="ignored",
+    ),
+    Case(
+        "commit for a model not in the run",
+        lambda s, t: p.commit_table(
+            s, p.replace(p.good_table(), "model_id", ["intruder"] * 4), model="intruder", model_id="intruder"
+        ),
+        "not in this run's config",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    # --- shard contents ------------------------------------------------------------------------------
+    Case(
+        "shard that is not Parquet",
+        lambda s, t: p.commit_raw(s, os.urandom(2048), 4),
+        "cannot be read as Parquet",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "truncated Parquet shard",
+        lambda s, t: p.commit_raw(s, p.parquet(p.good_table())[:-300], 4),
+        "cannot be read as Parquet",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "decompression bomb (300 MB of text in 4 rows)",
+        lambda s, t: p.commit_table(s, p.bomb_table(300)),
+        "would decode to",
+        "quarantined by the dataflow",
+        outcome="refused before decompressing",
+    ),
+    Case(
+        "NaN reward",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "reward", [float("nan")] * 4)),
+        "reward is NaN or infinite",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "policy_version -3",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "policy_version", [-3] * 4)),
+        "is negative",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "version newer than the newest published one",
+        lambda s, t: p.commit_table(s, p.good_table(version=50)),
+        "newer than the newest published",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "token id outside the vocabulary",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "response_ids", [[4, 99999]] * 4)),
+        "outside [0, 1000)",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "duplicate sample ids in one shard",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "sample_id", ["same"] * 4)),
+        "duplicate sample_id",
+        extra_rows=1,
+        outcome="the first copy kept, the others quarantined",
+    ),
+    Case(
+        "null sample id",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "sample_id", [None] * 4)),
+        "sample_id is null",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "reward column of the wrong type",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "reward", ["1"] * 4, p.pa.string())),
+        "has type",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "group with more samples than n_samples",
+        lambda s, t: p.commit_table(s, p.good_table(n=6)),
+        "more than n_samples",
+        outcome="group quarantined, never served",
+    ),
+    Case(
+        "sample of 1.1M tokens",
+        lambda s, t: p.commit_table(s, p.long_table(1_100_000)),
+        "over 1,048,576 tokens",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "extra holding JSON nested 10,000 deep",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "extra", [p.nested_json(10_000)] * 4)),
+        None,
+        extra_rows=4,
+        outcome="ingested: stored as text, never parsed by lakeflow",
+    ),
+    Case(
+        "a local lake's shard that is a symbolic link",
+        lambda s, t: _symlink(s, t),
+        "committed but missing",
+        "quarantined by the dataflow",
+        outcome="not an object of the lake",
+    ),
+    # --- weights, heartbeats ------------------------------------------------------------------------
+    Case(
+        "LATEST deleted",
+        lambda s, t: s.delete(layout.latest_weights_key("policy")),
+        None,
+        outcome="newest version from the manifests",
+    ),
+    Case(
+        "LATEST of garbage",
+        lambda s, t: s.put(layout.latest_weights_key("policy"), b"\x00"),
+        None,
+        outcome="newest version from the manifests",
+    ),
+    Case(
+        "LATEST moved back to version 0", lambda s, t: _latest(s, 0), None, outcome="newest version from the manifests"
+    ),
+    Case(
+        "LATEST pointing at version 99", lambda s, t: _latest(s, 99), None, outcome="newest version from the manifests"
+    ),
+    Case(
+        "a garbage manifest for version 7",
+        lambda s, t: s.put(layout.weights_manifest_key("policy", 7), b"{oops"),
+        None,
+        outcome="skipped",
+    ),
+    Case(
+        "newest version's weights corrupted",
+        lambda s, t: _corrupt_newest(s),
+        None,
+        outcome="pull refused (checksum); nothing loaded",
+    ),
+    Case(
+        "safetensors header claiming 2^60 bytes",
+        lambda s, t: _huge_header(s),
+        None,
+        outcome="pull refused; nothing loaded",
+    ),
+    Case(
+        "rollout heartbeat that is a JSON list",
+        lambda s, t: s.put(layout.raas_stats_key("raas-evil"), b"[1]"),
+        None,
+        outcome="ignored by status and report",
+    ),
+    Case(
+        "rollout heartbeat of 2 MB",
+        lambda s, t: s.put(layout.raas_stats_key("raas-big"), b" " * (2 << 20)),
+        None,
+        outcome="not read",
+    ),
+]
+WEIGHT_CASES = {"newest version's weights corrupted", "safetensors header claiming 2^60 bytes"}
+
+
+def _replay(store: Store) -> None:
+    commits = [i.key for i in store.list(layout.COMMITS)]
+    record = json.loads(store.get(commits[0]))
+    key = layout.commit_key(datetime.now(UTC), record["writer_id"], record["seq"])
+    store.put(key, json.dumps(record).encode())
+
+
+def _symlink(store: Store, tmp: Path) -> None:
+    outside = tmp / "outside.parquet"
+    outside.write_bytes(p.parquet(p.good_table()))
+    p.symlink_shard(store, str(outside))
+
+
+def _newest_full_file(store: Store) -> str:
+    version = latest_version(store, "policy")
+    assert version is not None
+    return read_manifest(store, "policy", version).weights[0].key
+
+
+def _corrupt_newest(store: Store) -> None:
+    key = _newest_full_file(store)
+    data = bytearray(store.get(key))
+    data[-10:] = b"\xff" * 10
+    store.put(key, bytes(data))
+
+
+def _huge_header(store: Store) -> None:
+    key = _newest_full_file(store)
+    store.put(key, (1 << 60).to_bytes(8, "little") + b"{}")
+
+
+def build_lake(root: Path) -> Store:
+    store = open_store(str(root / "lake"))
+    write_samples(store, group("policy", [1, 0, 1, 0], 1) + group("policy", [0, 0, 1, 1], 1), "raas-good")
+    states = [make_state(0)]
+    states.append(adam_step(states[0], 0))
+    states.append(adam_step(states[1], 1))
+    for s in states:
+        publish(store, "policy", s, full_every=2)  # 0 full, 1 delta, 2 full
+    return store
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_input(case: Case, tmp_path: Path) -> None:
+    store = build_lake(tmp_path)
+    case.plant(store, tmp_path)
+    write_samples(store, group("policy", [1, 1, 0, 0], 2), "raas-good")  # honest data after the attack
+    honest = HONEST + LATER + case.extra_rows
+
+    service = DataflowService(store, config(n_samples=4, prompts_per_step=1, vocab_size=1000))
+    service.start()
+    service.run(iterations=3)
+    reasons = list(service.counters.quarantined)
+    if case.dataflow is None:
+        assert not reasons, reasons
+    else:
+        assert any(case.dataflow in r for r in reasons) or _quarantine_says(store, case.dataflow), reasons
+    kept = service.catalog.sql(
+        "SELECT (SELECT coalesce(sum(n), 0) FROM groups WHERE kept) + (SELECT coalesce(sum(n), 0) FROM pending) AS n"
+    )
+    assert kept.column("n")[0].as_py() == honest  # honest samples in kept groups or waiting for their group
+    service.close()
+
+    lake = connect_lake(store)
+    assert lake.sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py() == honest
+    if case.sql is not None:
+        assert any(case.sql in why for _, why in lake.skipped), lake.skipped
+
+    render_status(lake_status(store))  # neither may raise
+    gather(store)
+
+    assert latest_version(store, "policy") == 2  # what a trainer resumes from and a rollout service pulls
+    dest = str(tmp_path / "pulled")
+    if case.name in WEIGHT_CASES:
+        with pytest.raises((LakeflowError, ValueError)):
+            pull(store, "policy", dest)
+        assert not os.path.exists(os.path.join(dest, "model.safetensors"))  # nothing half-loaded
+    else:
+        result = pull(store, "policy", dest)
+        assert result.version == 2
+        assert state_sha256(load_state(dest)) == read_manifest(store, "policy", 2).state_sha256
+
+
+def _quarantine_says(store: Store, text: str) -> bool:
+    from lakeflow.lake.quarantine import read_quarantine
+
+    return any(text in r.reason for r in read_quarantine(store)[0])
+
+
+def test_the_table_in_the_docs_is_this_corpus() -> None:
+    lines = [
+        "# Hostile and malformed input",
+        "",
+        "Generated by `tests/hostile/test_corpus.py` (regenerate with `LAKEFLOW_WRITE_DOCS=1 pytest "
+        "tests/hostile`). Each input is planted beside honest data, written before and after it, and run",
+        "past the dataflow process, `lakeflow sql`, `lakeflow status`, the report, and what a trainer resumes",
+        "from and a rollout service pulls. In every row: no process dies, every honest row is ingested and",
+        "shown by `lakeflow sql`, and the newest published weights are pulled and verified (or, where the",
+        "weights themselves are attacked, the pull is refused and nothing is loaded).",
+        "",
+        f"{len(CASES)} inputs.",
+        "",
+        "| input | dataflow process | `lakeflow sql` | outcome |",
+        "|---|---|---|---|",
+    ]
+    for c in CASES:
+        flow = f"quarantined: “{c.dataflow}”" if c.dataflow else "nothing quarantined"
+        sql = f"left out: “{c.sql}”" if c.sql else ("shown" if c.extra_rows else "not shown" if c.dataflow else "—")
+        lines.append(f"| {c.name} | {flow} | {sql} | {c.outcome} |")
+    text = "\n".join(lines) + "\n"
+    if os.environ.get("LAKEFLOW_WRITE_DOCS"):
+        DOC.write_text(text)
+    assert DOC.read_text() == text, "docs/hostile-inputs.md is out of date: rerun with LAKEFLOW_WRITE_DOCS=1"
