@@ -129,5 +129,31 @@ class RunConfig(_Strict):
 
 
 def load_run_config(path: str | Path) -> RunConfig:
-    """Parse and validate a run config (YAML or JSON); errors name the key and the file."""
-    return load_config_file(RunConfig, path)
+    """Parse and validate a run config (YAML or JSON); errors name the key and the file. Relative paths of
+    dataset files and policy files are taken from the config file's folder when the file is there (else
+    from the working directory, as before), so a job runs from any directory."""
+    config = load_config_file(RunConfig, path)
+    base = Path(path).resolve().parent
+    models = []
+    for m in config.models:
+        flow = dict(m.dataflow)
+        dataset = flow.get("dataset")
+        if isinstance(dataset, dict) and dataset.get("type") == "file":
+            flow["dataset"] = {**dataset, "path": _rebase(str(dataset.get("path", "")), base)}
+        policies = flow.get("policies")
+        if isinstance(policies, dict):
+            flow["policies"] = {k: _rebase(v, base) if str(v).endswith(".sql") else v for k, v in policies.items()}
+        update: dict[str, Any] = {"dataflow": flow}
+        if m.eval is not None and getattr(m.eval.dataset, "type", None) == "file":
+            eval_set = m.eval.dataset.model_copy(update={"path": _rebase(m.eval.dataset.path, base)})  # type: ignore[union-attr]
+            update["eval"] = m.eval.model_copy(update={"dataset": eval_set})
+        models.append(m.model_copy(update=update))
+    return config.model_copy(update={"models": models})
+
+
+def _rebase(path: str, base: Path) -> str:
+    """`path` under `base` when it is relative and the file exists there; else `path` unchanged."""
+    if not path or "://" in path or Path(path).is_absolute():
+        return path
+    candidate = base / path
+    return str(candidate) if candidate.exists() else path

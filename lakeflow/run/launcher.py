@@ -144,11 +144,20 @@ class Launcher:
 
     def start(self) -> None:
         self.components = self.plan()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for c in self.components:
+            self.restart(c)
+
+    def restart(self, c: Component) -> None:
+        """Start (or start again, after it died) one component's process, appending to its log."""
+        if c.log is None or c.log.closed:
             c.log_path.parent.mkdir(parents=True, exist_ok=True)
             c.log = open(c.log_path, "ab")  # noqa: SIM115 - closed in stop()
-            c.process = subprocess.Popen(c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=self._env(env, c.role))
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # its own session: a signal for the process group reaches its children (vLLM workers), nothing else
+        c.process = subprocess.Popen(
+            c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=self._env(env, c.role), start_new_session=True
+        )
+        c.done = False
 
     def _env(self, env: dict[str, str], role: str) -> dict[str, str]:
         """`env` with only the AWS profile of `role` when the config names one (least privilege)."""
@@ -159,17 +168,21 @@ class Launcher:
         return {**{k: v for k, v in env.items() if k not in keys}, "AWS_PROFILE": profile}
 
     def poll(self) -> str | None:
-        """'done' when every trainer finished, 'failed: …' when a process died, else None."""
+        """'done' when every trainer (and evaluation) finished, else 'failed: …' when a process died, else
+        None. A process that dies after the run is done does not turn it into a failure."""
+        failure = None
         for c in self.components:
             code = c.process.poll() if c.process else None
             if code is None:
                 continue
             if code == 0 and c.name.startswith(("train-", "eval-")):
                 c.done = True
-            elif not self._stopping:
-                return f"failed: {c.name} exited with {code}; last lines of {c.log_path}:\n{_tail(c.log_path)}"
-        trainers = [c for c in self.components if c.name.startswith(("train-", "eval-"))]  # evals: version `steps`
-        return "done" if trainers and all(c.done for c in trainers) else None
+            elif failure is None and not self._stopping:
+                failure = f"failed: {c.name} exited with {code}; last lines of {c.log_path}:\n{_tail(c.log_path)}"
+        finishers = [c for c in self.components if c.name.startswith(("train-", "eval-"))]  # evals: version `steps`
+        if finishers and all(c.done for c in finishers):
+            return "done"
+        return failure
 
     def progress(self) -> dict[str, Progress]:
         """Per model: newest published version, latest trainer step's reward and wait fraction."""
