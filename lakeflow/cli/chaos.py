@@ -8,8 +8,7 @@ from pathlib import Path
 import click
 
 from lakeflow.cli.common import open_lake
-from lakeflow.errors import ConfigError
-from lakeflow.run import load_run_config
+from lakeflow.cli.run import load_job
 from lakeflow.text import text_table
 
 
@@ -48,13 +47,7 @@ def chaos(
     bit-exact, the run complete. Exit 1 if any of it broke."""
     from lakeflow.run.chaos import chaos_config, run_chaos
 
-    try:
-        config = load_run_config(config_path)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
-    if engine is not None:
-        config = config.with_engine(engine)
-    config = chaos_config(config, steps)
+    config = chaos_config(load_job(config_path, engine), steps)
     directory = Path(run_dir or Path("runs") / f"{config.name}-chaos-{seed}")
     url = lake_url or str(directory / "lake")
     store = open_lake(url, endpoint_url)

@@ -13,9 +13,18 @@ from tqdm import tqdm
 from lakeflow.cli.common import open_lake, tracker_options
 from lakeflow.errors import ConfigError
 from lakeflow.run import Launcher, load_run_config
-from lakeflow.run.config import AutoscaleConfig
+from lakeflow.run.config import AutoscaleConfig, RunConfig
 from lakeflow.run.observe import with_tracker
 from lakeflow.tracking.config import parse_tracker
+
+
+def load_job(config_path: str, engine: str | None) -> RunConfig:
+    """The run config at `config_path` (a usage error naming the bad key), every pool on `engine` if given."""
+    try:
+        config = load_run_config(config_path)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e
+    return config if engine is None else config.with_engine(engine)
 
 
 @click.command()
@@ -48,12 +57,7 @@ def run(
 ) -> None:
     """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
     trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
-    try:
-        config = load_run_config(config_path)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
-    if engine is not None:
-        config = config.with_engine(engine)
+    config = load_job(config_path, engine)
     if autoscale and config.autoscale is None:
         config = config.model_copy(update={"autoscale": AutoscaleConfig()})
     directory = Path(run_dir or Path("runs") / config.name)

@@ -111,31 +111,13 @@ def nested_json(depth: int) -> str:
 
 def symlink_shard(store: Store, target: str) -> tuple[str, str]:
     """A local lake's shard that is a symbolic link to `target`, committed with a plausible record."""
-    seq = next(_SEQ)
-    when = datetime.now(UTC)
-    shard = layout.shard_key("policy", when, "raas-evil", seq)
+    with open(target, "rb") as f:
+        data = f.read()  # the record matches what the link shows
+    shard, key = commit_raw(store, data, pq.read_metadata(target).num_rows, write_shard=False)
     path = store.local_path(shard)
     assert path is not None
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.symlink(target, path)
-    with open(target, "rb") as f:
-        data = f.read()  # the record matches what the link shows
-    rows = pq.read_metadata(target).num_rows if target.endswith(".parquet") else 4
-    body = {
-        "shard": shard,
-        "model_id": "policy",
-        "writer_id": "raas-evil",
-        "seq": seq,
-        "rows": rows,
-        "size": len(data),
-        "sha256": hashlib.sha256(data).hexdigest(),
-        "row_groups": [rows],
-        "min_policy_version": 0,
-        "max_policy_version": 1,
-        "created_at": when.isoformat(),
-    }
-    key = layout.commit_key(when, "raas-evil", seq)
-    store.put(key, json.dumps(body).encode())
     return shard, key
 
 
