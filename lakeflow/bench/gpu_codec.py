@@ -3,8 +3,9 @@ against the memory-copy floor, at 1 and more workers.
 
 The state has Qwen3-8B's tensor shapes (`shapes_8b`), cut to a parameter budget (a slice of the same
 shapes) and filled by `bench.weights.synthetic_states` (N(0, 0.02) weights after an Adam-like step).
-`lakeflow.weights.codec` is single-threaded: 1 worker is one `encode_delta` / `decode_delta` over the
-whole state, as the trainer publishes today. N workers split the tensors into row blocks, deal them
+Each call here codes on one thread (`workers=1`; the codec's own segment parallelism is measured by
+`lakeflow bench weights`): 1 worker is one `encode_delta` / `decode_delta` over the
+whole state on one thread. N workers split the tensors into row blocks, deal them
 into N balanced sub-states and code each sub-state independently (N delta objects), in a thread
 pool and in a process pool (fork: the children read the parent's states; a child's decoded
 tensors stay in the child, and process times are the slowest child's own, so they leave out
@@ -116,10 +117,10 @@ def measure(old: State, new: State, workers: int, kind: str) -> dict[str, Any]:
         encode_s, apply_s, sizes, exact = _in_processes(parts)
     else:
         started = time.perf_counter()
-        deltas = _map(workers, lambda i: encode_delta(*parts[i]).data, len(parts))
+        deltas = _map(workers, lambda i: encode_delta(*parts[i], workers=1).data, len(parts))
         encode_s = time.perf_counter() - started
         started = time.perf_counter()
-        decoded = _map(workers, lambda i: decode_delta(parts[i][0], deltas[i]), len(parts))
+        decoded = _map(workers, lambda i: decode_delta(parts[i][0], deltas[i], workers=1), len(parts))
         apply_s = time.perf_counter() - started
         sizes = [len(d) for d in deltas]
         exact = all(_same(d, p[1]) for d, p in zip(decoded, parts, strict=True))
@@ -153,14 +154,14 @@ _PARTS: list[tuple[State, State]] = []
 
 def _encode_part(i: int) -> tuple[int, float, bytes]:
     started = time.perf_counter()
-    data = encode_delta(*_PARTS[i]).data
+    data = encode_delta(*_PARTS[i], workers=1).data
     return os.getpid(), time.perf_counter() - started, data
 
 
 def _apply_part(args: tuple[int, bytes]) -> tuple[int, float, bool]:
     i, data = args
     started = time.perf_counter()
-    decoded = decode_delta(_PARTS[i][0], data)
+    decoded = decode_delta(_PARTS[i][0], data, workers=1)
     seconds = time.perf_counter() - started
     return os.getpid(), seconds, _same(decoded, _PARTS[i][1])
 

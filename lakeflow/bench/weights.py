@@ -18,8 +18,10 @@ import numpy as np
 import zstandard
 
 from lakeflow.errors import MissingExtraError
-from lakeflow.weights.codec import decode_delta, encode_delta
-from lakeflow.weights.tensors import State, raw_tensor, safetensors_bytes, state_bytes
+from lakeflow.weights.codec import decode_delta, decode_delta_sha256, encode_delta
+from lakeflow.weights.tensors import State, raw_tensor, safetensors_bytes, state_bytes, state_sha256
+from lakeflow.weights.workers import default_workers
+from lakeflow.weights.workers import run as run_workers
 
 LINK = {
     "rate_bps": 4e9,
@@ -77,36 +79,76 @@ def format_sizes(old: State, new: State) -> dict[str, int]:
     }
 
 
-def throughput(old: State, new: State) -> dict[str, Any]:
-    """Encode/apply speed in GB/s of model bytes, and as ratios to the floor (compare; copy)."""
+def throughput(old: State, new: State, workers: int = 1, processes: bool = False) -> dict[str, Any]:
+    """Encode/apply speed in GB/s of model bytes on `workers` threads (or forked processes), and as
+    ratios to the floor at the same parallelism (compare two states; copy one into fresh memory)."""
     nbytes = state_bytes(new)
+    names = sorted(new)
     t0 = time.perf_counter()
-    changed = sum(int(np.count_nonzero(old[n].bits != new[n].bits)) for n in new)
+    changed = sum(run_workers(lambda n: int(np.count_nonzero(old[n].bits != new[n].bits)), names, workers))
     t_compare = time.perf_counter() - t0
     t0 = time.perf_counter()
-    copies = {n: t.bits.copy() for n, t in old.items()}
+    copies = run_workers(lambda n: old[n].bits.copy(), names, workers)
     t_copy = time.perf_counter() - t0
     del copies
     t0 = time.perf_counter()
-    delta = encode_delta(old, new)
+    delta = encode_delta(old, new, workers, processes=processes)
     t_encode = time.perf_counter() - t0
     t0 = time.perf_counter()
-    rebuilt = decode_delta(old, delta.data)
-    t_apply = time.perf_counter() - t0
+    rebuilt, digest = decode_delta_sha256(old, delta.data, workers, processes)
+    t_apply_hashed = time.perf_counter() - t0
     exact = all(np.array_equal(rebuilt[n].bits, new[n].bits) for n in new)
+    del rebuilt
+    t0 = time.perf_counter()
+    rebuilt = decode_delta(old, delta.data, workers, processes)
+    t_apply = time.perf_counter() - t0
+    del rebuilt
+    params = sum(t.bits.size for t in new.values())
     return {
-        "params": sum(t.bits.size for t in new.values()),
+        "workers": workers,
+        "processes": processes,
+        "params": params,
         "bytes": nbytes,
-        "sparsity": 1 - changed / max(1, sum(t.bits.size for t in new.values())),
-        "bytes_per_param": len(delta.data) / max(1, sum(t.bits.size for t in new.values())),
+        "sparsity": 1 - changed / max(1, params),
+        "bytes_per_param": len(delta.data) / max(1, params),
         "encode_gbps": nbytes / t_encode / 1e9,
         "apply_gbps": nbytes / t_apply / 1e9,
+        "apply_verified_gbps": nbytes / t_apply_hashed / 1e9,  # decode + the state's SHA-256 in the same pass
         "compare_floor_gbps": nbytes / t_compare / 1e9,
         "copy_floor_gbps": nbytes / t_copy / 1e9,
         "encode_vs_floor": t_compare / t_encode,
         "apply_vs_floor": t_copy / t_apply,
-        "bit_exact": exact,
+        "bit_exact": exact and digest == state_sha256(new),
     }
+
+
+def scaling(old: State, new: State, workers: int) -> list[dict[str, Any]]:
+    """`throughput` at 1 worker, then at `workers` threads and `workers` processes."""
+    runs = [throughput(old, new, 1)]
+    if workers > 1:
+        runs += [throughput(old, new, workers), throughput(old, new, workers, processes=True)]
+    return runs
+
+
+def projection(runs: list[dict[str, Any]], params: float = 8.2e9, cores: int = 32) -> list[dict[str, Any]]:
+    """Encode/apply seconds of a `params` bf16 state on `cores` cores, per parallel mode, from Amdahl's
+    law fitted to the measured speed-up at the largest measured worker count (serial share
+    f = (n/S - 1)/(n - 1)); an estimate, not a measurement."""
+    base = runs[0]
+    out = []
+    for r in runs[1:]:
+        n = r["workers"]
+        row: dict[str, Any] = {"mode": "processes" if r["processes"] else "threads", "cores": cores, "params": params}
+        for op in ("encode", "apply"):
+            speedup = r[f"{op}_gbps"] / base[f"{op}_gbps"]
+            serial = min(1.0, max(0.0, (n / speedup - 1) / (n - 1)))
+            at_cores = 1 / (serial + (1 - serial) / cores)
+            row[f"{op}_speedup_{n}"] = speedup
+            row[f"{op}_serial_share"] = serial
+            row[f"{op}_gbps"] = base[f"{op}_gbps"] * at_cores
+            row[f"{op}_s"] = 2 * params / (row[f"{op}_gbps"] * 1e9)
+        out.append(row)
+    return out
 
 
 def synthetic_states(params: int, seed: int = 0, lr: float = 3e-6, tensor: int = 1 << 26) -> tuple[State, State]:
@@ -204,7 +246,7 @@ def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[s
     return about, states
 
 
-def run(model_path: str | None, steps: int, synthetic_params: int) -> dict[str, Any]:
+def run(model_path: str | None, steps: int, synthetic_params: int, workers: int | None = None) -> dict[str, Any]:
     """The whole benchmark as one JSON-able dict."""
     about, states = adam_states(model_path, steps)
     per_step = []
@@ -225,13 +267,15 @@ def run(model_path: str | None, steps: int, synthetic_params: int) -> dict[str, 
             }
         )
     old, new = synthetic_states(synthetic_params)
-    synthetic = throughput(old, new)
+    runs = scaling(old, new, workers or default_workers())
     return {
         "model": about,
         "params": sum(t.bits.size for t in states[0].values()),
         "optimizer": "AdamW lr 3e-6, bf16 parameters and state",
         "steps": per_step,
-        "synthetic": synthetic,
+        "synthetic": runs[0],
+        "scaling": runs,
+        "projection": projection(runs),
         "link": LINK | {"model": link_seconds.__doc__.split("\n")[0] if link_seconds.__doc__ else ""},
         "goal_bytes_per_param": 0.008,
     }
@@ -258,11 +302,26 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"synthetic bf16 state, {syn['params']:,} params ({syn['bytes'] / 1e9:.2f} GB), one Adam-like step "
         f"(lr 3e-6·N(0,1)): unchanged {syn['sparsity']:.4%}, {syn['bytes_per_param']:.5f} B/param, "
-        f"bit-exact {syn['bit_exact']}",
-        f"  encode {syn['encode_gbps']:.2f} GB/s = {syn['encode_vs_floor']:.3f} x floor "
-        f"(compare two states: {syn['compare_floor_gbps']:.2f} GB/s)",
-        f"  apply  {syn['apply_gbps']:.2f} GB/s = {syn['apply_vs_floor']:.3f} x floor "
-        f"(copy one state: {syn['copy_floor_gbps']:.2f} GB/s)",
+        f"bit-exact {all(r['bit_exact'] for r in result['scaling'])}",
+        f"{'workers':>16}  {'encode GB/s':>11}  {'x 1':>5}  {'vs compare':>10}  {'apply GB/s':>10}  {'x 1':>5}  "
+        f"{'vs copy':>7}  {'apply+sha GB/s':>14}  {'copy floor':>10}",
+    ]
+    for r in result["scaling"]:
+        mode = f"{r['workers']} {'process' if r['processes'] else 'thread'}{'es' if r['processes'] else 's'}"
+        lines.append(
+            f"{mode:>16}  {r['encode_gbps']:11.3f}  {r['encode_gbps'] / syn['encode_gbps']:5.2f}  "
+            f"{r['encode_vs_floor']:10.3f}  {r['apply_gbps']:10.3f}  {r['apply_gbps'] / syn['apply_gbps']:5.2f}  "
+            f"{r['apply_vs_floor']:7.3f}  {r['apply_verified_gbps']:14.3f}  {r['copy_floor_gbps']:10.3f}"
+        )
+    for p in result["projection"]:
+        lines.append(
+            f"projection, {p['params'] / 1e9:.1f}B bf16 on {p['cores']} cores with {p['mode']} (Amdahl from the "
+            f"measured speed-up; serial share encode {p['encode_serial_share']:.2f}, "
+            f"apply {p['apply_serial_share']:.2f}): "
+            f"encode {p['encode_gbps']:.2f} GB/s ({p['encode_s']:.1f} s), apply {p['apply_gbps']:.2f} GB/s "
+            f"({p['apply_s']:.1f} s)"
+        )
+    lines += [
         f"link model: {LINK['rate_bps'] / 1e9:.0f} Gbit/s, {LINK['rtt_s'] * 1000:.0f} ms RTT, "
         f"{LINK['connections']} TCP connections in slow start from {LINK['initial_window_bytes']} B, "
         f"window cap {int(LINK['window_bytes']) >> 20} MiB per RTT each, +1 RTT for the request",

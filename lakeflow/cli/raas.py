@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from lakeflow.cli.common import lake_options, open_lake, tracker_options
-from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.errors import ConfigError, MissingExtraError, UnsupportedStoreError
 from lakeflow.tracking.config import parse_tracker
 
 if TYPE_CHECKING:
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 @click.option("--region", default=None, help="Region label stamped on samples and the heartbeat.")
 @click.option("--id", "raas_id", default=None, help="Service id (default: the config's, else raas-<12 hex>).")
 @click.option(
+    "--weights-url",
+    default=None,
+    help="Pull weights from this read-only fsspec URL (a regional mirror, https://, s3://, …), not the lake.",
+)
+@click.option(
     "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
 )
 @click.option("--max-groups", type=int, default=None, help="Exit after committing N groups (default: until SIGTERM).")
@@ -37,6 +42,7 @@ def raas(
     engine: str | None,
     region: str | None,
     raas_id: str | None,
+    weights_url: str | None,
     config_path: str | None,
     max_groups: int | None,
     tracker: str | None,
@@ -55,7 +61,7 @@ def raas(
     try:
         from lakeflow.raas.service import RolloutService
 
-        config = _config(config_path, engine, region, raas_id)
+        config = _config(config_path, engine, region, raas_id, weights_url)
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_lake(lake_url, endpoint_url)
@@ -63,11 +69,14 @@ def raas(
             service = RolloutService(store, model_id, config)
         except MissingExtraError as e:
             raise click.ClickException(str(e)) from e
-        except ValueError as e:
+        except (ValueError, UnsupportedStoreError) as e:
             raise click.UsageError(str(e)) from e
         if stopping:
             service.stop()
-        click.echo(f"{service.raas_id}: rolling out {model_id} from {store.url} ({config.engine.type})", err=True)
+        source = f", weights from {service.weights.url}" if service.weights is not store else ""
+        click.echo(
+            f"{service.raas_id}: rolling out {model_id} from {store.url}{source} ({config.engine.type})", err=True
+        )
         try:
             stats = service.run(max_groups=max_groups)
         finally:
@@ -78,7 +87,9 @@ def raas(
             signal.signal(sig, handler)
 
 
-def _config(path: str | None, engine: str | None, region: str | None, raas_id: str | None = None) -> RaasConfig:
+def _config(
+    path: str | None, engine: str | None, region: str | None, raas_id: str | None = None, weights_url: str | None = None
+) -> RaasConfig:
     """The config file (or defaults) with the command line's overrides; a usage error names the bad key."""
     from lakeflow.raas.config import RaasConfig, load_config, parse_config
 
@@ -90,6 +101,8 @@ def _config(path: str | None, engine: str | None, region: str | None, raas_id: s
             data["region"] = region
         if raas_id is not None:
             data["id"] = raas_id
+        if weights_url is not None:
+            data["weights_url"] = weights_url
         return parse_config(data, path or "command line")
     except ConfigError as e:
         raise click.UsageError(str(e)) from e

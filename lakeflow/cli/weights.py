@@ -1,18 +1,23 @@
-"""`lakeflow weights …` (publish, pull, ls, verify, gc) and `lakeflow bench weights`."""
+"""`lakeflow weights …` (publish, pull, mirror, ls, verify, gc) and `lakeflow bench weights`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
+import threading
 
 import click
 from pydantic import ValidationError
 
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
-from lakeflow.errors import WeightsConflictError, WeightsIntegrityError
+from lakeflow.errors import UnsupportedStoreError, WeightsConflictError, WeightsIntegrityError
+from lakeflow.io import Store, open_mirror, open_weights_source
 from lakeflow.weights import (
+    TransferOptions,
     collect,
     latest_version,
     list_versions,
@@ -22,6 +27,7 @@ from lakeflow.weights import (
     read_manifest,
     read_source,
 )
+from lakeflow.weights.mirror import mirror, mirror_loop, models_in
 from lakeflow.weights.publish import DEFAULT_FULL_EVERY
 
 model_option = click.option("--model", "model", required=True, help="Model id: the weights/<model>/ prefix.")
@@ -61,20 +67,80 @@ def publish_cmd(
 
 
 @weights.command("pull")
-@lake_options
+@click.option("--lake", "lake_url", default=None, envvar="LAKEFLOW_LAKE", help="The lake (env LAKEFLOW_LAKE).")
+@click.option("--endpoint-url", default=None, help="S3-compatible endpoint of the lake (else AWS_ENDPOINT_URL / AWS).")
+@click.option(
+    "--weights-url",
+    default=None,
+    help="Read-only weights source instead of the lake: any fsspec URL (a mirror, https://, s3://, gs://, file://).",
+)
 @model_option
 @click.option("--dest", required=True, type=click.Path(), help="Local model directory to create or update.")
-@click.option("--version", type=int, default=None, help="Version to pull (default: LATEST).")
-def pull_cmd(lake_url: str, endpoint_url: str | None, model: str, dest: str, version: int | None) -> None:
-    """Bring DEST to a version: deltas when cheaper, else full; verified bit for bit."""
-    store = open_existing_lake(lake_url, endpoint_url)
+@click.option("--version", type=int, default=None, help="Version to pull (default: the newest).")
+@click.option("--bandwidth", type=float, default=None, help="Plan with this link speed in MB/s (default: measured).")
+def pull_cmd(
+    lake_url: str | None,
+    endpoint_url: str | None,
+    weights_url: str | None,
+    model: str,
+    dest: str,
+    version: int | None,
+    bandwidth: float | None,
+) -> None:
+    """Bring DEST to a version by the fastest route (full, delta or chain of deltas); verified bit for bit."""
+    store = _source(lake_url, endpoint_url, weights_url)
+    options = TransferOptions(bandwidth=bandwidth * 1e6 if bandwidth else None)
     try:
-        r = pull(store, model, dest, version)
-    except (WeightsIntegrityError, FileNotFoundError) as e:
+        r = pull(store, model, dest, version, options)
+    except (WeightsIntegrityError, OSError) as e:
         raise click.ClickException(str(e)) from e
     note = " (delta chain failed verification; pulled full)" if r.fell_back else ""
-    fetched = f"{r.bytes_fetched:,} bytes fetched"
+    fetched = f"{r.bytes_fetched:,} bytes fetched in {r.fetch_s:.2f} s, applied in {r.apply_s:.2f} s"
     click.echo(f"{model} version {r.version} at {r.path}: {r.route} {r.chain}, {fetched}{note}")
+
+
+@weights.command("mirror")
+@lake_options
+@click.option("--to", "to_url", required=True, help="Mirror URL: a directory, s3://…, gs://…, az://… (fsspec config).")
+@click.option("--model", "models", multiple=True, help="Model(s) to mirror (default: every model with a LATEST).")
+@click.option("--loop", is_flag=True, help="Keep the mirror current until interrupted.")
+@click.option("--interval", default=10.0, show_default=True, help="Seconds between passes with --loop.")
+def mirror_cmd(
+    lake_url: str, endpoint_url: str | None, to_url: str, models: tuple[str, ...], loop: bool, interval: float
+) -> None:
+    """Copy the lake's weights to a mirror that `--weights-url` reads: objects, then manifests, LATEST last."""
+    home = open_existing_lake(lake_url, endpoint_url)
+    try:
+        target = open_mirror(to_url)
+    except (ValueError, UnsupportedStoreError) as e:
+        raise click.BadParameter(str(e), param_hint="--to") from e
+    if loop:
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        click.echo(f"mirroring {home.url} to {target.url} every {interval:g} s", err=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            mirror_loop(home, target, list(models) or None, interval, stop)
+        return
+    for model in list(models) or models_in(home):
+        try:
+            r = mirror(home, target, model)
+        except (WeightsIntegrityError, OSError) as e:
+            raise click.ClickException(f"mirror of {model} failed: {e}") from e
+        click.echo(
+            f"{model}: mirror at version {r.version}; copied versions {r.copied} "
+            f"({r.objects} objects, {r.bytes:,} bytes)"
+        )
+
+
+def _source(lake_url: str | None, endpoint_url: str | None, weights_url: str | None) -> Store:
+    if weights_url:
+        try:
+            return open_weights_source(weights_url)
+        except (ValueError, UnsupportedStoreError) as e:
+            raise click.BadParameter(str(e), param_hint="--weights-url") from e
+    if not lake_url:
+        raise click.UsageError("give --lake (or LAKEFLOW_LAKE) or --weights-url")
+    return open_existing_lake(lake_url, endpoint_url)
 
 
 @weights.command("ls")
@@ -143,15 +209,18 @@ def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_r
 @click.option("--model", "model_path", default=None, help="HF directory or .gguf file (default: a small random Llama).")
 @click.option("--steps", default=3, show_default=True, help="AdamW steps to measure.")
 @click.option("--synthetic-params", default=1_000_000_000, show_default=True, help="Size of the throughput state.")
+@click.option("--workers", type=int, default=None, help="Threads/processes to compare with 1 (default: every CPU).")
 @click.option("--quick", is_flag=True, help="Tiny sizes, for tests.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def bench_weights(model_path: str | None, steps: int, synthetic_params: int, quick: bool, as_json: bool) -> None:
+def bench_weights(
+    model_path: str | None, steps: int, synthetic_params: int, workers: int | None, quick: bool, as_json: bool
+) -> None:
     """Delta formats side by side on real AdamW updates, codec throughput, link transfer times."""
     from lakeflow.bench.weights import render, run
 
     if quick:
         steps, synthetic_params = min(steps, 2), min(synthetic_params, 2_000_000)
-    result = run(model_path, steps, synthetic_params)
+    result = run(model_path, steps, synthetic_params, workers)
     if as_json:
         json.dump(result, sys.stdout, indent=1)
         click.echo()

@@ -7,7 +7,7 @@ workflow, sampling and the service's timings. `load_config` names the bad key an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,6 +79,20 @@ class RaasConfig(_Strict):
     heartbeat_s: float = Field(5, gt=0, description="Interval of the stats/raas/<id>.json heartbeat.")
     poll_s: float = Field(1.0, gt=0, description="Sleep when no task is open or no weights are published yet.")
     region: str = Field("", description="Region label stamped on samples and the heartbeat.")
+    weights_url: str | None = Field(
+        None,
+        description=(
+            "Pull weights from this read-only source instead of the lake (tasks and trajectories stay on the lake): "
+            "any fsspec URL — a regional mirror (`lakeflow weights mirror --lake HOME --to URL`), https:// for a CDN "
+            "or static HTTP server, s3:// in another region or account, gs://, az://, file://. Configured the fsspec "
+            "way (weights_options, FSSPEC_<PROTOCOL>_<KEY> environment variables, ~/.config/fsspec). Every object and "
+            "the rebuilt state are verified as for the lake. None (default): the lake."
+        ),
+    )
+    weights_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fsspec storage options of weights_url, e.g. {endpoint_url: https://s3.eu-west-1.amazonaws.com}.",
+    )
     id: str | None = Field(None, description="Rollout service id (default: raas-<12 hex>); unique per instance.")
     cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
     seed: int | None = Field(None, description="Seed of the sampler (default: nondeterministic).")

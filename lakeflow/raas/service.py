@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakeflow.errors import ConfigError, LakeflowError, WeightsIntegrityError
-from lakeflow.io import Store
+from lakeflow.io import Store, open_weights_source
 from lakeflow.lake import ShardWriter, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.models import resolve_model
@@ -87,6 +87,9 @@ class RolloutService:
         self.loaded_sha256: dict[str, str] = {}  # state checksum of the loaded weights, per model
         self.workflow = build_workflow(self.config.workflow)
         self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature, self.config.truncated_reward)
+        # where weights come from: the lake, or a read-only source (a regional mirror, a CDN)
+        url = self.config.weights_url
+        self.weights: Store = open_weights_source(url, self.config.weights_options) if url else store
         self.writer = ShardWriter(store, self.raas_id, max_rows=1 << 30)  # a group is never split across shards
         self.stats = RaasStats()
         self.state = "starting"
@@ -184,7 +187,11 @@ class RolloutService:
                 self.versions[model_id] = 0
                 return True
             return False
-        latest = latest_version(self.store, model_id)
+        try:
+            latest = latest_version(self.weights, model_id)
+        except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
+            log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
+            return False
         self.metrics.latest[model_id] = latest
         current = self.versions[model_id]
         if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
@@ -192,8 +199,8 @@ class RolloutService:
         self.state = "pulling-weights"
         pulling = time.monotonic()
         try:
-            result = pull(self.store, model_id, os.path.join(self.cache_dir, model_id), latest)
-        except (WeightsIntegrityError, FileNotFoundError) as e:  # a broken or collected version: try again later
+            result = pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), latest)
+        except (WeightsIntegrityError, OSError) as e:  # broken, collected, not yet mirrored, unreachable: try later
             log.warning("cannot pull %s version %s: %s", model_id, latest, e)
             return False
         engine.load(result.path)

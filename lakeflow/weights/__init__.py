@@ -1,15 +1,17 @@
 """The weight store: versioned full + sparse-delta weights in the lake, pulled and verified bit for bit.
 
 `publish` writes version N (delta against N-1, full every K); `pull` brings a local Hugging
-Face directory to any version; `retention.collect` drops versions no chain needs. Layer
+Face directory to any version, from the lake or a read-only source; `mirror` copies the weights to
+such a source (LATEST last); `retention.collect` drops versions no chain needs. Layer
 rule: imports lakeflow.io, lakeflow.lake.layout, numpy, safetensors, zstandard, constriction;
 never torch.
 """
 
 from __future__ import annotations
 
-from lakeflow.weights.codec import decode_delta, encode_delta
+from lakeflow.weights.codec import decode_delta, decode_delta_sha256, encode_delta
 from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry, latest_version, read_latest, read_manifest
+from lakeflow.weights.mirror import MirrorResult, mirror
 from lakeflow.weights.publish import publish, read_source, repair_latest
 from lakeflow.weights.pull import PullResult, local_version, pull, rebuild_state
 from lakeflow.weights.retention import collect, list_versions
@@ -19,6 +21,7 @@ from lakeflow.weights.transfer import TransferOptions
 __all__ = [
     "Latest",
     "Manifest",
+    "MirrorResult",
     "ObjectEntry",
     "PullResult",
     "RawTensor",
@@ -26,11 +29,13 @@ __all__ = [
     "TransferOptions",
     "collect",
     "decode_delta",
+    "decode_delta_sha256",
     "encode_delta",
     "latest_version",
     "list_versions",
     "load_state",
     "local_version",
+    "mirror",
     "publish",
     "pull",
     "raw_tensor",

@@ -11,6 +11,8 @@ below 2**53 (bucket computation goes through float64).
 
 from __future__ import annotations
 
+from typing import Any
+
 import constriction
 import numpy as np
 
@@ -90,11 +92,12 @@ class StreamWriter:
     """Collects integer streams; `finish` returns the ANS words and the packed low bits."""
 
     def __init__(self) -> None:
-        self._streams: list[tuple[np.ndarray, list[int]]] = []
+        self._streams: list[tuple[np.ndarray, list[int], list[int]]] = []  # symbols, present, counts
         self._bits: list[bytes] = []
 
     def add(self, values: np.ndarray, signed: bool) -> list[list[int]]:
-        """Queue one stream; returns the sparse histogram ([symbols], [counts]) the reader needs."""
+        """Queue one stream; returns its sparse histogram ([symbols], [counts]), which the reader needs
+        (or `finish` is given a model shared by several writers that covers these symbols)."""
         if values.size == 0:
             return []
         v = values.astype(np.int64)
@@ -106,20 +109,33 @@ class StreamWriter:
         wide = np.flatnonzero(shift)
         for w in np.unique(shift[wide]).tolist():  # raw bits grouped by width, in stream order
             self._bits.append(_pack(low[wide[shift[wide] == w]].astype(np.uint64), int(w)))
-        # the model's alphabet is the symbols present, renumbered 0..k-1
-        renumber = np.zeros(counts.size, dtype=np.int32)
-        renumber[present] = np.arange(present.size, dtype=np.int32)
-        hist = counts[present].tolist()
-        self._streams.append((renumber[sym], hist))
-        return [present.tolist(), hist]
+        hist = [present.tolist(), counts[present].tolist()]
+        self._streams.append((sym.astype(np.uint16), hist[0], hist[1]))  # symbols < 2**12 (values < 2**53)
+        return hist
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+    def finish(self, models: list[list[list[int]]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """ANS words and packed bits. `models`: per queued stream, the ([symbols], [counts]) to code
+        it with (a superset of its own symbols); None: each stream's own histogram."""
         coder = constriction.stream.stack.AnsCoder()
-        for sym, hist in reversed(self._streams):  # ANS is a stack: last encoded, first decoded
-            if len(hist) > 1:
-                coder.encode_reverse(sym, _model(hist))
+        models = models if models is not None else [[p, c] for _, p, c in self._streams]
+        if len(models) != len(self._streams):
+            raise ValueError("one model per stream is needed")
+        for (sym, _, _), (present, counts) in zip(reversed(self._streams), reversed(models), strict=True):
+            if len(counts) > 1:  # ANS is a stack: last encoded, first decoded
+                idx = np.searchsorted(np.asarray(present, dtype=np.int64), sym).astype(np.int32)
+                coder.encode_reverse(idx, _model(counts))
         words = np.asarray(coder.get_compressed(), dtype=np.uint32)
         return words, np.frombuffer(b"".join(self._bits), dtype=np.uint8)
+
+
+def merge_models(hists: list[list[list[int]]]) -> list[list[int]]:
+    """One ([symbols], [counts]) covering several streams' histograms (counts added)."""
+    total: dict[int, int] = {}
+    for present, counts in hists:
+        for symbol, count in zip(present, counts, strict=True):
+            total[symbol] = total.get(symbol, 0) + count
+    symbols = sorted(total)
+    return [symbols, [total[x] for x in symbols]]
 
 
 class StreamReader:
@@ -130,11 +146,15 @@ class StreamReader:
         self._bits = bits
         self._pos = 0
 
-    def read(self, hist: list[list[int]], signed: bool) -> np.ndarray:
+    def read(self, hist: list[Any], signed: bool) -> np.ndarray:
+        """The next stream, coded with `hist` = ([symbols], [counts]) and holding sum(counts) values, or
+        with `hist` = ([symbols], [counts], n) (a model shared with other streams) and holding n."""
         if not hist:
             return np.zeros(0, dtype=np.int64)
         present, counts = np.asarray(hist[0], dtype=np.int64), [int(c) for c in hist[1]]
-        count = sum(counts)
+        count = int(hist[2]) if len(hist) > 2 else sum(counts)
+        if count < 0 or not counts or min(counts) <= 0 or present.size != len(counts):
+            raise ValueError("delta stream model is malformed")
         if len(counts) == 1:
             idx = np.zeros(count, dtype=np.intp)
         else:

@@ -74,13 +74,16 @@ def publish(
     publisher: str = "trainer",
     force: bool = False,
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    workers: int | None = None,
+    processes: bool = False,
 ) -> Manifest:
     """Publish `state` as the next version of `model` and return its manifest.
 
     `files`: side files to ship with full versions (None: keep the previous version's).
     `base`: the previous version's state, which a delta is coded against; when None and a
     delta is due, it is rebuilt from the lake. `force`: overwrite leftovers of a publish
-    that crashed before moving LATEST (only when no other trainer publishes this model).
+    that crashed before moving LATEST (only when no other trainer publishes this model). `workers`,
+    `processes`: threads (or forked processes) of the delta codec (default: every CPU, threads).
     Raises `WeightsConflictError` when another trainer published this version first.
     """
     if full_every < 1:
@@ -91,14 +94,16 @@ def publish(
     prev = read_manifest(store, model, version - 1) if version > 0 else None
     write = store.put if force else store.put_if_absent
     side = _side_entries(store, model, version, files, prev, write)
-    delta_entry, changed = None, None
+    delta_entry, changed, digest = None, None, None
     if prev is not None and side == prev.files:
         if base is None:
             from lakeflow.weights.pull import rebuild_state
 
             base = rebuild_state(store, model, version - 1)
         if same_layout(base, state) and state_sha256(base) == prev.state_sha256:
-            delta = encode_delta(base, state)
+            # the state hash is computed in the same pass, while the segments encode
+            delta = encode_delta(base, state, workers, sha256=True, processes=processes)
+            digest = delta.state_sha256
             if len(delta.data) < state_bytes(state):
                 key = layout.weights_delta_key(model, version)
                 _put(write, key, delta.data, model, version)
@@ -119,7 +124,7 @@ def publish(
         weights=entries,
         delta=delta_entry,
         files=side,
-        state_sha256=state_sha256(state),
+        state_sha256=digest or state_sha256(state),
         params=params,
         state_bytes=state_bytes(state),
         dtypes=dict(dtypes),

@@ -1,28 +1,32 @@
 """Pulling a weight version into a local Hugging Face directory, verified bit for bit.
 
-Plan (AstraFlow's rules, extended to chains): apply the deltas from the local version when
-the local copy is a known version behind the target and the chain of deltas costs fewer
-bytes than the nearest full version plus its own chain; otherwise start from that full
-version (first pull, periodic full, missing or unusable deltas). The new state is built
+Plan (AstraFlow's rules, extended to chains and decided by time, `plan.py`): apply the deltas
+from the local version when the local copy is a known version behind the target and the chain is
+estimated to finish sooner (bytes at the measured bandwidth, decode work at the measured apply
+rate) than the nearest full version plus its own chain; otherwise start from that full version
+(first pull, periodic full, missing or unusable deltas, a long chain on a fast link). The new state is built
 in a fresh sibling directory, checked against the manifest's state checksum, and swapped
 in with one rename; on any mismatch the pull falls back to the full path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
-from lakeflow.weights.codec import decode_delta
+from lakeflow.weights.codec import decode_delta, decode_delta_sha256, default_workers
 from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, latest_version, read_manifest
+from lakeflow.weights.plan import DEFAULT_APPLY, Rates, load_rates, save_rates
 from lakeflow.weights.tensors import (
     INDEX_FILE,
     State,
@@ -48,6 +52,9 @@ class PullResult:
     chain: list[int] = field(default_factory=list)  # versions applied or fetched, in order
     bytes_fetched: int = 0
     fell_back: bool = False  # the delta chain failed verification and the full path was used
+    estimates: dict[str, float] = field(default_factory=dict)  # estimated seconds per route considered
+    fetch_s: float = 0.0  # seconds spent downloading
+    apply_s: float = 0.0  # seconds spent decoding deltas
 
 
 def pull(
@@ -63,25 +70,31 @@ def pull(
     if local == target.version and _local_state_ok(dest, target):
         return PullResult(target.version, dest, "up-to-date")
     downloader = Downloader(store, stage, options)
-    full_cost = manifests[0].full_bytes() + sum(_delta(m).size for m in manifests[1:])
-    chain = _chain_from(store, model, local, target, full_cost) if local is not None else None
+    rates = _rates(dest, options)
+    full, deltas = manifests[0], manifests[1:]
+    full_bytes = full.full_bytes() + sum(_delta(m).size for m in deltas)
+    estimates = {"full": rates.seconds(full_bytes, len(full.weights) + len(deltas), len(deltas), target.state_bytes)}
+    chain = _chain_from(store, model, local, target, rates, estimates) if local is not None else None
+    fell_back = False
+    result = None
     if chain is not None:
         try:
-            state = _apply_chain(load_state(dest), chain, downloader)
+            state, apply_s = _apply_chain(load_state(dest), chain, downloader, options)
             _install(store, dest, state, target, downloader)
-            downloader.cleanup()
-            return PullResult(target.version, dest, "chain", [m.version for m in chain], downloader.bytes_fetched)
+            result = PullResult(target.version, dest, "chain", [m.version for m in chain], apply_s=apply_s)
         except (WeightsIntegrityError, ValueError, FileNotFoundError):
             fell_back = True  # corrupted local copy or delta: rebuild from the full version
-    else:
-        fell_back = False
-    full, deltas = manifests[0], manifests[1:]
-    paths = downloader.fetch(full.weights)
-    state = _state_from_full(full, paths)
-    state = _apply_chain(state, deltas, downloader)
-    _install(store, dest, state, target, downloader, full_files=paths if not deltas else None, full=full)
+    if result is None:
+        paths = downloader.fetch(full.weights)
+        state = _state_from_full(full, paths)
+        state, apply_s = _apply_chain(state, deltas, downloader, options)
+        _install(store, dest, state, target, downloader, full_files=paths if not deltas else None, full=full)
+        result = PullResult(target.version, dest, "full", [m.version for m in manifests], fell_back=fell_back)
+        result.apply_s = apply_s
     downloader.cleanup()
-    return PullResult(target.version, dest, "full", [m.version for m in manifests], downloader.bytes_fetched, fell_back)
+    result.bytes_fetched, result.fetch_s, result.estimates = downloader.bytes_fetched, downloader.seconds, estimates
+    _learn(dest, rates, options, result, downloader, target.state_bytes)
+    return result
 
 
 def rebuild_state(store: Store, model: str, version: int, options: TransferOptions | None = None) -> State:
@@ -119,38 +132,74 @@ def _manifests_back_to_full(store: Store, model: str, target: Manifest) -> list[
     return chain
 
 
-def _chain_from(store: Store, model: str, local: int, target: Manifest, budget: int) -> list[Manifest] | None:
-    """Manifests local+1 … target when each has a delta on its predecessor and together they
-    cost at most `budget` bytes (the full path); else None."""
+def _chain_from(
+    store: Store, model: str, local: int, target: Manifest, rates: Rates, estimates: dict[str, float]
+) -> list[Manifest] | None:
+    """Manifests local+1 … target when each has a delta on its predecessor and together they are
+    estimated to take less time than the full route (`estimates["full"]`); else None."""
     if local >= target.version:
         return None
     chain = [target]
-    cost = 0
+    nbytes = 0
     while True:
         m = chain[0]
         if m.delta is None or m.base_version != m.version - 1:
             return None
-        cost += m.delta.size
-        if cost > budget:
+        nbytes += m.delta.size
+        estimates["chain"] = rates.seconds(nbytes, len(chain), len(chain), target.state_bytes)
+        if estimates["chain"] > estimates["full"]:
             return None
         if m.version == local + 1:
             return chain
         chain.insert(0, read_manifest(store, model, m.version - 1))
 
 
+def _rates(dest: str, options: TransferOptions) -> Rates:
+    workers = options.workers or default_workers()
+    rates = load_rates(dest, DEFAULT_APPLY * min(workers, 4))  # a guess until measured: threads scale sublinearly
+    if options.bandwidth is not None:
+        rates.bandwidth = options.bandwidth
+    if options.request_s is not None:
+        rates.request_s = options.request_s
+    return rates
+
+
+def _learn(
+    dest: str, rates: Rates, options: TransferOptions, result: PullResult, downloader: Downloader, state_bytes: int
+) -> None:
+    """Fold this pull's measured bandwidth and apply rate into the rates kept beside `dest`."""
+    rates.observe_fetch(downloader.bytes_fetched, downloader.seconds, downloader.requests)
+    applied = len(result.chain) - (1 if result.route == "full" else 0)
+    if applied > 0:
+        rates.observe_apply(applied * state_bytes, result.apply_s)
+    if options.bandwidth is not None or options.request_s is not None:
+        return  # a fixed link was given: do not mix it into the measurements
+    with contextlib.suppress(OSError):  # not writable: plan with the defaults next time
+        save_rates(dest, rates)
+
+
 # --- building ------------------------------------------------------------------------------
 
 
-def _apply_chain(state: State, chain: list[Manifest], downloader: Downloader) -> State:
-    """Apply each delta (fetched and sha-checked before it is read); verify the final state."""
-    for m in chain:
-        entry = _delta(m)
-        path = downloader.fetch([entry])[entry.key]
-        with open(path, "rb") as f:
-            state = decode_delta(state, f.read())
-    if chain and state_sha256(state) != chain[-1].state_sha256:
+def _apply_chain(
+    state: State, chain: list[Manifest], downloader: Downloader, options: TransferOptions
+) -> tuple[State, float]:
+    """Apply each delta (fetched and sha-checked before it is read); verify the final state, hashed
+    while the last delta decodes. Returns the state and the seconds spent decoding."""
+    paths = downloader.fetch([_delta(m) for m in chain])
+    digest, seconds = None, 0.0
+    for i, m in enumerate(chain):
+        with open(paths[_delta(m).key], "rb") as f:
+            data = f.read()
+        t0 = time.perf_counter()
+        if i == len(chain) - 1:
+            state, digest = decode_delta_sha256(state, data, options.workers, options.processes)
+        else:
+            state = decode_delta(state, data, options.workers, options.processes)
+        seconds += time.perf_counter() - t0
+    if chain and digest != chain[-1].state_sha256:
         raise WeightsIntegrityError(f"rebuilt state of version {chain[-1].version} does not match its manifest")
-    return state
+    return state, seconds
 
 
 def _delta(m: Manifest) -> ObjectEntry:

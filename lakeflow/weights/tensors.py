@@ -85,10 +85,14 @@ def state_sha256(state: State) -> str:
     """Checksum of a state, independent of file layout: tensors by sorted name; name, dtype, shape, bytes."""
     h = hashlib.sha256()
     for name in sorted(state):
-        t = state[name]
-        h.update(json.dumps([name, t.dtype, list(t.shape)]).encode())
-        h.update(np.ascontiguousarray(t.bits).view(np.uint8).data)
+        hash_tensor(h, name, state[name])
     return h.hexdigest()
+
+
+def hash_tensor(h: hashlib._Hash, name: str, t: RawTensor) -> None:
+    """One tensor's part of `state_sha256` (feed tensors by sorted name)."""
+    h.update(json.dumps([name, t.dtype, list(t.shape)]).encode())
+    h.update(np.ascontiguousarray(t.bits).view(np.uint8).data)
 
 
 def same_layout(a: State, b: State) -> bool:

@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ class TransferOptions:
     attempts: int = 5  # tries per part before the pull fails (it resumes on the next pull)
     backoff: float = 0.5  # seconds, doubled per retry
     progress: bool | None = None  # tqdm bars; None: only when stderr is a terminal
+    workers: int | None = None  # threads (or processes) decoding deltas (None: every CPU)
+    processes: bool = False  # decode in forked processes instead of threads (see weights/workers.py)
+    bandwidth: float | None = None  # bytes/s to plan routes with (None: as measured by earlier pulls)
+    request_s: float | None = None  # seconds per object request to plan with (None: plan.DEFAULT_REQUEST_S)
 
 
 class Downloader:
@@ -40,6 +45,8 @@ class Downloader:
     def __init__(self, store: Store, stage: str, options: TransferOptions) -> None:
         self.store, self.stage, self.options = store, stage, options
         self.bytes_fetched = 0
+        self.seconds = 0.0  # spent in fetch
+        self.requests = 0  # ranged GETs issued
         os.makedirs(os.path.join(stage, "parts"), exist_ok=True)
         os.makedirs(os.path.join(stage, "objects"), exist_ok=True)
 
@@ -48,9 +55,11 @@ class Downloader:
         todo = [e for e in entries if not os.path.exists(self._final(e))]
         total = sum(e.size for e in todo)
         show = self.options.progress if self.options.progress is not None else sys.stderr.isatty()
+        t0 = time.perf_counter()
         with tqdm(total=total, unit="B", unit_scale=True, desc="pull", disable=not show or total == 0) as bar:
             for e in todo:
                 self._fetch_one(e, bar)
+        self.seconds += time.perf_counter() - t0
         return {e.key: self._final(e) for e in entries}
 
     def discard(self, entry: ObjectEntry) -> None:
@@ -76,6 +85,7 @@ class Downloader:
         with ThreadPoolExecutor(self.options.threads) as pool:
             for n in pool.map(lambda p: self._fetch_part(e, *p), missing):
                 self.bytes_fetched += n
+                self.requests += 1
                 bar.update(n)
         digest = hashlib.sha256()
         tmp = os.path.join(self.stage, f"assemble-{uuid.uuid4().hex}")

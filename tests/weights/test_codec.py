@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+import zstandard
 
-from lakeflow.weights.codec import CHUNK, decode_delta, encode_delta
-from lakeflow.weights.tensors import State, raw_tensor
+from lakeflow.weights import codec
+from lakeflow.weights.codec import CHUNK, decode_delta, decode_delta_sha256, encode_delta
+from lakeflow.weights.tensors import State, parse_safetensors, raw_tensor, safetensors_bytes, state_sha256
 from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
 
 SPECIAL16 = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x7F7F, 0xFF7F]
@@ -114,3 +119,68 @@ def test_delta_for_same_layout_other_values_is_refused() -> None:
     other = to_bf16(rng.standard_normal(300_000) * 0.02)  # same name, dtype and shape; other exponents
     with pytest.raises(ValueError, match="does not fit"):
         decode_delta({"w": raw_tensor("BF16", (300_000,), other)}, delta.data)
+
+
+def test_format_1_objects_still_decode() -> None:
+    """A delta written by lakeflow-delta/1 (tests/weights/data, made from these seeds) stays readable."""
+    old = make_state(seed=7, scale=3)
+    data = (Path(__file__).parent / "data" / "delta-v1.safetensors").read_bytes()
+    assert b"lakeflow-delta/1" in data[:4096]
+    assert_same_state(decode_delta(old, data), adam_step(old, 7))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_segments_across_and_within_tensors(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """Segments small enough to cut large tensors and to span small ones (and empty ones): the same
+    bytes on any number of threads, exact, and the state hash computed while decoding."""
+    monkeypatch.setattr(codec, "SEGMENT", 50_000)
+    old = make_state(seed=5, scale=40)
+    old["empty"] = raw_tensor("BF16", (0,), np.zeros(0, np.uint16))
+    new = adam_step(old, 5)
+    delta = encode_delta(old, new, workers=workers, sha256=True)
+    assert delta.data == encode_delta(old, new, workers=1).data
+    assert delta.state_sha256 == state_sha256(new)
+    rebuilt, digest = decode_delta_sha256(old, delta.data, workers=workers)
+    assert_same_state(rebuilt, new)
+    assert digest == state_sha256(new)
+    head = json.loads(
+        zstandard.ZstdDecompressor().decompress(parse_safetensors(delta.data)[0]["header"].bits.tobytes())
+    )
+    assert max(len(g["segments"]) for g in head["groups"]) > 3
+
+
+def test_bad_segment_tables_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "SEGMENT", 50_000)
+    old = make_state(seed=6, scale=20)
+    delta = encode_delta(old, adam_step(old, 6))
+    parts, meta = parse_safetensors(delta.data)
+    head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
+    for damage in ("drop", "shift", "streams"):
+        bad = json.loads(json.dumps(head))
+        segs = bad["groups"][0]["segments"]
+        if damage == "drop":
+            segs.pop()
+        elif damage == "shift":
+            segs[1]["start"] += 1
+        else:
+            segs[0]["streams"][0][1] += 10**9
+        z = np.frombuffer(zstandard.ZstdCompressor().compress(json.dumps(bad).encode()), np.uint8)
+        tensors = {**parts, "header": raw_tensor("U8", [z.size], z)}
+        data = b"".join(bytes(c) for c in safetensors_bytes(tensors, meta))
+        with pytest.raises(ValueError):
+            decode_delta(old, data, workers=2)
+
+
+def test_forked_processes_give_the_same_bytes_and_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "SEGMENT", 40_000)
+    old = make_state(seed=8, scale=20)
+    new = adam_step(old, 8)
+    delta = encode_delta(old, new, workers=2, sha256=True, processes=True)
+    assert delta.data == encode_delta(old, new, workers=1).data and delta.state_sha256 == state_sha256(new)
+    rebuilt, digest = decode_delta_sha256(old, delta.data, workers=2, processes=True)
+    assert_same_state(rebuilt, new)
+    assert digest == state_sha256(new)
+    broken = bytearray(delta.data)
+    broken[-40] ^= 0xFF  # inside the last segment's cold or bit streams: the child's error reaches the caller
+    with pytest.raises(ValueError):
+        decode_delta(old, bytes(broken), workers=2, processes=True)

@@ -24,7 +24,7 @@ from tests.weights.weight_states import adam_step, make_state
 
 MODEL = "m"
 SCALE = 800  # make_state(scale=800): about 12 MB of bf16, a few seconds at 100 Mbit/s
-OPTIONS = TransferOptions(part_size=1 << 20, threads=4, attempts=2, backoff=0.0, progress=False)
+OPTIONS = TransferOptions(part_size=1 << 20, threads=4, attempts=2, backoff=0.0, progress=False, request_s=0.0)
 
 
 def throttled_states() -> list[State]:
