@@ -78,6 +78,8 @@ ALLOWED = {
     },
 }
 STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
+# Table formats bring their own object-store client: only the module that owns the table imports one.
+TABLE_FORMATS = {"deltalake": ROOT / "lake" / "table.py"}
 HEAVY = {"torch", "transformers", "vllm"}
 
 
@@ -110,6 +112,8 @@ def test_module_respects_its_layer(path: Path) -> None:
             assert target == layer or target in ALLOWED[layer], f"{path} imports {name} (layer {layer})"
         if top in STORAGE_SDKS:
             assert layer == "io", f"{path} imports {top}: only lakeflow/io may talk to storage SDKs"
+        if top in TABLE_FORMATS:
+            assert path == TABLE_FORMATS[top], f"{path} imports {top}: only {TABLE_FORMATS[top]} may (the lake's table)"
         if top in HEAVY:
             assert layer in ("models", "raas", "trainer", "bench", "cli"), (
                 f"{path} imports {top}: nothing below the services imports it"

@@ -21,9 +21,10 @@ from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
-from lakeflow.lake.quarantine import GROUP_SOURCE, read_quarantine
+from lakeflow.lake.quarantine import Exclusions, exclusions, read_quarantine
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
+from lakeflow.lake.table import SOURCE_ROW, SOURCE_SHARD, read_snapshot
 
 _ROWS = pa.schema([("file", pa.string()), ("row", pa.int64())])
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -38,8 +39,9 @@ class LakeQuery:
     """A locked DuckDB connection over one lake, and what was left out of its views and why."""
 
     con: duckdb.DuckDBPyConnection
-    shards: list[str]
+    shards: list[str]  # the tail's shards in the view (those compacted are in the table's files)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    table_version: int | None = None  # the compacted table's version read (None: no table)
 
     def sql(self, query: str, timeout_s: float | None = None) -> pa.Table:
         """Run read-only SQL (SELECT, WITH, DESCRIBE, SUMMARIZE, EXPLAIN) and return the result; a query
@@ -76,35 +78,49 @@ def connect_lake(
     `memory_limit` (DuckDB's syntax, e.g. '4GB') bounds the query's memory: past it, it fails.
 
     The view holds what the dataflow process ingests: shards whose commit record passes the ingest's
-    checks, less what it quarantined: whole shards, rows of a shard by sample id (a shard whose
+    checks, less what it quarantined: whole shards, rows of a shard by position (a shard whose
     quarantined rows are not all named is left out whole), and the samples of quarantined groups.
+    It reads one version of the compacted table (`lakeflow/lake/table.py`) plus the commits after that
+    version's watermark (the tail), so a compaction committing meanwhile changes nothing it sees.
     Everything left out is in `LakeQuery.skipped`."""
-    shards, skipped = LakeReader(store).visible_shards()
-    shards, bad_rows, bad_ids = _apply_quarantine(store, shards, skipped)
+    snap = read_snapshot(store)
+    # With a table, orphans are not listed: which shards lack a commit record does not change the view,
+    # and listing every shard would cost requests in proportion to groups, not to compacted files.
+    shards, skipped = LakeReader(store).visible_shards(after=snap.watermark, orphans=snap.version is None)
+    records, bad = read_quarantine(store)
+    skipped += bad
+    tail = exclusions(records, shards)
+    skipped += list(tail.shards.items())
+    shards = [s for s in shards if s not in tail.shards]
+    compacted = exclusions(records) if snap.version is not None else None
     con = _new_connection(threads, memory_limit)
     s3 = store.s3_access()
+    table_files = list(snap.files)
     if s3 is not None:
         _attach_s3(con, s3)
         urls = [_s3_url(s3, key) for key in shards]
     elif store.local_path("x") is not None:
         urls = _local_files(store, shards, skipped)
+        linked = [f for f in table_files if os.path.islink(f) or os.path.realpath(f) != os.path.abspath(f)]
+        skipped += [(f, "a symbolic link, not an object of this lake") for f in linked]
+        table_files = [f for f in table_files if f not in linked]
     else:
         urls = []
         _register_arrow(con, store, shards, skipped)
     files = dict(zip(shards, urls, strict=True)) if urls else {s: s for s in shards}  # what `filename` says
     if urls:
-        urls = _drop_unreadable(con, urls, shards, skipped)
-    rows = sorted((files[shard], sid) for shard, sid in bad_rows if shard in files)
+        urls = _drop_unreadable(con, urls, shards, skipped)  # the tail only: compacted files were checked
+    rows = sorted((files[shard], row) for shard, row in tail.rows if shard in files)
     con.register(
         "_quarantined_rows", pa.table({"file": [f for f, _ in rows], "row": [r for _, r in rows]}, schema=_ROWS)
     )
-    con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(bad_ids), pa.string())}))
-    _create_views(con, urls)
+    con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(tail.ids), pa.string())}))
+    _create_views(con, urls, table_files, compacted, bool(tail.ids))
     skipped += create_metric_views(con, store)  # trainer_steps, rollout_stats, dataflow_stats, eval
     for name, table in (tables or {}).items():
         con.register(name, table)
-    _lock(con, urls)
-    return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped)
+    _lock(con, urls + table_files)
+    return LakeQuery(con, [s for s in shards if s not in {k for k, _ in skipped}], skipped, snap.version)
 
 
 def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]) -> list[str]:
@@ -118,32 +134,6 @@ def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]
         else:
             paths.append(path)
     return paths
-
-
-def _apply_quarantine(
-    store: Store, shards: list[str], skipped: list[tuple[str, str]]
-) -> tuple[list[str], set[tuple[str, int]], set[str]]:
-    """The shards the dataflow did not reject whole; the (shard, row position) rows it rejected one by
-    one (not by id: a hostile row may copy an honest sample's id); the ids of rejected groups.
-    Records about the catalog (duplicates and late samples of ids it already holds) remove nothing."""
-    records, bad = read_quarantine(store)
-    skipped += bad
-    dropped: dict[str, str] = {}
-    rows: set[tuple[str, int]] = set()
-    ids: set[str] = set()
-    in_view = set(shards)
-    for record in records:
-        if record.source.startswith(GROUP_SOURCE) and record.complete:
-            ids.update(record.sample_ids)
-        elif record.source not in in_view:
-            continue
-        elif record.positions and record.complete:
-            rows.update((record.source, position) for position in record.positions)
-        else:
-            why = record.reason if record.whole else f"{record.rows} rows quarantined ({record.reason}), not all named"
-            dropped[record.source] = f"quarantined by the dataflow: {why}"
-    skipped += list(dropped.items())
-    return [s for s in shards if s not in dropped], rows, ids
 
 
 def _new_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -217,26 +207,64 @@ def _drop_unreadable(
     return good
 
 
-def _create_views(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
+def _create_views(
+    con: duckdb.DuckDBPyConnection,
+    urls: list[str],
+    table_files: list[str],
+    compacted: Exclusions | None,
+    by_id: bool = True,
+) -> None:
     con.sql(read_sql("trajectories.sql").replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
+    names = [r[0] for r in con.sql("DESCRIBE _empty").fetchall()]
+    types = {r[0]: r[1] for r in con.sql("DESCRIBE _empty").fetchall()}
+    columns = ", ".join(f"t.{n}" for n in names)
+    parts = []
     if urls:
         source = f"read_parquet({_list(urls)}, hive_partitioning = false, filename = true, file_row_number = true)"
     elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:
         source = "_shards"
     else:
-        source = "_empty"
-    names = [r[0] for r in con.sql("DESCRIBE _empty").fetchall()]
-    columns = ", ".join(f"t.{n}" for n in names)
-    if source == "_empty":
+        source = ""
+    if source:
+        parts.append(
+            f"SELECT {columns} FROM {source} t "
+            "ANTI JOIN _quarantined_rows q ON t.filename = q.file AND t.file_row_number = q.row"
+        )
+    if table_files:
+        parts.append(_table_select(con, names, types, table_files, compacted))
+    if not parts:
         con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM _empty t")
     else:
-        con.sql(
-            f"CREATE VIEW trajectories AS SELECT {columns} FROM {source} t "
-            "ANTI JOIN _quarantined_rows q ON t.filename = q.file AND t.file_row_number = q.row "
-            "ANTI JOIN _quarantined_ids USING (sample_id)"
-        )
+        union = " UNION ALL ".join(parts)
+        ids = " ANTI JOIN _quarantined_ids USING (sample_id)" if by_id else ""  # no join to scan ids for
+        con.sql(f"CREATE VIEW trajectories AS SELECT * FROM ({union}){ids}")
     # `samples`: the metadata of every committed sample (what the dataflow catalog indexes).
     con.sql(f"CREATE VIEW samples AS SELECT {', '.join(METADATA_COLUMNS)} FROM trajectories")
+
+
+def _table_select(
+    con: duckdb.DuckDBPyConnection,
+    names: list[str],
+    types: dict[str, str],
+    files: list[str],
+    compacted: Exclusions | None,
+) -> str:
+    """The compacted table's files as the view's columns (its loss_mask is signed in Delta). Rows and
+    shards quarantined after their compaction (possible only for a lake compacted before a dataflow
+    process ingested it) are left out by source; without such records no join is added."""
+    columns = ", ".join(f"CAST(c.{n} AS {types[n]}) AS {n}" if n == "loss_mask" else f"c.{n}" for n in names)
+    select = f"SELECT {columns} FROM read_parquet({_list(files)}, hive_partitioning = false) c"
+    if compacted is not None and compacted.rows:
+        rows = sorted(compacted.rows)
+        con.register(
+            "_quarantined_sources",
+            pa.table({"file": [f for f, _ in rows], "row": [r for _, r in rows]}, schema=_ROWS),
+        )
+        select += f" ANTI JOIN _quarantined_sources qs ON c.{SOURCE_SHARD} = qs.file AND c.{SOURCE_ROW} = qs.row"
+    if compacted is not None and compacted.shards:
+        con.register("_quarantined_shards", pa.table({"shard": pa.array(sorted(compacted.shards), pa.string())}))
+        select += f" ANTI JOIN _quarantined_shards qsh ON c.{SOURCE_SHARD} = qsh.shard"
+    return select
 
 
 def _lock(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:

@@ -192,6 +192,24 @@ class Catalog:
     def _column(self, sql: str) -> list[str]:
         return [r[0] for r in self.con.sql(sql).fetchall()]
 
+    def pool_shards(self, replay_models: list[str]) -> list[str]:
+        """Shard keys the pools (pending, fresh, and the replay pool of `replay_models`: served groups stay
+        there even for a model that never replays) name: their samples may still be served."""
+        models = ", ".join(quote(m) for m in replay_models) or "NULL"
+        return self._column(
+            "SELECT DISTINCT s.shard FROM shards s JOIN (SELECT unnest(shard_idx) AS i FROM pending "
+            "UNION ALL SELECT unnest(shard_idx) FROM fresh UNION ALL SELECT unnest(shard_idx) FROM replay "
+            f"WHERE model_id IN ({models})) p ON s.shard_idx = p.i"
+        )
+
+    def ingested_between(self, after: str | None, before: str) -> tuple[int, str | None]:
+        """Rows ingested from commits with `after < commit_key < before`, and the oldest such key."""
+        row = self.con.execute(
+            "SELECT coalesce(sum(rows), 0), min(commit_key) FROM shards WHERE commit_key > ? AND commit_key < ?",
+            [after or "", before],
+        ).fetchone()
+        return (int(row[0]), row[1]) if row else (0, None)
+
     def drop_oversized(self, model_id: str, n_samples: int) -> list[tuple[str, int, list[str]]]:
         """Groups of the model that hold more than `n_samples` samples (no honest rollout service writes
         them): recorded as complete and not kept (filter 'oversized'), so their later samples are late

@@ -17,6 +17,7 @@ from lakeflow.errors import LakeflowError
 COMMANDS = {
     "synth": "lakeflow.cli.lake:synth",
     "sql": "lakeflow.cli.lake:sql",
+    "lake": "lakeflow.cli.lake:lake_group",
     "status": "lakeflow.cli.dataflow:status",
     "report": "lakeflow.cli.report:report",
     "weights": "lakeflow.cli.weights:weights",
@@ -38,6 +39,7 @@ COMMANDS = {
 SUMMARIES = {
     "synth": "Write synthetic samples to a lake (tests, benchmarks, demos).",
     "sql": "Run a read-only SQL query over a lake's committed trajectories.",
+    "lake": "Compact a lake into its Delta table; retention (gc) of what nothing needs.",
     "status": "What a lake holds: samples, pools, batches, weights, services.",
     "report": "Write an HTML report of a run (plots over the lake).",
     "weights": "Publish, pull, list, verify and garbage-collect weight versions.",

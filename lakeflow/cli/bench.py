@@ -32,6 +32,26 @@ bench.add_command(bench_loop)
 bench.add_command(bench_gpu)
 
 
+@bench.command("regions")
+@click.option("--params", type=click.IntRange(min=1024), default=32 << 20, show_default=True, help="bf16 elements.")
+@click.option("--versions", type=click.IntRange(min=2), default=6, show_default=True)
+@click.option("--full-every", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--rate-mbit", type=float, default=200.0, show_default=True, help="Link rate per direction.")
+@click.option("--rtt-ms", type=float, default=60.0, show_default=True, help="Round-trip time added by the link.")
+@click.option(
+    "--skip", type=click.IntRange(min=2), default=3, show_default=True, help="A second region pulls every N-th."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_regions(
+    params: int, versions: int, full_every: int, rate_mbit: float, rtt_ms: float, skip: int, as_json: bool
+) -> None:
+    """A region pulling each version from a mirror over a shaped link, beside full weights every version."""
+    from lakeflow.bench.regions import render, run
+
+    result = run(params, versions, full_every, rate_mbit, rtt_ms, skip)
+    click.echo(json.dumps(result, indent=1) if as_json else render(result))
+
+
 @bench.command("lake")
 @click.option(
     "--lake",
@@ -125,6 +145,23 @@ def bench_dataflow(sizes: str, buffer_sizes: str, batches: int, shard_samples: i
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
+@bench.command("scale")
+@click.option(
+    "--sizes", default="1000,5000,20000", show_default=True, help="One-group shards per lake, comma-separated."
+)
+@click.option("--no-s3", is_flag=True, help="Only the local filesystem.")
+@click.option("--group-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_scale(sizes: str, no_s3: bool, group_size: int, as_json: bool) -> None:
+    """`lakeflow sql` over N one-group shards, uncompacted and compacted, beside the same rows in large shards."""
+    from lakeflow.bench.scale import render, run
+
+    backends = ["local"] if no_s3 else ["local", "s3"]
+    report = run([int(x) for x in sizes.split(",") if x.strip()], backends, group_size)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
 @bench.command("startup")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Runs of each command.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -165,3 +202,18 @@ def _table(report: dict[str, Any]) -> str:
         )
     lines.append("lakeflow_*_x: how many times faster (or smaller) lakeflow is than that row")
     return "\n".join(lines)
+
+
+@bench.command("autoscale")
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Trainer steps per run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_autoscale(steps: int, as_json: bool) -> None:
+    """The tiny job, rollout-bound, with a fixed pool of 1, a fixed pool of 3 and a pool autoscaled from 1
+    to 3: wall time, rollout process-seconds, trainer wait, pool size over time. Run it from the
+    repository root on an otherwise idle machine."""
+    from lakeflow.cli.bench_autoscale import CONFIG, render, run
+    from lakeflow.run import load_run_config
+
+    report = run(load_run_config(CONFIG), steps)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))

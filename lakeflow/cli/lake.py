@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
 
 import click
 import duckdb
@@ -14,7 +18,11 @@ import pyarrow as pa
 from lakeflow.catalog import connect_lake
 from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
+from lakeflow.dataflow.compact import CompactStats
+from lakeflow.dataflow.lease import Lease
 from lakeflow.dataflow.status import checkpoint_tables
+from lakeflow.io import Store
+from lakeflow.lake import CommitCursor
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.text import text_table
 
@@ -140,3 +148,125 @@ def _render(table: pa.Table, fmt: str, max_rows: int) -> str:
 def _cell(value: object) -> str:
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+@click.group("lake")
+def lake_group() -> None:
+    """The lake's compacted table (tables/trajectories, Delta Lake) and retention.
+
+    A running dataflow process compacts and collects in its loop; these commands are for a lake
+    without one. Each takes the dataflow lease, or refuses while a dataflow process holds it.
+    """
+
+
+@lake_group.command("compact")
+@lake_options
+@click.option("--file-rows", type=click.IntRange(min=1), default=32768, show_default=True, help="Rows per file.")
+@click.option(
+    "--settle-s",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="Leave commits this recent (before the dataflow's checkpointed cursor, or now) in the tail.",
+)
+@click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many compactions.")
+@click.option("--lease-ttl-s", type=click.FloatRange(min=0.5), default=60.0, show_default=True, help="Lease lifetime.")
+def compact(
+    lake_url: str, endpoint_url: str | None, file_rows: int, settle_s: float, max_steps: int | None, lease_ttl_s: float
+) -> None:
+    """Fold committed shards into the lake's Delta table, one large sorted file per compaction.
+
+    Covers commits the dataflow process has ingested (before its newest checkpoint's cursor, less
+    --settle-s), or, on a lake no dataflow process has served, commits older than --settle-s.
+    """
+    from lakeflow.dataflow.compact import Compactor, compaction_bound
+
+    store = open_existing_lake(lake_url, endpoint_url)
+    with _lease(store, lease_ttl_s) as lease:
+        before = compaction_bound(_checkpointed_position(store), timedelta(seconds=settle_s))
+        compactor = Compactor(store, file_rows, may_write=lambda: _renewed(lease))
+        stats = compactor.compact_all(before, max_steps, progress=_progress)
+    for key, why in stats.left_out:
+        click.echo(f"left out {key}: {why}", err=True)
+    click.echo(
+        f"compacted {stats.commits} commits ({stats.rows} rows) in {stats.versions} table versions; "
+        f"watermark {stats.watermark or '(none)'}"
+    )
+
+
+@lake_group.command("gc")
+@lake_options
+@click.option("--apply", is_flag=True, help="Delete (default: only show what would go).")
+@click.option("--orphan-grace-h", type=click.FloatRange(min=0), default=48.0, show_default=True)
+@click.option("--source-grace-h", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--keep-checkpoints", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--quarantine-days", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option("--settle-s", type=click.FloatRange(min=0), default=120.0, show_default=True)
+def gc(
+    lake_url: str,
+    endpoint_url: str | None,
+    apply: bool,
+    orphan_grace_h: float,
+    source_grace_h: float,
+    keep_checkpoints: int,
+    quarantine_days: float,
+    settle_s: float,
+) -> None:
+    """Retention: orphan shards, compacted sources, old optimizer checkpoints, old quarantine records.
+
+    Never deletes a shard a batch not yet trained on or the catalog's pools name, nor the optimizer
+    checkpoint a trainer resumes from. Dry run unless --apply.
+    """
+    from lakeflow.dataflow.compact import compaction_bound
+    from lakeflow.dataflow.retention import RetentionPolicy, apply_gc, plan_gc, pool_shards, referenced_shards
+
+    store = open_existing_lake(lake_url, endpoint_url)
+    policy = RetentionPolicy(
+        orphan_grace=timedelta(hours=orphan_grace_h),
+        source_grace=timedelta(hours=source_grace_h),
+        keep_checkpoints=keep_checkpoints,
+        quarantine_days=quarantine_days,
+    )
+    with _lease(store) as lease:
+        tables, _ = checkpoint_tables(store)
+        position = _checkpointed_position(store)
+        before = compaction_bound(position, timedelta(seconds=settle_s)) if position else None
+        plan = plan_gc(store, policy, referenced_shards(store, pool_shards(tables)), before)
+        removed = apply_gc(store, plan, policy) if apply and _renewed(lease) else 0
+    rows = [[why, str(n)] for why, n in sorted(plan.counts().items())]
+    click.echo("\n".join(text_table(["what", "objects"], rows)) if rows else "nothing to delete")
+    for key, why in plan.kept[:20]:
+        click.echo(f"kept {key}: {why}")
+    click.echo(f"deleted {removed} objects" if apply else "dry run: pass --apply to delete")
+
+
+@contextlib.contextmanager
+def _lease(store: Store, ttl_s: float = 60.0) -> Iterator[Lease]:
+    """The dataflow lease for the length of a one-shot command (LeaseHeldError while a process serves)."""
+    lease = Lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
+    lease.acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+def _progress(stats: CompactStats) -> None:
+    click.echo(f"compacted {stats.commits} commits ({stats.rows} rows) up to {stats.watermark}", err=True)
+
+
+def _renewed(lease: Lease) -> bool:
+    if lease.due():
+        lease.renew()
+    return lease.valid()
+
+
+def _checkpointed_position(store: Store) -> str | None:
+    """The newest catalog checkpoint's cursor position: the dataflow has ingested every commit before it."""
+    from lakeflow.dataflow.checkpoint import load_manifest
+
+    manifest = load_manifest(store)
+    if manifest is None:
+        return None
+    position: str | None = CommitCursor.from_json(manifest["cursor"]).position
+    return position

@@ -150,12 +150,31 @@ class LoopConfig(_Strict):
     metrics_s: float = Field(10.0, gt=0, description="Length of a dataflow_stats window (one metric object each).")
 
 
+class TableConfig(_Strict):
+    """Compaction of committed shards into the lake's Delta table, and retention, both run in the loop."""
+
+    compact: bool = Field(True, description="Compact ingested shards into tables/trajectories (local and S3 lakes).")
+    compact_s: float = Field(60, gt=0, description="How often the loop looks at the uncompacted tail.")
+    file_rows: int = Field(32768, ge=1, description="Rows per compacted file (one compaction = one file).")
+    max_tail_s: float = Field(
+        900, ge=0, description="Compact a tail smaller than file_rows once its oldest commit is this old."
+    )
+    gc_s: float = Field(600, ge=0, description="How often retention runs (0: never; see `lakeflow lake gc`).")
+    orphan_grace_h: float = Field(48, ge=0, description="Orphan shards (no commit record) are kept this long.")
+    source_grace_h: float = Field(
+        1, ge=0, description="Compacted shards and commits stay this long after their compaction (readers)."
+    )
+    keep_checkpoints: int = Field(3, ge=1, description="Optimizer checkpoints kept per model (plus the resume one).")
+    quarantine_days: float = Field(30, ge=0, description="Quarantine records the table has applied are kept this long.")
+
+
 class DataflowConfig(_Strict):
     """The whole file."""
 
     models: list[ModelConfig] = Field(min_length=1, description="The models (policies) of the run.")
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    table: TableConfig = Field(default_factory=TableConfig)
 
     @model_validator(mode="after")
     def _unique_models(self) -> DataflowConfig:

@@ -23,6 +23,7 @@ from lakeflow.catalog.serving import ServingPolicies, batch_table, next_step, pl
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.balance import balance_report
 from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
+from lakeflow.dataflow.committer import Committer
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
@@ -76,6 +77,7 @@ class DataflowService:
         self._last_checkpoint = time.monotonic()
         self._last_balance = 0.0
         self.metrics = DataflowMetrics(store, self.catalog, [m.id for m in config.models], config.loop.metrics_s)
+        self.committer = Committer(store, self.catalog, config, self.lease)  # the table's one writer
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -83,6 +85,7 @@ class DataflowService:
         """Take the lease, then rebuild state from the newest checkpoint."""
         self.lease.acquire(wait=wait, poll_s=min(5.0, self.config.loop.lease_ttl_s / 3))
         self.cursor, state = restore_checkpoint(self.store, self.catalog)
+        self.committer.checkpointed = self.cursor
         for model_id, g in state.get("greso", {}).items():
             if model_id in self.issuer.greso:
                 self.issuer.greso[model_id] = GresoState(**g)
@@ -105,6 +108,7 @@ class DataflowService:
             "round": self.issuer.round,
         }
         seq = save_checkpoint(self.store, self.catalog, self.cursor, state)
+        self.committer.checkpointed = self.cursor  # retention deletes only what a restart will not re-ingest
         self._last_checkpoint = time.monotonic()
         return seq
 
@@ -152,6 +156,7 @@ class DataflowService:
             self._last_balance = time.monotonic()
         if time.monotonic() - self._last_checkpoint >= self.config.loop.checkpoint_s and self.lease.valid():
             self.checkpoint()
+        self.committer.tick(self.cursor)  # compaction and retention, when due
         self.metrics.tick()  # a dataflow_stats window every loop.metrics_s
         return busy
 

@@ -66,6 +66,8 @@ CLAIM = glob(layout.claim_key(_MODEL, _TASK))
 BATCHES = glob(layout.batches_root())
 WEIGHTS = glob(layout.weights_root())
 LATEST = glob(layout.latest_weights_key(_MODEL))
+MANIFESTS = glob(layout.weights_manifest_key(_MODEL, 0))
+TABLES = glob(layout.TABLE) if layout.TABLE.endswith("/") else glob(layout.TABLE + "/")
 CHECKPOINTS = glob(layout.checkpoint_prefix(_MODEL, 0)).split("*", 1)[0] + "*"
 CATALOG = glob(layout.CATALOG)
 CATALOG_CHECKPOINTS = glob(layout.catalog_checkpoint_prefix(0))
@@ -105,6 +107,8 @@ GRANTS: tuple[Grant, ...] = (
     Grant("dataflow", "read", TASK_OBJECTS, "task objects and claims (expiry)"),
     Grant("dataflow", "read", BATCHES, "adopts batch objects written before a crash"),
     Grant("dataflow", "read", LATEST, "the trainer's newest version (serving runs ahead of it)"),
+    Grant("dataflow", "read", MANIFESTS, "checks LATEST against the manifests (latest_version): no rollback"),
+    Grant("dataflow", "list", WEIGHTS, "finds the newest manifest when LATEST is missing or wrong (latest_version)"),
     Grant("dataflow", "read", CATALOG, "restores the newest catalog checkpoint"),
     Grant("dataflow", "read", LEASE, "the serving lease"),
     Grant("dataflow", "read", glob(layout.RAAS_STATS), "balance report: rollout heartbeats"),
@@ -118,6 +122,28 @@ GRANTS: tuple[Grant, ...] = (
     Grant("dataflow", "create", DATAFLOW_METRICS, "its dataflow_stats metric rows (object, then commit record)"),
     Grant("dataflow", "read", DATAFLOW_METRICS, "a retried create-only write compares the bytes already there"),
     Grant("dataflow", "read", BALANCE, "copies its balance report into dataflow_stats"),
+    Grant("dataflow", "list", TABLES, "the compacted table's log (compaction, lakeflow sql's snapshot)"),
+    Grant("dataflow", "read", TABLES, "the compacted table's log and files"),
+    Grant(
+        "dataflow",
+        "write",
+        TABLES,
+        "compaction: Parquet files, then the next Delta log entry (single committer: the lease)",
+    ),
+    Grant("dataflow", "list", TRAJECTORIES, "retention: orphan and compacted shards"),
+    Grant(
+        "dataflow",
+        "delete",
+        TRAJECTORIES,
+        "retention: orphan shards after a grace period, compacted sources after theirs",
+    ),
+    Grant("dataflow", "delete", COMMITS, "retention: commit records of compacted shards"),
+    Grant("dataflow", "list", CHECKPOINTS, "retention: optimizer checkpoints"),
+    Grant(
+        "dataflow", "delete", CHECKPOINTS, "retention: optimizer checkpoints beyond the newest K (never the resume's)"
+    ),
+    Grant("dataflow", "list", QUARANTINE, "retention: old quarantine records"),
+    Grant("dataflow", "delete", QUARANTINE, "retention: quarantine records after N days"),
     Grant("dataflow", "delete", TASK_OBJECTS, "releases finished tasks (task and claim), reopens expired claims"),
     Grant("dataflow", "delete", CATALOG_CHECKPOINTS, "drops superseded copies of mutable catalog tables"),
     # --- trainer: lakeflow/trainer/*, lakeflow/weights/publish.py, lakeflow/weights/retention.py

@@ -19,6 +19,9 @@ TRAJECTORIES = "trajectories/"
 COMMITS = "_commits/"
 QUARANTINE = "_quarantine/"
 CATALOG = "catalog/"
+# The compacted trajectory table (Delta Lake): `_delta_log/` plus large Parquet files, written only by the
+# dataflow process holding the lease. Outside `trajectories/`, so a listing of shards never sees it.
+TABLE = "tables/trajectories"
 
 
 def check_name(name: str, what: str = "name") -> str:
@@ -160,6 +163,24 @@ def parse_weights_version(key: str, model_id: str) -> int | None:
     return int(head) if rest != key and head.isdigit() and "/" in rest else None
 
 
+def table_log_key(version: int) -> str:
+    """One commit of the compacted table's Delta log (newline-delimited JSON actions)."""
+    return f"{TABLE}/_delta_log/{version:020d}.json"
+
+
+def checkpoints_root() -> str:
+    """Parent of every model's optimizer checkpoints: `checkpoints/<model>/<version>/…`."""
+    return "checkpoints/"
+
+
+def parse_checkpoint_key(key: str) -> tuple[str, int] | None:
+    """(model, version) of a key under `checkpoints/<model>/<version:08d>/`, or None."""
+    parts = key.split("/")
+    if len(parts) < 4 or parts[0] != "checkpoints" or not parts[2].isdigit() or not _NAME.match(parts[1]):
+        return None
+    return parts[1], int(parts[2])
+
+
 def checkpoint_prefix(model_id: str, version: int) -> str:
     return f"checkpoints/{check_name(model_id, 'model id')}/{_number(version, 'version')}/"
 
@@ -204,6 +225,15 @@ class ShardKey:
 
 
 _SHARD = re.compile(r"^trajectories/model=([^/]+)/date=(\d{4}-\d{2}-\d{2})/(.+)-(\d{8})\.parquet$")
+
+
+def is_shard_key(key: str) -> bool:
+    """True for a key `shard_key` could have built."""
+    try:
+        parse_shard_key(key)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_shard_key(key: str) -> ShardKey:

@@ -4,7 +4,9 @@ dataflow process under `_quarantine/` and read by `lakeflow sql` and the report.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -80,3 +82,36 @@ def read_quarantine(store: Store, threads: int = 16) -> tuple[list[QuarantineRec
             elif outcome is not None:
                 bad.append((key, outcome))
     return records, bad
+
+
+@dataclass
+class Exclusions:
+    """What quarantine records take out of a set of committed shards (the dataflow's rejections, as
+    `lakeflow sql` and the compacted table apply them): whole shards with why; rows of a shard by
+    position (not by id: a hostile row may copy an honest sample's id); the ids of rejected groups,
+    wherever they sit. Records about the catalog (duplicates and late samples of ids it already
+    holds) remove nothing."""
+
+    shards: dict[str, str] = field(default_factory=dict)
+    rows: set[tuple[str, int]] = field(default_factory=set)
+    ids: set[str] = field(default_factory=set)
+
+
+def exclusions(records: list[QuarantineRecord], shards: Iterable[str] | None = None) -> Exclusions:
+    """The exclusions `records` make; with `shards`, only those about these shards (and every group)."""
+    out = Exclusions()
+    known = set(shards) if shards is not None else None
+    for record in records:
+        if record.source.startswith(GROUP_SOURCE):
+            if record.complete:
+                out.ids.update(record.sample_ids)
+        elif known is not None and record.source not in known:
+            continue
+        elif not layout.is_shard_key(record.source):
+            continue  # a commit key or 'catalog': nothing of a shard to leave out
+        elif record.positions and record.complete:
+            out.rows.update((record.source, position) for position in record.positions)
+        else:
+            why = record.reason if record.whole else f"{record.rows} rows quarantined ({record.reason}), not all named"
+            out.shards[record.source] = f"quarantined by the dataflow: {why}"
+    return out

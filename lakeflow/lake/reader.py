@@ -105,17 +105,65 @@ class LakeReader:
                     new.append(info.key)
                 if limit is not None and len(new) >= limit:
                     break
-        # Records are small independent objects: fetch them concurrently (latency, not bandwidth,
-        # bounds a sequential tail at 1/latency), then keep them in key order.
-        with ThreadPoolExecutor(max(1, min(self.threads, len(new)))) as pool:
-            for key, outcome in zip(new, pool.map(self._read_commit, new), strict=True):
-                if isinstance(outcome, CommitRecord):
-                    result.commits.append((key, outcome))
-                elif outcome is not None:
-                    result.skipped.append((key, outcome))
-                seen.add(key)
+        for key, outcome in self.read_commits(new):
+            if isinstance(outcome, CommitRecord):
+                result.commits.append((key, outcome))
+            elif outcome is not None:
+                result.skipped.append((key, outcome))
+            seen.add(key)
         result.cursor = self._advance(cursor, seen)
         return result
+
+    def read_commits(self, keys: Sequence[str]) -> list[tuple[str, CommitRecord | str | None]]:
+        """Each key with its checked record, the reason it was refused, or None if it vanished, in
+        the order given. Records are small independent objects: they are fetched concurrently
+        (latency, not bandwidth, bounds a sequential tail at 1/latency)."""
+        with ThreadPoolExecutor(max(1, min(self.threads, len(keys)))) as pool:
+            return list(zip(keys, pool.map(self._read_commit, keys), strict=True))
+
+    def committed(
+        self, after: str | None = None, before: str | None = None, max_rows: int | None = None
+    ) -> tuple[list[tuple[str, CommitRecord]], list[tuple[str, str]]]:
+        """Commit records with `after < key < before` (either bound open when None), in key order, and the
+        keys in that range refused and why. With `max_rows`, stops after the first record that brings
+        the rows taken to `max_rows` (always at least one), so the result is a prefix of the range: a
+        compaction of it covers every key up to its last one. Unlike `poll`, no settle window: the
+        range is exact (the caller picks a `before` the dataflow has ingested up to)."""
+        horizon = datetime.now(UTC) + self.max_future
+        commits: list[tuple[str, CommitRecord]] = []
+        skipped: list[tuple[str, str]] = []
+        rows = 0
+        chunk = min(4096, max_rows or 4096)  # every record holds at least one row
+        listing = self.store.list(layout.COMMITS, start_after=after)
+        done = False
+        while not done:
+            keys: list[str] = []
+            done = True  # unless the chunk fills up with more of the listing to come
+            for info in listing:
+                if before is not None and info.key >= before:
+                    break
+                if not _is_commit_key(info.key):
+                    skipped.append((info.key, "not a commit record key"))
+                elif layout.parse_commit_key(info.key).when > horizon:
+                    # Keys sort by their stamp: this and every later key claim a time ahead of our clock.
+                    skipped.append((info.key, f"stamped more than {self.max_future} ahead of this clock"))
+                    break
+                elif info.size > MAX_COMMIT_BYTES:  # refused unread: it cannot be a commit record
+                    skipped.append((info.key, f"{info.size:,} bytes: too large for a commit record"))
+                else:
+                    keys.append(info.key)
+                    if len(keys) >= chunk:
+                        done = False
+                        break
+            for key, outcome in self.read_commits(keys):
+                if isinstance(outcome, CommitRecord):
+                    commits.append((key, outcome))
+                    rows += outcome.rows
+                    if max_rows is not None and rows >= max_rows:
+                        return commits, skipped
+                elif outcome is not None:
+                    skipped.append((key, outcome))
+        return commits, skipped
 
     def _read_commit(self, key: str) -> CommitRecord | str | None:
         """The checked record, the reason it was refused, or None if it vanished since the listing."""
@@ -134,25 +182,18 @@ class LakeReader:
         recent = frozenset(k for k in seen if layout.parse_commit_key(k).when >= horizon and k != position)
         return CommitCursor(position, recent)
 
-    def visible_shards(self) -> tuple[list[str], list[tuple[str, str]]]:
+    def visible_shards(self, after: str | None = None, orphans: bool = True) -> tuple[list[str], list[tuple[str, str]]]:
         """Keys of every committed shard whose commit record passes the same checks as the dataflow's
         ingest (`CommitRecord.from_bytes`), in commit order, and what was left out and why: refused
-        commit records, and shards without one (uncommitted or abandoned writes)."""
-        shards: list[str] = []
-        skipped: list[tuple[str, str]] = []
-        cursor = CommitCursor()
-        while True:
-            result = self.poll(cursor, limit=4096)
-            shards += [record.shard for _, record in result.commits]
-            skipped += result.skipped
-            if result.cursor == cursor:
-                break
-            cursor = result.cursor
-        shards = list(dict.fromkeys(shards))  # a replayed record names its shard again: once is enough
-        committed = set(shards)
-        for info in self.store.list(layout.TRAJECTORIES):
-            if info.key not in committed:
-                skipped.append((info.key, "no commit record (uncommitted or abandoned write)"))
+        commit records, and (with `orphans`) shards without one (uncommitted or abandoned writes).
+        With `after`, only commits whose key sorts after it (the tail after a compaction's watermark)."""
+        commits, skipped = self.committed(after=after)
+        shards = list(dict.fromkeys(record.shard for _, record in commits))  # a replayed record: once
+        if orphans:
+            committed = set(shards)
+            for info in self.store.list(layout.TRAJECTORIES):
+                if info.key not in committed:
+                    skipped.append((info.key, "no commit record (uncommitted or abandoned write)"))
         return shards, skipped
 
     def read_shard(self, commit: CommitRecord, columns: Sequence[str] | None = None, verify: bool = True) -> pa.Table:

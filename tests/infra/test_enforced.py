@@ -127,6 +127,9 @@ def test_tiny_run_with_one_role_per_process(
     config = yaml.safe_load((REPO / "jobs/examples/tiny-math.yaml").read_text())
     config["steps"] = 2
     config["lake"] = LAKE
+    data = REPO / "jobs/examples"  # the copy lives elsewhere: its data paths must not be relative
+    config["models"][0]["dataflow"]["dataset"]["path"] = str(data / config["models"][0]["dataflow"]["dataset"]["path"])
+    config["models"][0]["eval"]["dataset"]["path"] = str(data / config["models"][0]["eval"]["dataset"]["path"])
     config["loop"] |= {"checkpoint_s": 1}  # the dataflow also writes (and supersedes) catalog checkpoints
     config["models"][0]["trainer"]["model_cache_dir"] = str(tmp_path / "models")
     config["credentials"] = {r: f"lakeflow-{r}" for r in ("dataflow", "trainer", "raas", "eval")}

@@ -1,0 +1,181 @@
+"""`lakeflow bench autoscale`: the same tiny job, made rollout-bound, run with a fixed small pool, a fixed
+large pool and an autoscaled pool (the local actuator, as `lakeflow run --autoscale` starts it), each
+through the launcher on a fresh lake. Per variant: wall time, rollout process-seconds (the GPU-hours
+analogue), the trainer's wait fraction and the pool size over time; ratios against the fixed small pool.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from lakeflow.io import Store, open_store
+from lakeflow.lake import layout
+from lakeflow.run import Launcher, RunConfig
+from lakeflow.run.config import AutoscaleConfig
+from lakeflow.text import text_table
+
+CONFIG = "jobs/examples/tiny-math.yaml"
+
+
+def bench_config(config: RunConfig, steps: int, prompts_per_step: int, max_new_tokens: int, replicas: int) -> RunConfig:
+    """`config` on the hf engine, without evaluation, `steps` long, with `replicas` rollout services per
+    model generating `max_new_tokens` for `prompts_per_step` prompts a step (what makes rollout the
+    bottleneck: the trainer's step on the tiny model costs little beside it)."""
+    config = config.with_engine("hf")
+    models = []
+    for m in config.models:
+        raas = m.raas.config.model_copy(update={"max_new_tokens": max_new_tokens})
+        pool = m.raas.model_copy(update={"replicas": replicas, "config": raas})
+        flow = {**m.dataflow, "prompts_per_step": prompts_per_step}
+        models.append(m.model_copy(update={"eval": None, "raas": pool, "dataflow": flow}))
+    return config.model_copy(update={"steps": steps, "models": models, "autoscale": None})
+
+
+def run_variant(config: RunConfig, timeout_s: float) -> dict[str, Any]:
+    """`config` through the launcher on a temporary lake until done (or `timeout_s`); its measurements."""
+    with tempfile.TemporaryDirectory(prefix="lakeflow-bench-autoscale-") as tmp:
+        url = str(Path(tmp) / "lake")
+        store = open_store(url)
+        launcher = Launcher(config, store, url, Path(tmp) / "run")
+        started_wall, started = time.time(), time.monotonic()
+        launcher.start()
+        outcome = None
+        try:
+            while outcome is None:
+                time.sleep(0.2)
+                outcome = launcher.poll()
+                if outcome is None and time.monotonic() - started > timeout_s:
+                    outcome = f"timed out after {timeout_s:.0f} s"
+            done_wall, wall_s = time.time(), time.monotonic() - started
+        finally:
+            launcher.stop()
+        if outcome != "done":
+            raise RuntimeError(f"the {config.name} run did not finish: {outcome}")
+        model_id = config.models[0].id
+        if config.autoscale is None:
+            n = config.models[0].raas.replicas
+            pool = [(0.0, n)]
+        else:
+            pool = autoscale_pool(store, model_id, started_wall, done_wall)
+        return {
+            "wall_s": wall_s,
+            "rollout_process_s": pool_seconds(pool, done_wall - started_wall),
+            "rollout_heartbeat_s": heartbeat_seconds(store, model_id),
+            "wait_fraction": wait_fraction(store, model_id),
+            "pool": [[round(t, 1), n] for t, n in pool],
+            "max_pool": max(n for _, n in pool),
+        }
+
+
+def autoscale_pool(store: Store, model_id: str, started: float, done: float) -> list[tuple[float, int]]:
+    """(seconds since `started`, rollout services) at every change the autoscaler made before `done` (epoch
+    seconds), from `stats/autoscale/<model>.json`: its pool starts at `policy.min` when it starts."""
+    record = json.loads(store.get(layout.autoscale_stats_key(model_id)))
+    out = [(max(0.0, float(record["started"]) - started), int(record["policy"]["min"]))]
+    for tick in record["ticks"]:
+        at = datetime.fromisoformat(tick["at"]).timestamp()
+        if at <= done and int(tick["replicas"]) != out[-1][1]:
+            out.append((at - started, int(tick["replicas"])))
+    return out
+
+
+def pool_seconds(pool: list[tuple[float, int]], end_s: float) -> float:
+    """Process-seconds of a pool that ran `n` services from each change on, until `end_s`."""
+    ends = [t for t, _ in pool[1:]] + [end_s]
+    return sum(n * max(0.0, end - t) for (t, n), end in zip(pool, ends, strict=True))
+
+
+def heartbeat_seconds(store: Store, model_id: str) -> float:
+    """Sum over the model's rollout services of their last heartbeat minus their start (`started_at`,
+    after imports and engine set-up are underway): a lower bound of their lifetime."""
+    total = 0.0
+    for info in store.list(layout.RAAS_STATS):
+        record = json.loads(store.get(info.key))
+        if record.get("model_id") == model_id:
+            at, start = (datetime.fromisoformat(record[k]).timestamp() for k in ("at", "started_at"))
+            total += max(0.0, at - start)
+    return total
+
+
+def wait_fraction(store: Store, model_id: str) -> float:
+    """Mean over trainer steps after the first of wait_s / (wait_s + step_s)."""
+    records = [json.loads(store.get(i.key)) for i in store.list(layout.trainer_stats_prefix(model_id))]
+    records.sort(key=lambda r: r["step"])
+    fractions = [r["wait_s"] / (r["wait_s"] + r["step_s"]) for r in records[1:] if r["wait_s"] + r["step_s"] > 0]
+    if not fractions:
+        raise ValueError(f"need at least 2 trainer heartbeats of {model_id!r}, found {len(records)}")
+    return statistics.fmean(fractions)
+
+
+def run(
+    config: RunConfig,
+    steps: int = 20,
+    small: int = 1,
+    large: int = 3,
+    prompts_per_step: int = 16,
+    max_new_tokens: int = 32,
+    autoscale: AutoscaleConfig | None = None,
+    timeout_s: float = 900.0,
+) -> dict[str, Any]:
+    """The three variants one after another; ratios against the fixed small pool."""
+    scaler = autoscale or AutoscaleConfig(min=small, max=large, interval_s=2.0, cooldown_s=8.0, confirm=2)
+    base = bench_config(config, steps, prompts_per_step, max_new_tokens, small)
+    variants = {
+        f"fixed {small}": base,
+        f"fixed {large}": bench_config(config, steps, prompts_per_step, max_new_tokens, large),
+        f"autoscaled {scaler.min}-{scaler.max}": base.model_copy(update={"autoscale": scaler}),
+    }
+    results = [{"variant": name, **run_variant(c, timeout_s)} for name, c in variants.items()]
+    ref = results[0]
+    for r in results:
+        for key in ("wall_s", "rollout_process_s"):
+            r[f"{key}_x"] = r[key] / ref[key] if ref[key] > 0 else math.nan
+    return {
+        "steps": steps,
+        "prompts_per_step": prompts_per_step,
+        "max_new_tokens": max_new_tokens,
+        "autoscale": scaler.model_dump(mode="json"),
+        "variants": results,
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    """The variants as a table, the pool sizes over time below it."""
+    rows = [
+        [
+            r["variant"],
+            f"{r['wall_s']:.1f}",
+            f"{r['wall_s_x']:.2f}",
+            f"{r['rollout_process_s']:.0f}",
+            f"{r['rollout_process_s_x']:.2f}",
+            f"{r['rollout_heartbeat_s']:.0f}",
+            f"{r['wait_fraction']:.0%}",
+            str(r["max_pool"]),
+        ]
+        for r in result["variants"]
+    ]
+    a = result["autoscale"]
+    lines = [
+        f"tiny-math, hf engine, {result['steps']} steps, {result['prompts_per_step']} prompts/step, "
+        f"{result['max_new_tokens']} new tokens; autoscale every {a['interval_s']} s, confirm {a['confirm']}, "
+        f"cooldown {a['cooldown_s']} s",
+        "",
+    ]
+    header = ["pool", "wall s", "x", "rollout proc-s", "x", "heartbeat s", "trainer wait", "max pool"]
+    lines += text_table(header, rows, rule=True)
+    lines += ["", "pool size over time (services from second t on):"]
+    for r in result["variants"]:
+        lines.append(f"  {r['variant']}: " + ", ".join(f"{n} @ {t:.0f} s" for t, n in r["pool"]))
+    lines += [
+        "",
+        "rollout proc-s: services x seconds from their start to the trainer's last step (the GPU-hours analogue);",
+        "heartbeat s: the services' own started_at to last heartbeat (a lower bound); x: against the first row",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""The committer: kill -9 at random points of a compaction leaves every committed row in the table
+exactly once; the one-shot command refuses while a dataflow process holds the lease; the dataflow
+process compacts in its loop and `lakeflow sql` still shows exactly what it ingested."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from lakeflow.catalog import connect_lake
+from lakeflow.dataflow.config import TableConfig
+from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.service import DataflowService
+from lakeflow.io import S3Options, Store, open_store
+from lakeflow.lake import LakeReader, iter_commits, layout
+from lakeflow.lake.synth import SynthSpec, write_synthetic
+from lakeflow.lake.table import read_snapshot, vacuum
+from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
+
+
+def _compact_cmd(lake: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "lakeflow", "lake", "compact", "--lake", lake, "--settle-s", "0", *extra]
+
+
+def _table_ids(store: Store) -> list[str]:
+    """The sample ids in the table's newest version, its files read through the store (any backend)."""
+    ids = []
+    for uri in read_snapshot(store).files:
+        key = layout.TABLE + uri.split(layout.TABLE, 1)[1]
+        with store.open_read(key) as f:
+            ids += pq.read_table(f, columns=["sample_id"]).column(0).to_pylist()
+    return ids
+
+
+def _committed_ids(store: Store) -> list[str]:
+    reader = LakeReader(store)
+    return [i for _, c in iter_commits(reader) for i in reader.read_shard(c, ["sample_id"]).column(0).to_pylist()]
+
+
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.slow)])
+def process_lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "local":
+        return str(tmp_path / "lake")
+    request.getfixturevalue("s3_env")
+    return str(request.getfixturevalue("s3_url"))
+
+
+def test_kill_9_at_random_points_of_compaction_loses_and_doubles_nothing(process_lake: str) -> None:
+    store = open_store(process_lake, S3Options())
+    spec = SynthSpec(samples=960, models=("a", "b"), prompt_tokens=8, response_tokens=8)
+    write_synthetic(store, spec, writers=2, max_rows=8)  # 120 one-group shards
+    committed = sorted(_committed_ids(store))
+    rng = random.Random(12)
+    for _ in range(4):
+        proc = subprocess.Popen(
+            _compact_cmd(process_lake, "--file-rows", "24", "--lease-ttl-s", "1"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        for _ in range(rng.randint(1, 3)):  # a few table versions committed …
+            assert proc.stderr.readline().startswith(b"compacted "), proc.communicate()
+        time.sleep(rng.uniform(0, 0.05))  # … then killed somewhere in the next: reading, writing, committing
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stderr.close()
+        ids = _table_ids(store)
+        assert len(ids) == len(set(ids)) and set(ids) <= set(committed)  # never doubled, never invented
+        time.sleep(1.1)  # the dead process's lease expires
+    done = subprocess.run(_compact_cmd(process_lake, "--file-rows", "48"), capture_output=True, check=True)
+    assert b"compacted" in done.stdout, done.stderr
+    assert sorted(_table_ids(store)) == committed  # every committed row exactly once
+    vacuum(store, timedelta(0), apply=True)  # files of compactions killed before their commit
+    assert sorted(_table_ids(store)) == committed
+    lake = connect_lake(store)
+    assert lake.sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py() == len(committed)
+
+
+def test_the_one_shot_command_refuses_while_a_dataflow_process_holds_the_lease(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    store = open_store(lake)
+    write_synthetic(store, SynthSpec(samples=16, prompt_tokens=8, response_tokens=8), max_rows=8)
+    held = Lease(store, timedelta(seconds=30), owner="serving")
+    held.acquire()
+    for command in (_compact_cmd(lake), [sys.executable, "-m", "lakeflow", "lake", "gc", "--lake", lake]):
+        result = subprocess.run(command, capture_output=True)
+        assert result.returncode == 1 and b"served by dataflow process serving" in result.stderr
+    held.release()
+    assert read_snapshot(store).version is None
+
+
+def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    write_groups(store, [group("policy", [1, 0, 1, 0]) for _ in range(6)])
+    bad = group("policy", [1, 0, 1, 0])
+    bad[1]["response_ids"] = [4, 500]  # a token outside the vocabulary: that row is quarantined
+    write_groups(store, [bad])
+    set_trainer_version(store, "policy", 1)
+    table = TableConfig(compact_s=0.01, max_tail_s=0, file_rows=12)
+    cfg = config(loop={"settle_s": 0}).model_copy(update={"table": table})
+    service = DataflowService(store, cfg)
+    service.start()
+    before = connect_lake(store).sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py()
+    write_groups(store, [group("policy", [1, 1, 0, 0])])  # the newest commit: the cursor's position
+    service.run(iterations=3)
+    assert service.committer.totals.versions >= 2
+    snap = read_snapshot(store)
+    assert snap.watermark is not None and snap.watermark < service.cursor.position  # settle: never past it
+    lake = connect_lake(store)
+    assert lake.table_version == snap.version
+    assert before == 28 and lake.sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py() == 31
+    assert len(_table_ids(store)) == 27  # the quarantined row never reached the table
+    assert layout.TABLE.startswith("tables/")
+    service.close()

@@ -1,0 +1,85 @@
+"""Retention never deletes what a snapshot, a batch or a resume still needs: compacted shards of a
+batch not yet trained on or of the catalog's pools stay, the optimizer checkpoint a resume loads
+stays, and `lakeflow sql` answers the same after collection."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lakeflow.catalog import connect_lake
+from lakeflow.dataflow.checkpoint import load_manifest
+from lakeflow.dataflow.compact import Compactor, compaction_bound
+from lakeflow.dataflow.retention import RetentionPolicy, apply_gc, plan_gc, pool_shards, referenced_shards
+from lakeflow.dataflow.service import DataflowService
+from lakeflow.dataflow.status import checkpoint_tables
+from lakeflow.io import open_store
+from lakeflow.lake import CommitCursor, LakeReader, SampleRef, layout
+from lakeflow.lake.batch import read_batch
+from lakeflow.lake.quarantine import write_quarantine
+from lakeflow.weights.manifest import latest_version
+from lakeflow.weights.publish import publish
+from tests.dataflow.helpers import config, group, write_groups
+from tests.weights.weight_states import adam_step, make_state
+
+
+def test_gc_keeps_what_batches_pools_and_resumes_need(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    for _ in range(6):
+        write_groups(store, [group("policy", [1, 0, 1, 0])])  # one commit per group
+    state = make_state(0)
+    publish(store, "policy", state)
+    publish(store, "policy", adam_step(state, 0))
+    assert latest_version(store, "policy") == 1  # the trainer holds version 1: batch 0 is consumed
+    for version in range(4):
+        store.put(layout.checkpoint_object_key("policy", version, "optimizer.pt"), b"moments")
+    old = datetime.now(UTC) - timedelta(days=40)
+    write_quarantine(store, "catalog", 1, "sample_id already ingested", old, ["x"])
+    stale = layout.shard_key("policy", datetime(2020, 1, 1, tzinfo=UTC), "crashed-000000000000", 0)
+    fresh = layout.shard_key("policy", datetime.now(UTC), "crashed-000000000000", 1)
+    store.put(stale, b"an orphan from 2020")
+    store.put(fresh, b"an orphan from today")
+
+    service = DataflowService(store, config(prompts_per_step=2, steps_ahead=0, loop={"settle_s": 0}))
+    service.start()
+    service.run(iterations=2)  # batches 0 and 1 (two groups each); two groups stay fresh
+    service.close()  # the checkpoint: its cursor is where a restart re-reads from
+    write_groups(store, [group("policy", [1, 1, 0, 0])])  # after the checkpoint: never collected
+    manifest = load_manifest(store)
+    assert manifest is not None
+    before = compaction_bound(CommitCursor.from_json(manifest["cursor"]).position, timedelta(0))
+    Compactor(store, file_rows=8).compact_all(before)
+    answer = connect_lake(store).sql("SELECT count(*) AS n, sum(reward) AS r FROM trajectories").to_pylist()
+    assert answer[0]["n"] == 28
+
+    tables, _ = checkpoint_tables(store)
+    batch0, _ = read_batch(store, "policy", 0)
+    batch1, _ = read_batch(store, "policy", 1)
+    assert set(batch0.column("shard").to_pylist()) <= pool_shards(tables)  # served groups sit in the replay pool
+    protected = referenced_shards(store, pool_shards(tables, replay_models=set()))  # … of a model that never replays
+    assert set(batch1.column("shard").to_pylist()) <= protected  # not trained on yet
+    assert not set(batch0.column("shard").to_pylist()) & protected  # consumed
+    policy = RetentionPolicy(source_grace=timedelta(0), keep_checkpoints=1, quarantine_days=30)
+    plan = plan_gc(store, policy, protected, before)
+    deleted = {key for key, _ in plan.delete}
+    assert plan.counts()["compacted shard"] == 2 == plan.counts()["compacted commit record"]  # batch 0's groups
+    assert set(batch0.column("shard").to_pylist()) <= deleted
+    assert stale in deleted and fresh not in deleted  # an orphan goes only after its grace
+    assert layout.checkpoint_object_key("policy", 0, "optimizer.pt") in deleted
+    kept_checkpoints = {layout.checkpoint_object_key("policy", v, "optimizer.pt") for v in (1, 2, 3)}
+    assert not kept_checkpoints & deleted  # the resume's (1), the newest (3) and an unpublished one (2)
+    assert any(key.startswith(layout.QUARANTINE) for key in deleted)
+
+    assert apply_gc(store, plan, policy) >= len(plan.delete)
+    assert connect_lake(store).sql("SELECT count(*) AS n, sum(reward) AS r FROM trajectories").to_pylist() == answer
+    refs = [SampleRef(r["shard"], r["row"], r["sample_id"]) for r in batch1.to_pylist()]
+    assert LakeReader(store).read_samples(refs, columns=["reward"]).num_rows == 8  # the trainer can still read it
+    assert plan_gc(store, policy, protected, before).counts() == {}  # nothing more to do
+
+
+def test_a_lake_no_dataflow_has_served_keeps_its_sources(tmp_path: Path) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    write_groups(store, [group("policy", [1, 0, 1, 0]) for _ in range(2)])
+    Compactor(store).compact_all(compaction_bound(None, timedelta(0)))
+    plan = plan_gc(store, RetentionPolicy(source_grace=timedelta(0)), set(), None)
+    assert plan.delete == [] and plan.kept[0][0] == "compacted sources"
