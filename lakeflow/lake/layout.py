@@ -1,6 +1,6 @@
 """The lake's key layout: every key and prefix lakeflow reads or writes is built here.
 
-Keys are relative to the run's root URL (see DESIGN.md "Lake layout"). Trajectory
+Keys are relative to the run's root URL (docs/architecture.md, "The lake"). Trajectory
 shards use Hive-style partitions (`model=…/date=…`) so Spark, Trino, Polars and pandas
 read the lake without lakeflow. Numbers in keys are zero-padded so that key order is
 numeric order and a listing with `start_after` resumes where it stopped.
