@@ -39,15 +39,17 @@ class Controller:
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     states: dict[str, State] = field(default_factory=dict)
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    initial: dict[str, int] = field(default_factory=dict)  # pool -> size to start at (default: what runs now)
     started: float | None = None  # when start() ran: the first cooldown counts from it
 
     def start(self) -> None:
-        """Bring every pool inside [min, max] at once (the config's replicas are not consulted)."""
+        """Bring every pool to its `initial` size (else the size it runs now), inside [min, max], at once."""
         for pool in self.pools:
             g = self.actuator.replicas(pool)
-            n = min(max(g, self.policy.min), self.policy.max)
+            n = min(max(self.initial.get(pool, g), self.policy.min), self.policy.max)
             if n != g:
                 self.actuator.scale(pool, n)
+            self.initial[pool] = n
             self.states[pool] = State(last_change=self._seconds(self.clock()))
         self.started = self._seconds(self.clock())
 
@@ -93,7 +95,13 @@ class Controller:
         history = self.history.setdefault(pool, [])
         history.append(entry)
         del history[:-HISTORY]
-        record = {"model_id": pool, "policy": asdict(self.policy), "started": self.started, "ticks": history}
+        record = {
+            "model_id": pool,
+            "policy": asdict(self.policy),
+            "started": self.started,
+            "initial": self.initial.get(pool),
+            "ticks": history,
+        }
         self.store.put(layout.autoscale_stats_key(pool), json.dumps(record).encode())
 
     def run(self, stop: threading.Event, interval_s: float = 10.0, iterations: int | None = None) -> None:

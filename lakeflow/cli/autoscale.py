@@ -70,7 +70,8 @@ def autoscale(
     """Grow a pool by G/(1-w) when its trainer waits more than 10% of the time, shrink it towards
     consumption/production x 1.1 below 5%, within [--min, --max], after --confirm agreeing decisions and
     --cooldown-s after the last change. Removed services are drained (SIGTERM: the group in progress is
-    committed). Decisions are recorded in stats/autoscale/<model>.json."""
+    committed). A pool starts at its run config's `replicas` (local) or at what runs now (k8s, skypilot),
+    within [--min, --max]. Decisions are recorded in stats/autoscale/<model>.json."""
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.autoscale.controller import Controller
     from lakeflow.autoscale.rule import Policy
@@ -80,8 +81,10 @@ def autoscale(
     try:
         policy = Policy(min=min_, max=max_, confirm=confirm, cooldown_s=cooldown_s)
         act: Actuator
+        initial: dict[str, int] = {}
         if actuator == "local":
-            act, pools = _local(config_path, lake_url, endpoint_url, run_dir, store, drain_s)
+            act, initial = _local(config_path, lake_url, endpoint_url, run_dir, store, drain_s)
+            pools = list(initial)
         elif actuator == "k8s":
             mapping = _pairs(deployments, "--deployment")
             act, pools = build_actuator("k8s", deployments=mapping, namespace=namespace), list(mapping)
@@ -101,7 +104,7 @@ def autoscale(
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    controller = Controller(store, act, pools, policy, window_s)
+    controller = Controller(store, act, pools, policy, window_s, initial=initial)
     try:
         controller.run(stop, interval_s, iterations)
     except (RuntimeError, MissingToolError) as e:
@@ -119,7 +122,8 @@ def _local(
     run_dir: str | None,
     store: Store,
     drain_s: float,
-) -> tuple[Actuator, list[str]]:
+) -> tuple[Actuator, dict[str, int]]:
+    """The local actuator and each pool's size to start at: its `replicas` in the run config."""
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.run import Launcher, load_run_config
     from lakeflow.run.launcher import raas_spec
@@ -134,4 +138,5 @@ def _local(
     def argv(pool: str, index: int) -> list[str]:
         return launcher.command(raas_spec(config, models[pool], index))
 
-    return build_actuator("local", argv=argv, log_dir=directory / "logs", drain_s=drain_s), list(models)
+    initial = {pool: m.raas.replicas for pool, m in models.items()}
+    return build_actuator("local", argv=argv, log_dir=directory / "logs", drain_s=drain_s), initial

@@ -76,9 +76,9 @@ def run_variant(config: RunConfig, timeout_s: float) -> dict[str, Any]:
 
 def autoscale_pool(store: Store, model_id: str, started: float, done: float) -> list[tuple[float, int]]:
     """(seconds since `started`, rollout services) at every change the autoscaler made before `done` (epoch
-    seconds), from `stats/autoscale/<model>.json`: its pool starts at `policy.min` when it starts."""
+    seconds), from `stats/autoscale/<model>.json`: its pool starts at `initial` when it starts."""
     record = json.loads(store.get(layout.autoscale_stats_key(model_id)))
-    out = [(max(0.0, float(record["started"]) - started), int(record["policy"]["min"]))]
+    out = [(max(0.0, float(record["started"]) - started), int(record["initial"]))]
     for tick in record["ticks"]:
         at = datetime.fromisoformat(tick["at"]).timestamp()
         if at <= done and int(tick["replicas"]) != out[-1][1]:

@@ -33,7 +33,7 @@ class PoolConfig(_Strict):
 
 class AutoscaleConfig(_Strict):
     """`lakeflow run --autoscale` (or this section): a `lakeflow autoscale --actuator local` process sizes
-    every rollout pool instead of starting `replicas` services."""
+    every rollout pool, starting it at its `replicas` (within [min, max])."""
 
     min: int = Field(1, ge=0, description="Fewest rollout services per pool.")
     max: int = Field(4, ge=1, description="Most rollout services per pool.")

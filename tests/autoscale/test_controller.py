@@ -109,3 +109,16 @@ def test_controller_reads_the_balance_reports_window() -> None:
     trainer_step(store, "policy", 1, T0 - timedelta(seconds=5), wait_s=9.0, step_s=1.0)
     obs, _ = ctl.observe("policy", T0)
     assert obs.wait == 0.9 and obs.consumed == 3.2
+
+
+def test_the_controller_starts_each_pool_at_its_initial_size_within_bounds() -> None:
+    store = open_store(f"memory://{uuid.uuid4().hex}")
+    actuator = FakeActuator(sizes={"running": 3})
+    policy = Policy(min=1, max=4, cooldown_s=0, confirm=1)
+    initial = {"asked": 2, "too_many": 9}  # "running" has none: it keeps what runs, "idle" goes to min
+    controller = Controller(store, actuator, ["asked", "too_many", "running", "idle"], policy, 60, initial=initial)
+    controller.start()
+    assert actuator.sizes == {"asked": 2, "too_many": 4, "running": 3, "idle": 1}
+    assert ("running", 3) not in actuator.calls  # already inside the bounds: left alone
+    controller.tick()
+    assert json.loads(store.get(layout.autoscale_stats_key("too_many")))["initial"] == 4

@@ -1,12 +1,15 @@
 """`lakeflow run --autoscale` end to end: the tiny loop starts with one rollout service, the autoscaler
-grows the pool to two, and at the end drains both; nothing a service generated is lost and no claim is
-left behind by a removed service.
+grows the pool to two while the trainer waits, shrinks it back to one once the trainer is the bottleneck,
+and at the end drains what is left; nothing a service generated is lost and no claim is left behind by a
+removed service.
 
-Why the growth is not a race: the trainer's first steps wait for the first rollouts (a service has to
-start, load the model and generate before batch 0 exists) while the steps themselves train 8 samples of a
-tiny model, so the first observed wait fraction is far above 10% on any machine (97% measured). Every
-recorded decision is also replayed through `decide`, so the test checks what was decided against the
-rule, not against timings.
+Why neither change is a race: the trainer's first step waits for the first rollouts (a service has to
+start, load the model and generate before batch 0 exists), so the first observed wait fraction is far
+above 10% on any machine. After that the job is trainer-bound by construction: one generated token per
+sample, while the trainer runs a 4-layer model (hidden 128) over every sample in microbatches of 64
+tokens and 4 optimizer steps, with batches served two steps ahead, so the trainer stops waiting (0%
+measured) and the rule shrinks the pool. Every recorded decision is also replayed through `decide`, so
+the test checks what was decided against the rule, not against timings.
 """
 
 from __future__ import annotations
@@ -23,14 +26,18 @@ from lakeflow.autoscale.rule import Observation, Policy, State, decide
 from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
 from lakeflow.lake import layout
+from lakeflow.models.tiny import build_tiny_model
 from lakeflow.weights.manifest import read_latest
 
 pytest.importorskip("torch")
 
-STEPS = 10
+STEPS = 6
 
 
 def config(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    if not model.exists():
+        build_tiny_model(model, hidden=128, layers=4)
     run = {
         "name": "auto",
         "steps": STEPS,
@@ -39,21 +46,21 @@ def config(tmp_path: Path) -> Path:
                 "id": "policy",
                 "dataflow": {
                     "vocab_size": 512,
-                    "n_samples": 2,
-                    "prompts_per_step": 4,
-                    "max_staleness": 2,
-                    "steps_ahead": 1,
+                    "n_samples": 4,
+                    "prompts_per_step": 8,
+                    "max_staleness": 4,
+                    "steps_ahead": 2,
                     "dataset": {"type": "synthetic", "prompts": 100},
                 },
-                "trainer": {"model": "tiny:e2e", "model_cache_dir": str(tmp_path / "models"), "lr": 1e-3},
+                "trainer": {"model": str(model), "lr": 1e-3, "minibatches": 4, "max_tokens_per_microbatch": 64},
                 "raas": {
                     "replicas": 1,
-                    "config": {"max_new_tokens": 8, "poll_s": 0.1, "heartbeat_s": 1, "engine": {"type": "hf"}},
+                    "config": {"max_new_tokens": 1, "poll_s": 0.1, "heartbeat_s": 1, "engine": {"type": "hf"}},
                 },
             }
         ],
         "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3},
-        "autoscale": {"min": 1, "max": 2, "interval_s": 1, "cooldown_s": 2, "confirm": 1},
+        "autoscale": {"min": 1, "max": 2, "interval_s": 1, "cooldown_s": 2, "confirm": 1, "window_s": 4},
     }
     run["models"][0]["trainer"] |= {"poll_s": 0.1, "max_poll_s": 0.5}  # type: ignore[index]
     run["models"][0]["raas"]["config"]["engine"]["threads"] = 1  # type: ignore[index]
@@ -63,7 +70,7 @@ def config(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_run_autoscale_grows_the_pool_and_drains_it_without_loss(tmp_path: Path) -> None:
+def test_run_autoscale_grows_and_shrinks_the_pool_and_drains_it_without_loss(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "lakeflow", "run", str(config(tmp_path)), "--run-dir", str(run_dir)]
     done = subprocess.run(cmd, capture_output=True, timeout=300)
@@ -71,10 +78,13 @@ def test_run_autoscale_grows_the_pool_and_drains_it_without_loss(tmp_path: Path)
     store = open_store(str(run_dir / "lake"))
     assert read_latest(store, "policy")[0].version == STEPS  # type: ignore[index]
 
-    # the pool grew from 1 to 2, each decision is the rule's on its recorded inputs
+    # the pool grew from 1 to 2, then shrank to 1; each decision is the rule's on its recorded inputs
     record = json.loads(store.get(layout.autoscale_stats_key("policy")))
+    assert record["initial"] == 1
     sizes = [t["replicas"] for t in record["ticks"]]
-    assert sizes[0] == 1 and max(sizes) == 2
+    assert 2 in sizes and 1 in sizes[sizes.index(2) :], sizes
+    reasons = [t["reason"] for t in record["ticks"]]
+    assert any(r.startswith("grow") for r in reasons) and any(r.startswith("shrink") for r in reasons)
     policy, state = Policy(**record["policy"]), State(last_change=record["started"])
     for tick in record["ticks"]:
         replay = decide(Observation(**tick["observation"]), policy, state)
@@ -82,7 +92,9 @@ def test_run_autoscale_grows_the_pool_and_drains_it_without_loss(tmp_path: Path)
         state = replay.state
     log = (run_dir / "logs" / "autoscale.log").read_text()
     assert "started raas-policy-1" in log
-    assert "drained raas-policy-0: exit 0" in log and "drained raas-policy-1: exit 0" in log
+    shrunk, end = log.index("2 -> 1 rollout services"), log.index("drained raas-policy-0")
+    assert shrunk < log.index("drained raas-policy-1: exit 0") < end  # the shrink drained it, not the end
+    assert "drained raas-policy-0: exit 0" in log
 
     # nothing lost: every sample a service counted is in the lake; no group abandoned
     beats = [json.loads(store.get(i.key)) for i in store.list(layout.RAAS_STATS)]
