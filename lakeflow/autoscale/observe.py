@@ -16,8 +16,7 @@ from typing import Any
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-
-DEAD_STATES = ("stopped", "failed")  # a heartbeat in these states is not a live service
+from lakeflow.lake.heartbeats import DEAD_STATES
 
 
 def _records(store: Store, prefix: str) -> list[dict[str, Any]]:

@@ -17,24 +17,43 @@ from typing import Any
 
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
+from lakeflow.models.tiny import build_tiny_model
 from lakeflow.run import Launcher, RunConfig
 from lakeflow.run.config import AutoscaleConfig
 from lakeflow.text import text_table
 
 CONFIG = "jobs/examples/tiny-math.yaml"
+VOCAB = 512  # the tiny tokenizer's, as in CONFIG
 
 
-def bench_config(config: RunConfig, steps: int, prompts_per_step: int, max_new_tokens: int, replicas: int) -> RunConfig:
+def bench_config(
+    config: RunConfig,
+    steps: int,
+    prompts_per_step: int,
+    max_new_tokens: int,
+    replicas: int,
+    pace_s: float,
+    trainer_model: str | None = None,
+) -> RunConfig:
     """`config` on the hf engine, without evaluation, `steps` long, with `replicas` rollout services per
-    model generating `max_new_tokens` for `prompts_per_step` prompts a step (what makes rollout the
-    bottleneck: the trainer's step on the tiny model costs little beside it)."""
+    model generating `max_new_tokens` for `prompts_per_step` prompts a step, each decoding step paused
+    `pace_s` (an accelerator's latency: on this shared CPU, services that only computed would compete
+    for the same cores and more of them could not go faster). With `trainer_model` the trainer trains
+    that model in microbatches of 64 tokens and 4 optimizer steps a step, and batches are served two
+    steps ahead: a trainer with real work per step, so that a large enough pool makes it the bottleneck."""
     config = config.with_engine("hf")
     models = []
     for m in config.models:
-        raas = m.raas.config.model_copy(update={"max_new_tokens": max_new_tokens})
+        engine = m.raas.config.engine.model_copy(update={"pace_s_per_token": pace_s, "threads": 1})
+        raas = m.raas.config.model_copy(update={"max_new_tokens": max_new_tokens, "engine": engine})
         pool = m.raas.model_copy(update={"replicas": replicas, "config": raas})
         flow = {**m.dataflow, "prompts_per_step": prompts_per_step}
-        models.append(m.model_copy(update={"eval": None, "raas": pool, "dataflow": flow}))
+        trainer = m.trainer
+        if trainer_model is not None:
+            update = {"model": trainer_model, "minibatches": 4, "max_tokens_per_microbatch": 64}
+            trainer = trainer.model_copy(update=update)
+            flow["steps_ahead"] = 2
+        models.append(m.model_copy(update={"eval": None, "raas": pool, "dataflow": flow, "trainer": trainer}))
     return config.model_copy(update={"steps": steps, "models": models, "autoscale": None})
 
 
@@ -89,7 +108,7 @@ def autoscale_pool(store: Store, model_id: str, started: float, done: float) -> 
 def pool_seconds(pool: list[tuple[float, int]], end_s: float) -> float:
     """Process-seconds of a pool that ran `n` services from each change on, until `end_s`."""
     ends = [t for t, _ in pool[1:]] + [end_s]
-    return sum(n * max(0.0, end - t) for (t, n), end in zip(pool, ends, strict=True))
+    return sum(n * max(0.0, min(end, end_s) - t) for (t, n), end in zip(pool, ends, strict=True))
 
 
 def heartbeat_seconds(store: Store, model_id: str) -> float:
@@ -119,20 +138,25 @@ def run(
     steps: int = 20,
     small: int = 1,
     large: int = 3,
-    prompts_per_step: int = 16,
-    max_new_tokens: int = 32,
+    prompts_per_step: int = 8,
+    max_new_tokens: int = 8,
+    pace_s: float = 0.05,
     autoscale: AutoscaleConfig | None = None,
     timeout_s: float = 900.0,
 ) -> dict[str, Any]:
-    """The three variants one after another; ratios against the fixed small pool."""
+    """The three variants one after another, the trainer on a model of 4 layers (hidden 128) built here;
+    ratios against the fixed small pool."""
     scaler = autoscale or AutoscaleConfig(min=small, max=large, interval_s=2.0, cooldown_s=8.0, confirm=2)
-    base = bench_config(config, steps, prompts_per_step, max_new_tokens, small)
-    variants = {
-        f"fixed {small}": base,
-        f"fixed {large}": bench_config(config, steps, prompts_per_step, max_new_tokens, large),
-        f"autoscaled {scaler.min}-{scaler.max}": base.model_copy(update={"autoscale": scaler}),
-    }
-    results = [{"variant": name, **run_variant(c, timeout_s)} for name, c in variants.items()]
+    with tempfile.TemporaryDirectory(prefix="lakeflow-bench-autoscale-model-") as tmp:
+        model = str(build_tiny_model(Path(tmp) / "model", vocab_size=VOCAB, hidden=128, layers=4))
+        shape = (prompts_per_step, max_new_tokens)
+        base = bench_config(config, steps, *shape, small, pace_s, model)
+        variants = {
+            f"fixed {small}": base,
+            f"fixed {large}": bench_config(config, steps, *shape, large, pace_s, model),
+            f"autoscaled {scaler.min}-{scaler.max}": base.model_copy(update={"autoscale": scaler}),
+        }
+        results = [{"variant": name, **run_variant(c, timeout_s)} for name, c in variants.items()]
     ref = results[0]
     for r in results:
         for key in ("wall_s", "rollout_process_s"):
@@ -141,6 +165,7 @@ def run(
         "steps": steps,
         "prompts_per_step": prompts_per_step,
         "max_new_tokens": max_new_tokens,
+        "pace_s": pace_s,
         "autoscale": scaler.model_dump(mode="json"),
         "variants": results,
     }
@@ -163,9 +188,10 @@ def render(result: dict[str, Any]) -> str:
     ]
     a = result["autoscale"]
     lines = [
-        f"tiny-math, hf engine, {result['steps']} steps, {result['prompts_per_step']} prompts/step, "
-        f"{result['max_new_tokens']} new tokens; autoscale every {a['interval_s']} s, confirm {a['confirm']}, "
-        f"cooldown {a['cooldown_s']} s",
+        f"tiny-math (trainer: 4 layers, hidden 128), hf engine, {result['steps']} steps, "
+        f"{result['prompts_per_step']} prompts/step, "
+        f"{result['max_new_tokens']} new tokens paced {result['pace_s']} s each; "
+        f"autoscale every {a['interval_s']} s, confirm {a['confirm']}, cooldown {a['cooldown_s']} s",
         "",
     ]
     header = ["pool", "wall s", "x", "rollout proc-s", "x", "heartbeat s", "trainer wait", "max pool"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,10 +23,9 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
+from lakeflow.lake.heartbeats import production, read_heartbeats
 from lakeflow.text import text_table
 from lakeflow.weights.manifest import latest_version
-
-MAX_HEARTBEAT_BYTES = 1 << 20
 
 
 def checkpoint_tables(store: Store, attempts: int = 5) -> tuple[dict[str, pa.Table], dict[str, Any] | None]:
@@ -62,7 +62,8 @@ def _read_parts(store: Store, manifest: dict[str, Any]) -> dict[str, pa.Table]:
 
 
 def lake_status(store: Store) -> dict[str, Any]:
-    """Per model: weights version, pool counts, tasks, trainer wait; plus RaaS heartbeats."""
+    """Per model: weights version, pool counts, tasks, trainer wait; plus RaaS heartbeats and what each
+    rollout service and each pool (model, region) has produced (`rollout_services`, `rollout_pools`)."""
     tables, manifest = checkpoint_tables(store)
     con = duckdb.connect()
     for name, table in tables.items():
@@ -114,17 +115,11 @@ def lake_status(store: Store) -> dict[str, Any]:
         report["balance"] = json.loads(store.get(layout.BALANCE_REPORT))
     except (FileNotFoundError, ValueError):
         report["balance"] = None
-    heartbeats = []
-    for info in store.list(layout.RAAS_STATS):
-        if info.size > MAX_HEARTBEAT_BYTES:
-            continue  # not a heartbeat a rollout service writes (~1 kB): not read at all
-        try:
-            beat = json.loads(store.get(info.key))
-        except (FileNotFoundError, ValueError):
-            continue  # replaced while listing, or malformed: not ours to judge here
-        if isinstance(beat, dict):
-            heartbeats.append(beat)
+    heartbeats = read_heartbeats(store)
     report["raas"] = heartbeats
+    made = production(heartbeats, now)
+    report["rollout_services"] = [asdict(r) for r in made.services]
+    report["rollout_pools"] = [asdict(r) for r in made.pools]
     return report
 
 
@@ -176,6 +171,48 @@ def render_status(report: dict[str, Any]) -> str:
             f"balance ({b['window_s']:.0f} s window): trainer wait {wait}, produced {b['produced']}, "
             f"consumed {b['consumed']}, rollout services {b['raas']} -> target {b['target_raas']}"
         )
-    for hb in report["raas"]:
-        lines.append(f"raas {hb.get('raas_id', '?')}: last seen {hb.get('at', '?')}, {hb.get('state', '')}")
+    lines += render_production(report.get("rollout_services", []), report.get("rollout_pools", []))
     return "\n".join(lines)
+
+
+def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]]) -> list[str]:
+    """Per rollout service, then per pool: what each has produced; '-' for what its heartbeat lacks."""
+    if not services:
+        return []
+    lines = ["rollout services (tokens/s while generating; samples/s over the service's life)"]
+    cols = ["id", "model", "region", "state", "seen", "groups", "samples", "tokens/s", "samples/s", "pool share"]
+    rows = [
+        [
+            _show(s["raas_id"]),
+            _show(s["model_id"]),
+            _show(s["region"]),
+            _show(s["state"]),
+            _show(s["age_s"], "{:.0f} s ago"),
+            _show(s["groups"]),
+            _show(s["samples"]),
+            _show(s["tokens_per_s"], "{:.1f}"),
+            _show(s["samples_per_s"], "{:.2f}"),
+            _show(s["share"], "{:.0%}"),
+        ]
+        for s in services
+    ]
+    lines += ["  " + line for line in text_table(cols, rows)]
+    lines.append("rollout pools (samples/s summed over live services)")
+    cols = ["model", "region", "live/total", "groups", "samples", "samples/s"]
+    rows = [
+        [
+            _show(p["model_id"]),
+            _show(p["region"]),
+            f"{p['live']}/{p['services']}",
+            str(p["groups"]),
+            str(p["samples"]),
+            f"{p['samples_per_s']:.2f}",
+        ]
+        for p in pools
+    ]
+    lines += ["  " + line for line in text_table(cols, rows)]
+    return lines
+
+
+def _show(value: Any, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)

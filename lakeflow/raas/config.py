@@ -28,6 +28,14 @@ class HFEngineConfig(_Strict):
         "float32", description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's."
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
+    pace_s_per_token: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="Benchmarks only: after each prompt's generation, pause this long per decoding step "
+        "(the longest completion's tokens), standing in for an accelerator's per-step latency: on a shared "
+        "CPU more services only compete for cores, while paused services add throughput as accelerators do.",
+    )
 
 
 class VLLMEngineConfig(_Strict):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -176,7 +177,13 @@ class HFEngine(TokenizedEngine):
     ) -> list[list[Completion]]:
         check_sampling(n, max_tokens, temperature)
         self._require_model()
-        return [self._generate_one(p, n, max_tokens, temperature) for p in prompts]
+        out = []
+        for prompt in prompts:
+            completions = self._generate_one(prompt, n, max_tokens, temperature)
+            if self.config.pace_s_per_token:  # benchmarks: an accelerator's latency per decoding step
+                time.sleep(self.config.pace_s_per_token * max(len(c.token_ids) for c in completions))
+            out.append(completions)
+        return out
 
     def _generate_one(self, prompt: Prompt, n: int, max_tokens: int, temperature: float) -> list[Completion]:
         import torch

@@ -1,18 +1,20 @@
 """The report's numbers, read from the lake: no plotting here, so every number is testable alone.
 
 Samples come from the SQL view of committed shards, batches and weight manifests through their
-own readers, trainer stats and quarantine records as JSON objects. Objects that cannot be read
-are left out and named in `ReportData.notes`, never fatal: a report of a live run must not die
-on one half-written or malformed object.
+own readers, trainer stats, rollout heartbeats, autoscaler records and quarantine records as JSON
+objects; the rollout services' production is `lake.heartbeats`' computation, the one `lakeflow
+status` shows. Objects that cannot be read are left out and named in `ReportData.notes`, never
+fatal: a report of a live run must not die on one half-written or malformed object.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
@@ -22,6 +24,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
+from lakeflow.lake.heartbeats import Production, production, read_heartbeats
 from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.report.curves import Curves, curves
 from lakeflow.weights.manifest import latest_version, read_manifest
@@ -68,6 +71,15 @@ class WeightVersion:
     changed: int | None
 
 
+@dataclass(frozen=True)
+class PoolSize:
+    """The size of a model's rollout pool at one autoscaler tick (`stats/autoscale/<model>.json`)."""
+
+    at: datetime
+    replicas: int  # what the autoscaler asked for
+    live: int | None  # live services it saw (None: the start, before the first observation)
+
+
 @dataclass
 class ModelData:
     """Everything the report shows about one model."""
@@ -86,6 +98,7 @@ class ModelData:
     samples: int = 0
     quarantined_rows: int = 0
     curves: Curves = field(default_factory=Curves)  # from the metric tables
+    pool_size: list[PoolSize] = field(default_factory=list)  # the autoscaler's ticks, oldest first
 
 
 @dataclass
@@ -96,10 +109,12 @@ class ReportData:
     models: dict[str, ModelData]
     quarantined_unattributed: int = 0  # quarantined rows whose source names no model
     notes: list[str] = field(default_factory=list)
+    rollout: Production = field(default_factory=lambda: Production([], []))  # per service and per pool
 
 
-def gather(store: Store) -> ReportData:
-    """Read every number the report shows from the lake at `store`."""
+def gather(store: Store, now: datetime | None = None) -> ReportData:
+    """Read every number the report shows from the lake at `store`; `now` decides which rollout
+    services count as live."""
     lake = connect_lake(store)
     notes = [f"left out of the sample view: {key}: {why}" for key, why in lake.skipped]
     ids = model_ids(store, lake)
@@ -116,13 +131,15 @@ def gather(store: Store) -> ReportData:
         steps, data.staleness = staleness(store, m, trained_steps(store, m, data.trainer), notes)
         data.batches = steps
         data.weights = weight_versions(store, m, notes)
+        data.pool_size = pool_sizes(store, m, notes)
     per_model, unattributed = quarantined_rows(store, notes)
     for m, n in per_model.items():
         if m in models:
             models[m].quarantined_rows = n
         else:
             unattributed += n
-    return ReportData(store.url, models, unattributed, notes)
+    rollout = production(read_heartbeats(store), now or datetime.now(UTC))
+    return ReportData(store.url, models, unattributed, notes, rollout)
 
 
 def model_ids(store: Store, lake: LakeQuery) -> list[str]:
@@ -259,6 +276,50 @@ def weight_versions(store: Store, model_id: str, notes: list[str]) -> list[Weigh
             )
         )
     return out
+
+
+def pool_sizes(store: Store, model_id: str, notes: list[str]) -> list[PoolSize]:
+    """The autoscaler's record of one model's pool: its starting size, then (replicas, live) per tick.
+    No record means no autoscaler ran; a malformed record or tick is named in `notes`."""
+    key = layout.autoscale_stats_key(model_id)
+    try:
+        record = json.loads(store.get(key))
+    except FileNotFoundError:
+        return []
+    except ValueError as e:
+        notes.append(f"autoscaler record {key} left out: {e}")
+        return []
+    if not isinstance(record, dict) or not isinstance(record.get("ticks"), list):
+        notes.append(f"autoscaler record {key} left out: not an object with a list of ticks")
+        return []
+    out = []
+    started, initial = record.get("started"), record.get("initial")
+    if _number(started) and _count(initial):
+        with contextlib.suppress(OverflowError, OSError, ValueError):  # a start no clock shows: the ticks still plot
+            out.append(PoolSize(datetime.fromtimestamp(started, UTC), initial, None))
+    bad = 0
+    for tick in record["ticks"]:
+        try:
+            at = datetime.fromisoformat(tick["at"])
+            at = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+            replicas, live = tick["replicas"], tick.get("live")
+            if not _count(replicas) or not (live is None or _count(live)):
+                raise ValueError("replicas and live must be non-negative integers")
+        except (ValueError, KeyError, TypeError, OverflowError):
+            bad += 1
+            continue
+        out.append(PoolSize(at, replicas, live))
+    if bad:
+        notes.append(f"autoscaler record {key}: {bad} malformed tick(s) left out")
+    return sorted(out, key=lambda p: p.at)
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def quarantined_rows(store: Store, notes: list[str]) -> tuple[dict[str, int], int]:

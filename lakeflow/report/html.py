@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakeflow.io import Store
+from lakeflow.lake.heartbeats import Production
 from lakeflow.report import curve_plots, plots
 from lakeflow.report.data import ModelData, ReportData, gather, summary
 
@@ -50,6 +51,13 @@ PLOTS = (
         "Rollout throughput",
         "Samples committed per minute by the rollout services; drops to zero mean they stalled or were stopped.",
         plots.throughput_plot,
+    ),
+    Plot(
+        "pool_size.png",
+        "Rollout pool size",
+        "From the autoscaler's record: rollout services it asked for (solid) and saw live (dashed); live lags "
+        "the ask while new services start and removed ones finish their group.",
+        plots.pool_size_plot,
     ),
     Plot(
         "staleness.png",
@@ -107,17 +115,42 @@ _COLUMNS = (
     ("quarantined_rows", "quarantined rows"),
 )
 
+_SERVICE_COLUMNS = (
+    ("raas_id", "rollout service"),
+    ("model_id", "model"),
+    ("region", "region"),
+    ("engine", "engine"),
+    ("state", "state"),
+    ("at", "last heartbeat"),
+    ("groups", "groups"),
+    ("samples", "samples"),
+    ("tokens_per_s", "tokens/s while generating"),
+    ("samples_per_s", "samples/s over its life"),
+    ("share", "share of its pool's samples"),
+)
+
+_POOL_COLUMNS = (
+    ("model_id", "model"),
+    ("region", "region"),
+    ("live", "live services"),
+    ("services", "services"),
+    ("groups", "groups"),
+    ("samples", "samples"),
+    ("samples_per_s", "samples/s (live services)"),
+)
+
 
 def write_report(store: Store, out: Path, now: datetime | None = None) -> Path:
     """Write `out/index.html` and its PNGs (replacing earlier ones) for the lake at `store`; returns the page."""
     plots.require_matplotlib()
-    data = gather(store)
+    now = now or datetime.now(UTC)
+    data = gather(store, now)
     out.mkdir(parents=True, exist_ok=True)
     models = list(data.models.values())
     drawn = {p.file: p.draw(models, out / p.file) for p in PLOTS}
     page = out / INDEX
     tmp = out / f".{INDEX}.tmp"
-    tmp.write_text(render(data, drawn, now or datetime.now(UTC)), encoding="utf-8")
+    tmp.write_text(render(data, drawn, now), encoding="utf-8")
     os.replace(tmp, page)  # a browser refreshing the page never sees half of it
     return page
 
@@ -135,6 +168,8 @@ def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
         f'<p class="meta">Generated {e(when)} · {len(data.models)} model(s)</p>',
         "<h2>Summary</h2>",
         _summary_table(data),
+        "<h2>Rollout services</h2>",
+        _rollout_tables(data.rollout),
     ]
     for plot in PLOTS:
         parts.append(f"<h2>{e(plot.title)}</h2>")
@@ -163,6 +198,30 @@ def _summary_table(data: ReportData) -> str:
     if data.quarantined_unattributed:
         extra = f'<p class="notes">Quarantined rows naming no model: {data.quarantined_unattributed}</p>'
     return f"<table><tr>{head}</tr>{''.join(body)}</table>{extra}"
+
+
+def _rollout_tables(made: Production) -> str:
+    """Per service and per pool (model, region), from the heartbeats: tasks are claimed, not assigned,
+    so a faster service makes a larger share of its pool's samples."""
+    if not made.services:
+        return '<p class="empty">No rollout service has written a heartbeat.</p>'
+    parts = []
+    for rows, columns in ((made.services, _SERVICE_COLUMNS), (made.pools, _POOL_COLUMNS)):
+        head = "".join(f"<th>{html.escape(label)}</th>" for _, label in columns)
+        body = "".join(
+            "<tr>" + "".join(_rollout_cell(name, getattr(r, name)) for name, _ in columns) + "</tr>" for r in rows
+        )
+        parts.append(f"<table><tr>{head}</tr>{body}</table>")
+    note = "Tokens/s: the service's own measure over its recent groups; samples/s: samples over its whole life."
+    return "".join(parts) + f'<p class="notes">{note}</p>'
+
+
+def _rollout_cell(name: str, value: Any) -> str:
+    if value is not None and name == "share":
+        return f'<td class="n">{value:.0%}</td>'
+    if value is not None and name == "at":
+        return _cell(value[:19].replace("T", " "))  # UTC to the second
+    return _cell(value)
 
 
 def _cell(value: Any) -> str:

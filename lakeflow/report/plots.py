@@ -91,6 +91,40 @@ def throughput_plot(models: Sequence[ModelData], path: Path) -> bool:
     return _save(fig, path)
 
 
+def pool_size_plot(models: Sequence[ModelData], path: Path) -> bool:
+    """Rollout services the autoscaler asked for (solid) and saw live (dashed) over time, one colour per model."""
+    from matplotlib.ticker import MaxNLocator
+
+    drawn = [(i, m) for i, m in enumerate(models) if m.pool_size]
+    if not drawn:
+        return _nothing(path)
+    fig, (ax,) = _new_figure(1, 4.0)
+    top = 1
+    for i, m in drawn:
+        times = _utc([p.at for p in m.pool_size])
+        ax.step(
+            times, [p.replicas for p in m.pool_size], where="post", color=colour(i), label=f"{m.model_id}: asked for"
+        )
+        seen = [(t, p.live) for t, p in zip(times, m.pool_size, strict=True) if p.live is not None]
+        if seen:
+            ax.step(
+                [t for t, _ in seen],
+                [n for _, n in seen],
+                "--",
+                where="post",
+                color=colour(i),
+                label=f"{m.model_id}: live",
+            )
+        top = max(top, *(p.replicas for p in m.pool_size), *(n for _, n in seen))
+    ax.set(title="Rollout pool size", xlabel="time (UTC)", ylabel="rollout services")
+    ax.set_ylim(0, top + 1)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # services come whole
+    _date_axis(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(title="model")
+    return _save(fig, path)
+
+
 def staleness_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Histogram of step - policy_version over every trained row, one panel per model, fresh and replay stacked."""
     drawn = [m for m in models if any(m.staleness.values())]

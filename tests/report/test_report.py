@@ -77,12 +77,29 @@ def build_lake(store: Store) -> None:
         stats = {"step": step, "wait_s": wait_s, "step_s": step_s, "at": (T0 + timedelta(minutes=step)).isoformat()}
         store.put(layout.trainer_stats_key("alpha", step), json.dumps(stats).encode())
     metric_tables(store)
+    autoscale_record(store, "alpha")
     assert any(c.model_id == "alpha" for c in commits)
     # a shard of alpha's that the dataflow rejected whole (it is not in the sample view), and catalog rows
     rejected = layout.shard_key("alpha", T0, "raas-bad", 0)
     for source, rows in ((rejected, 3), ("catalog", 2)):
         record = {"source": source, "rows": rows, "reason": "bad", "at": T0.isoformat(), "sample_ids": []}
         store.put(layout.quarantine_key(T0, f"{source}-{rows}"), json.dumps(record).encode())
+
+
+def autoscale_record(store: Store, model_id: str) -> None:
+    """What `lakeflow autoscale` records: started at 1 service, asked for 3 at minute 1, saw them live at minute 2."""
+    ticks = [(0, 1, 1), (1, 3, 1), (2, 3, 3), (3, 3, 3)]  # (minute, replicas asked for, live)
+    record = {
+        "model_id": model_id,
+        "policy": {"min": 1, "max": 4},
+        "started": T0.timestamp(),
+        "initial": 1,
+        "ticks": [
+            {"at": (T0 + timedelta(minutes=m, seconds=10)).isoformat(), "replicas": r, "live": n, "target": r}
+            for m, r, n in ticks
+        ],
+    }
+    store.put(layout.autoscale_stats_key(model_id), json.dumps(record).encode())
 
 
 def metric_tables(store: Store) -> None:

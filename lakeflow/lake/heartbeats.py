@@ -1,0 +1,156 @@
+"""Rollout services' production from their heartbeats (`stats/raas/<id>.json`): per service and per pool.
+
+`lakeflow status` and `lakeflow report` both show these numbers. A pool is the services of one
+(model, region). Tasks are claimed, not assigned, so a faster service simply claims more: its share
+of its pool's samples is its share of the pool's speed, with no weights to tune.
+
+Heartbeats are written by rollout nodes, so they are untrusted input: a field that is missing, of
+the wrong type or out of range becomes None (shown as '-'), never an error, and the names in one
+are cut short and stripped of control characters before they reach a terminal or a page.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from lakeflow.io import Store
+from lakeflow.lake import layout
+
+MAX_HEARTBEAT_BYTES = 1 << 20  # a rollout service writes ~1 kB; anything larger is not read at all
+LIVE_S = 60.0  # a heartbeat older than this is from a service that is gone (it writes one every 5 s)
+DEAD_STATES = ("stopped", "failed")  # a heartbeat in these states is not a live service
+MAX_NAME = 80  # characters of an id, model, region or state kept for display
+
+
+@dataclass(frozen=True)
+class ServiceProduction:
+    """What one rollout service has made, from its latest heartbeat."""
+
+    raas_id: str | None
+    model_id: str | None
+    region: str | None
+    engine: str | None
+    state: str | None
+    at: str | None  # the heartbeat's time, ISO 8601 UTC
+    age_s: float | None  # seconds from it to `now` (negative: the node's clock is ahead)
+    live: bool  # heartbeat at most LIVE_S old and not stopped or failed
+    groups: int | None
+    samples: int | None
+    tokens_per_s: float | None  # while generating (recent groups; the service's own measure)
+    samples_per_s: float | None  # samples / (at - started_at): over its life, idle time included
+    share: float | None = None  # of its pool's samples
+
+
+@dataclass(frozen=True)
+class PoolProduction:
+    """The services of one (model, region) together."""
+
+    model_id: str | None
+    region: str | None
+    services: int
+    live: int
+    groups: int
+    samples: int
+    samples_per_s: float  # summed over the live services
+
+
+@dataclass(frozen=True)
+class Production:
+    """Every rollout service and every pool, sorted by model, region and id."""
+
+    services: list[ServiceProduction]
+    pools: list[PoolProduction]
+
+
+def read_heartbeats(store: Store) -> list[dict[str, Any]]:
+    """Every rollout heartbeat that is a JSON object; oversized, vanished or unparsable ones are skipped."""
+    out = []
+    for info in store.list(layout.RAAS_STATS):
+        if info.size > MAX_HEARTBEAT_BYTES:
+            continue
+        try:
+            beat = json.loads(store.get(info.key))
+        except (FileNotFoundError, ValueError):
+            continue  # replaced while listing, or malformed: not ours to judge here
+        if isinstance(beat, dict):
+            out.append(beat)
+    return out
+
+
+def production(heartbeats: list[dict[str, Any]], now: datetime) -> Production:
+    """Per-service and per-pool production; `now` decides which services are live."""
+    pools: dict[tuple[str | None, str | None], list[ServiceProduction]] = {}
+    for s in (service(b, now) for b in heartbeats):
+        pools.setdefault((s.model_id, s.region), []).append(s)
+    out_pools, out_services = [], []
+    for (model_id, region), members in pools.items():
+        samples = sum(s.samples or 0 for s in members)
+        rate = sum((s.samples_per_s or 0.0 for s in members if s.live), 0.0)
+        live = sum(s.live for s in members)
+        groups = sum(s.groups or 0 for s in members)
+        out_pools.append(PoolProduction(model_id, region, len(members), live, groups, samples, rate))
+        for s in members:
+            share = s.samples / samples if s.samples is not None and samples > 0 else None
+            out_services.append(replace(s, share=share))
+    return Production(sorted(out_services, key=_order), sorted(out_pools, key=_order))
+
+
+def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
+    """One heartbeat's numbers; what is missing or malformed is None."""
+    at, started = _time(beat.get("at")), _time(beat.get("started_at"))
+    state = _name(beat.get("state"))
+    live = at is not None and abs((now - at).total_seconds()) <= LIVE_S and state not in DEAD_STATES
+    samples = _count(beat.get("samples"))
+    life = (at - started).total_seconds() if at is not None and started is not None else 0.0
+    return ServiceProduction(
+        raas_id=_name(beat.get("raas_id")),
+        model_id=_name(beat.get("model_id")),
+        region=_name(beat.get("region")),
+        engine=_name(beat.get("engine")),
+        state=state,
+        at=at.isoformat() if at is not None else None,
+        age_s=(now - at).total_seconds() if at is not None else None,
+        live=live,
+        groups=_count(beat.get("groups")),
+        samples=samples,
+        tokens_per_s=_rate(beat.get("tokens_per_s")),
+        samples_per_s=samples / life if samples is not None and life > 0 else None,
+    )
+
+
+def _order(row: ServiceProduction | PoolProduction) -> tuple[str, str, str]:
+    return (row.model_id or "", row.region or "", getattr(row, "raas_id", None) or "")
+
+
+def _name(value: Any) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return "".join(c if c.isprintable() else "?" for c in value[:MAX_NAME])
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+        return t.astimezone(UTC) if t.tzinfo is not None else t.replace(tzinfo=UTC)  # no zone: UTC
+    except (ValueError, OverflowError):  # not a time, or one that leaves the calendar in UTC
+        return None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        return None
+    return int(value)
+
+
+def _rate(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
