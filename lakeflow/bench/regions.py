@@ -15,18 +15,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 
+from lakeflow.bench.link import ShapedLink
 from lakeflow.bench.weights import _to_bf16, synthetic_states
 from lakeflow.io import open_mirror, open_store, open_weights_source
 from lakeflow.weights import TransferOptions, publish, pull
@@ -34,8 +34,6 @@ from lakeflow.weights.manifest import ObjectEntry
 from lakeflow.weights.mirror import mirror
 from lakeflow.weights.tensors import State, raw_tensor, safetensors_bytes
 from lakeflow.weights.transfer import Downloader
-
-_CHUNK = 64 << 10
 
 
 class _RangeHandler(SimpleHTTPRequestHandler):
@@ -60,62 +58,6 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-
-
-class ShapedLink:
-    """A TCP relay from a local port to `upstream` with a rate limit per direction and added delay."""
-
-    def __init__(self, upstream: tuple[str, int], rate_bps: float, rtt_s: float) -> None:
-        self.upstream, self.rate, self.delay = upstream, rate_bps / 8, rtt_s / 2
-        self._free = {"up": 0.0, "down": 0.0}  # when each direction's link is next idle (monotonic)
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
-        self._stop = threading.Event()
-        self._sockets: set[socket.socket] = set()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, set()
-        for sock in sockets:
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                client, _ = self._listener.accept()
-                server = socket.create_connection(self.upstream)
-            except OSError:
-                return
-            with self._lock:
-                self._sockets |= {client, server}
-            for src, dst, way in ((client, server, "up"), (server, client, "down")):
-                threading.Thread(target=self._pump, args=(src, dst, way), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, way: str) -> None:
-        """Copy src to dst until src ends; then end dst's sending side and close src (its only reader)."""
-        try:
-            while data := src.recv(_CHUNK):
-                arrive = time.monotonic() + self.delay
-                with self._lock:  # serialise on the direction's link: one chunk at a time at the line rate
-                    start = max(arrive, self._free[way])
-                    self._free[way] = start + len(data) / self.rate
-                    done = self._free[way]
-                time.sleep(max(0.0, done - time.monotonic()))
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            with suppress(OSError):
-                dst.shutdown(socket.SHUT_WR)
-            with self._lock:
-                self._sockets.discard(src)
-            src.close()
 
 
 @contextmanager

@@ -162,6 +162,55 @@ def bench_scale(sizes: str, no_s3: bool, group_size: int, as_json: bool) -> None
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
+@bench.command("ingest")
+@click.option("--groups", type=click.IntRange(min=1), default=2000, show_default=True, help="One-group shards.")
+@click.option("--group-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--rtt-ms",
+    type=click.FloatRange(min=0),
+    default=20.0,
+    show_default=True,
+    help="Round trip added per request; 0: moto directly.",
+)
+@click.option(
+    "--threads",
+    "extra",
+    multiple=True,
+    help="An extra mode: RECORDSxSHARDS read at a time (e.g. 32x32); repeatable.",
+)
+@click.option(
+    "--moto",
+    type=click.Choice(["thread", "process"]),
+    default="thread",
+    show_default=True,
+    help="Run the S3 server in this process (as the tests do) or in its own (its CPU off this GIL).",
+)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the result as JSON here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_ingest(
+    groups: int, group_size: int, rtt_ms: float, extra: tuple[str, ...], moto: str, out: str | None, as_json: bool
+) -> None:
+    """The dataflow's ingest from S3 behind an added round trip: one commit record and one shard at a time
+    beside the concurrent defaults, on fresh catalogs that must come out the same."""
+    from lakeflow.bench.ingest import render, run
+
+    try:
+        threads = [(int(r), int(s)) for r, _, s in (x.lower().partition("x") for x in extra)]
+        if any(min(pair) < 1 for pair in threads):
+            raise ValueError
+    except ValueError as e:
+        raise click.BadParameter("expected RECORDSxSHARDS, e.g. 32x32", param_hint="--threads") from e
+    try:
+        report = run(groups, group_size, rtt_ms, threads, moto=moto)
+    except RuntimeError as e:
+        raise click.ClickException(str(e)) from e
+    report["machine"] = _machine()
+    if out:
+        with open(out, "w") as f:
+            json.dump(report, f, indent=2)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
 @bench.command("startup")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Runs of each command.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -206,14 +255,19 @@ def _table(report: dict[str, Any]) -> str:
 
 @bench.command("autoscale")
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Trainer steps per run.")
+@click.option("--large", type=click.IntRange(min=2), default=3, show_default=True, help="The large fixed pool.")
+@click.option("--prompts", type=click.IntRange(min=1), default=8, show_default=True, help="Prompts per step.")
+@click.option("--new-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="Tokens per sample.")
+@click.option("--pace-s", type=click.FloatRange(min=0), default=0.05, show_default=True, help="Pause per token.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_autoscale(steps: int, as_json: bool) -> None:
-    """The tiny job, rollout-bound, with a fixed pool of 1, a fixed pool of 3 and a pool autoscaled from 1
-    to 3: wall time, rollout process-seconds, trainer wait, pool size over time. Run it from the
-    repository root on an otherwise idle machine."""
+def bench_autoscale(steps: int, large: int, prompts: int, new_tokens: int, pace_s: float, as_json: bool) -> None:
+    """The tiny job, rollout-bound, with a fixed pool of 1, a fixed pool of --large and a pool autoscaled
+    between them: wall time, rollout process-seconds, trainer wait, pool size over time. Each decoding
+    step of a rollout service pauses --pace-s, standing in for an accelerator (on a shared CPU more
+    services would only compete for cores). Run it from the repository root on an otherwise idle machine."""
     from lakeflow.cli.bench_autoscale import CONFIG, render, run
     from lakeflow.run import load_run_config
 
-    report = run(load_run_config(CONFIG), steps)
+    report = run(load_run_config(CONFIG), steps, 1, large, prompts, new_tokens, pace_s)
     report["machine"] = _machine()
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
