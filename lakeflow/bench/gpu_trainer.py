@@ -44,6 +44,7 @@ class TrainRun:
     max_tokens_per_microbatch: int
     dtype: DType = "bfloat16"
     minibatches: int = 2
+    publish_workers: int | None = None  # threads of the delta codec in the trainer's writer (None: every CPU)
 
 
 def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
@@ -60,6 +61,7 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
             minibatches=run.minibatches,
             max_tokens_per_microbatch=run.max_tokens_per_microbatch,
             overlap_io=run.overlap_io,
+            publish_workers=run.publish_workers,
             poll_s=0.05,
             max_poll_s=0.2,
         )

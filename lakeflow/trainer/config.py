@@ -85,6 +85,12 @@ class TrainerConfig(_Strict):
         True, description="Read the next batch and publish the last step's weights while training (else in line)."
     )
     full_every: int = Field(10, ge=1, description="Publish a full weight copy every K versions (else deltas).")
+    publish_workers: int | None = Field(
+        None,
+        ge=1,
+        description="Threads of the delta codec when publishing (default: every CPU). The writer runs beside "
+        "training: fewer threads leave more of the interpreter to the training loop.",
+    )
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")
     device: str = Field(
