@@ -156,7 +156,8 @@ def _ingest(
         client.meta.events.register("before-call.s3", count)
     phases = dict.fromkeys(PHASES, 0.0)
     _timed(ingestor.reader, "poll", phases, "records")  # LIST + commit records, concurrently
-    _timed(ingestor, "_check", phases, "checks")  # per shard, one after the other: row checks, add_shard
+    _timed(ingestor, "_check", phases, "checks")  # per shard, one after the other: the row checks
+    _timed(catalog, "add_shards", phases, "catalog")  # once per call: the shards' index rows
     _timed(catalog, "ingest", phases, "catalog")  # once per call: the samples into DuckDB
     cursor, calls, quarantined = CommitCursor(), 0, 0
     start, cpu, server_cpu = time.perf_counter(), time.process_time(), _cpu_of(server)
@@ -274,7 +275,7 @@ def render(report: dict[str, Any]) -> str:
         f"(group digest {report['catalog']['groups_sha256'][:12]})",
         "cpu s: this process's CPU time"
         + (" (moto's included)" if report["moto"] == "thread" else "")
-        + "; checks: row checks and add_shard, one shard after another; shards: the rest of the wall time",
+        + "; checks: row checks, one shard after another; shards: the rest of the wall time",
     ]
     if "machine" in report:
         lines.append(f"machine: {report['machine']}")

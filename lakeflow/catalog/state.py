@@ -130,12 +130,33 @@ class Catalog:
     # --- ingest ---------------------------------------------------------------------------
 
     def add_shard(self, shard: str, commit_key: str, model_id: str, rows: int, now: datetime) -> int:
-        idx = self.next_shard
-        self.next_shard += 1
-        self.con.execute(
-            "INSERT INTO shards VALUES (?, ?, ?, ?, ?, ?, ?)", [idx, shard, commit_key, model_id, rows, now, self.ckpt]
+        return self.add_shards([(shard, commit_key, model_id, rows)], now)
+
+    def add_shards(self, shards: list[tuple[str, str, str, int]], now: datetime) -> int:
+        """Record ingested shards (shard key, commit key, model id, rows ingested) under consecutive
+        indices, in one insert; returns the first index (the next one when `shards` is empty)."""
+        first = self.next_shard
+        if not shards:
+            return first
+        self.next_shard += len(shards)
+        keys, commits, models, rows = (list(column) for column in zip(*shards, strict=True))
+        table = pa.table(
+            {
+                "shard_idx": pa.array(range(first, first + len(shards)), pa.int32()),
+                "shard": keys,
+                "commit_key": commits,
+                "model_id": models,
+                "rows": pa.array(rows, pa.int32()),
+                "ingested_at": pa.array([now] * len(shards), pa.timestamp("us", tz="UTC")),
+                "_ckpt": pa.array([self.ckpt] * len(shards), pa.int32()),
+            }
         )
-        return idx
+        self.con.register("_new_shards", table)
+        try:
+            self.con.execute("INSERT INTO shards SELECT * FROM _new_shards")
+        finally:
+            self.con.unregister("_new_shards")
+        return first
 
     def ingest(self, table: pa.Table) -> IngestResult:
         """Add samples (metadata columns + shard_idx, row, response_len) and merge their groups.

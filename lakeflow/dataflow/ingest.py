@@ -61,14 +61,21 @@ class Ingestor:
             return poll.cursor, stats
         with ThreadPoolExecutor(min(self.threads, len(poll.commits))) as pool:
             tables = list(pool.map(self._read, [c for _, c in poll.commits]))
-        parts = []
+        versions = {m.id: self.catalog.weights_version(m.id) for m in self.config.models}  # once per call
+        accepted: list[tuple[str, CommitRecord, pa.Table]] = []
         for (key, commit), (table, error) in zip(poll.commits, tables, strict=True):
             if error is not None or table is None:
                 self.quarantine(commit.shard, commit.rows, error or "unreadable", now, [], stats)
                 continue
-            part = self._check(key, commit, table, now, stats)
+            part = self._check(commit, table, versions, now, stats)
             if part is not None:
-                parts.append(part)
+                accepted.append((key, commit, part))
+        # one insert for the call's shards: their indices are consecutive, in commit order
+        first = self.catalog.add_shards([(c.shard, key, c.model_id, part.num_rows) for key, c, part in accepted], now)
+        parts = []
+        for i, (_, _, part) in enumerate(accepted):
+            idx = pa.array(np.full(part.num_rows, first + i, dtype=np.int32))
+            parts.append(part.add_column(part.schema.get_field_index("row"), "shard_idx", idx))
         if parts:
             # permissive: a writer's schema may differ in nullability (or be a subset); the rules ran already
             result = self.catalog.ingest(pa.concat_tables(parts, promote_options="permissive"))
@@ -90,8 +97,16 @@ class Ingestor:
             return None, str(e)
 
     def _check(
-        self, key: str, commit: CommitRecord, table: pa.Table, now: datetime, stats: IngestStats
+        self,
+        commit: CommitRecord,
+        table: pa.Table,
+        versions: dict[str, int | None],
+        now: datetime,
+        stats: IngestStats,
     ) -> pa.Table | None:
+        """The shard's rows that pass every check (with their positions in the shard, `row`), or None when
+        the whole shard is refused; what is refused is quarantined here. `versions`: each model's newest
+        weights version, as the catalog knew it when the call began."""
         problem = schema_problem(table)
         if problem is None and table.num_rows != commit.rows:
             problem = f"shard has {table.num_rows} rows, its commit record says {commit.rows}"
@@ -105,7 +120,7 @@ class Ingestor:
             self.quarantine(commit.shard, table.num_rows, problem, now, [], stats)
             return None
         model = self.config.model(commit.model_id)
-        newest = self.catalog.weights_version(commit.model_id)
+        newest = versions.get(commit.model_id)
         bad = np.zeros(table.num_rows, dtype=bool)
         ids = table.column("sample_id").to_numpy(zero_copy_only=False)
         for reason, mask in row_problems(table, model.vocab_size, newest):
@@ -113,8 +128,6 @@ class Ingestor:
             self.quarantine(commit.shard, len(rows), reason, now, list(ids[mask]), stats, positions=rows)
             bad |= mask
         out = table.select(INGEST_COLUMNS)
-        shard_idx = self.catalog.add_shard(commit.shard, key, commit.model_id, int((~bad).sum()), now)
-        out = out.append_column("shard_idx", pa.array(np.full(table.num_rows, shard_idx, dtype=np.int32)))
         out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))
         return out.filter(pa.array(~bad)) if bad.any() else out
 
