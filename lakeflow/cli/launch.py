@@ -36,7 +36,7 @@ def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
     "role_arns",
     multiple=True,
     metavar="ROLE=ARN",
-    help="k8s: IAM role of a service account (raas, dataflow, trainer), as eks.amazonaws.com/role-arn. Repeatable.",
+    help="k8s: IAM role of a service account (raas, dataflow, trainer, eval): eks.amazonaws.com/role-arn.",
 )
 @click.option("--raas-gpus", type=click.IntRange(min=0), default=None, help="GPUs per rollout service.")
 @click.option("--trainer-gpus", type=click.IntRange(min=0), default=None, help="GPUs per trainer (torchrun ranks).")

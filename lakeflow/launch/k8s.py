@@ -1,10 +1,11 @@
 """Kubernetes objects of a run: plain dicts, dumped as one multi-document YAML file.
 
-Per run: a ServiceAccount per role (raas, dataflow, trainer; optional IAM role ARN annotation for IRSA), a
+Per run: a ServiceAccount per role (raas, dataflow, trainer, eval; optional IAM role ARN annotation for IRSA), a
 ConfigMap with every process's config (mounted at /etc/lakeflow), the dataflow process as a Deployment
 (1 replica; its lease makes a second pod during a rollout wait), one Deployment per rollout pool (SIGTERM
 drains: the group in progress is committed within terminationGracePeriodSeconds; liveness from the
-service's heartbeat in the lake), and each trainer as a Job running torchrun on one node.
+service's heartbeat in the lake), each trainer as a Job running torchrun on one node, and each model's
+evaluation (`eval:` in the run config) as a Job that ends once the last version is evaluated.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from lakeflow.launch.render import ROLES, Plan, Workload, dns_name, dump_all, grace_s
+from lakeflow.launch.render import ENDS, ROLES, Plan, Workload, dns_name, dump_all, grace_s
 
 CONFIG_DIR = "/etc/lakeflow"
 HEARTBEAT_MAX_AGE_S = 120  # a rollout service beats every heartbeat_s (5 s by default), also mid-group
@@ -113,7 +114,8 @@ def deployment(plan: Plan, w: Workload) -> dict[str, Any]:
 
 
 def job(plan: Plan, w: Workload) -> dict[str, Any]:
-    """A trainer: restarts resume from the newest published version, so failures are retried."""
+    """A trainer or an evaluation: both end, and a restarted one resumes (the trainer from the newest
+    published version), so failures are retried."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -126,7 +128,7 @@ def objects(plan: Plan) -> list[dict[str, Any]]:
     out = [service_account(plan, role) for role in ROLES]
     out.append(config_map(plan))
     for w in plan.workloads:
-        out.append(job(plan, w) if w.spec.role == "trainer" else deployment(plan, w))
+        out.append(job(plan, w) if w.spec.role in ENDS else deployment(plan, w))
     return out
 
 

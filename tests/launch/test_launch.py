@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from lakeflow.cli import main
 from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.errors import ConfigError, MissingToolError
+from lakeflow.evaluation.config import EvalConfig
 from lakeflow.launch import slurm
 from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import TARGETS, apply, launch
@@ -34,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_CONFIGS = [p for p in sorted((REPO / "jobs").rglob("*.yaml")) if "steps:" in p.read_text()]
 LAKE = "s3://bucket/runs/x"
 ARN = "arn:aws:iam::123456789012:role/lakeflow-raas"
-CONFIG_CLASSES = {"dataflow": DataflowConfig, "trainer": TrainerConfig, "raas": RaasConfig}
+CONFIG_CLASSES = {"dataflow": DataflowConfig, "trainer": TrainerConfig, "raas": RaasConfig, "eval": EvalConfig}
 
 # SkyPilot 0.14 task fields (docs: "YAML spec"); what we render must be among them
 SKY_TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run"}
@@ -66,13 +67,14 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
         kubernetes_validate.validate(doc, "1.37.0", strict=True)  # raises on any schema error
     kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
     accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
-    assert set(accounts) == {f"{config.name}-{r}" for r in ("raas", "dataflow", "trainer")}
+    assert set(accounts) == {f"{config.name}-{r}" for r in ("raas", "dataflow", "trainer", "eval")}
     assert accounts[f"{config.name}-raas"]["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": ARN}
     assert "annotations" not in accounts[f"{config.name}-trainer"]["metadata"]
     [configmap] = [d for d in docs if d["kind"] == "ConfigMap"]
     workloads = [d for d in docs if d["kind"] in ("Deployment", "Job")]
     pools = [m for m in config.models if m.raas.replicas > 0]
-    assert len(workloads) == 1 + len(config.models) + len(pools), kinds
+    evals = [m for m in config.models if m.eval is not None]
+    assert len(workloads) == 1 + len(config.models) + len(pools) + len(evals), kinds
     for d in workloads:
         pod = d["spec"]["template"]["spec"]
         [container] = pod["containers"]
@@ -89,6 +91,11 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
             model = next(m for m in config.models if m.id == d["metadata"]["labels"]["lakeflow/process"][6:])
             gpus = container["resources"].get("limits", {}).get("nvidia.com/gpu", 0)
             assert gpus == (1 if model.trainer.device.startswith("cuda") else 0)
+        if role == "eval":  # ends once the last version is evaluated; its held-out prompts travel along
+            section = EvalConfig.model_validate(yaml.safe_load(configmap["data"][config_file]))
+            assert d["kind"] == "Job" and container["command"][:2] == ["lakeflow", "eval"]
+            if section.dataset.type == "file" and Path(section.dataset.path).name in configmap["data"]:
+                assert section.dataset.path.startswith("/etc/lakeflow/")
         if role == "raas":
             model = next(m for m in pools if f"raas-{m.id}" == d["metadata"]["labels"]["lakeflow/process"])
             assert d["spec"]["replicas"] == model.raas.replicas
@@ -130,7 +137,8 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
     config = load_run_config(path)
     rendered = _render(path, "skypilot", tmp_path)
     tasks = {n: yaml.safe_load(t) for n, t in rendered.files.items() if n.startswith("sky/")}
-    assert len(tasks) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models)
+    evals = sum(m.eval is not None for m in config.models)
+    assert len(tasks) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models) + evals
     for name, task in tasks.items():
         assert set(task) <= SKY_TASK_KEYS, name
         assert set(task["resources"]) <= SKY_RESOURCE_KEYS, name
@@ -141,7 +149,8 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
         assert config_file.startswith(task["file_mounts"]["/lakeflow/configs"].replace("./", "/lakeflow/"))
         assert Path(config_file).name in {Path(n).name for n in rendered.files if n.startswith("configs/")}
     replicas = sum(m.raas.replicas for m in config.models)
-    assert len(rendered.commands) == 1 + len(config.models) + replicas  # one cluster per rollout service
+    evals = sum(m.eval is not None for m in config.models)
+    assert len(rendered.commands) == 1 + len(config.models) + replicas + evals  # one cluster per rollout service
 
 
 def test_skypilot_tasks_parse_with_skypilot(tmp_path: Path) -> None:
@@ -169,7 +178,8 @@ def test_slurm_scripts_pass_bash_and_directive_checks(path: Path, tmp_path: Path
     config = load_run_config(path)
     rendered = _render(path, "slurm", tmp_path)
     scripts = {n: t for n, t in rendered.files.items() if n.endswith(".sbatch")}
-    assert len(scripts) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models)
+    evals = sum(m.eval is not None for m in config.models)
+    assert len(scripts) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models) + evals
     assert (tmp_path / "logs").is_dir()
     for name, text in scripts.items():
         done = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
