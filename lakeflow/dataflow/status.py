@@ -117,7 +117,7 @@ def lake_status(store: Store) -> dict[str, Any]:
         report["balance"] = None
     heartbeats = read_heartbeats(store)
     report["raas"] = heartbeats
-    made = production(heartbeats, now)
+    made = production(heartbeats, now, {m: r["weights_version"] for m, r in report["models"].items()})
     report["rollout_services"] = [asdict(r) for r in made.services]
     report["rollout_pools"] = [asdict(r) for r in made.pools]
     return report
@@ -180,7 +180,7 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
     if not services:
         return []
     lines = ["rollout services (tokens/s while generating; samples/s over the service's life)"]
-    cols = ["id", "model", "region", "state", "seen", "groups", "samples", "tokens/s", "samples/s", "pool share"]
+    cols = ["id", "model", "region", "state", "seen", "groups", "samples", "tokens/s", "samples/s", "share", "version"]
     rows = [
         [
             _show(s["raas_id"]),
@@ -193,12 +193,13 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
             _show(s["tokens_per_s"], "{:.1f}"),
             _show(s["samples_per_s"], "{:.2f}"),
             _show(s["share"], "{:.0%}"),
+            _show(s["weights_version"]),
         ]
         for s in services
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
-    lines.append("rollout pools (samples/s summed over live services)")
-    cols = ["model", "region", "live/total", "groups", "samples", "samples/s"]
+    lines.append("rollout pools (samples/s summed over live services; lag: versions behind the model's newest)")
+    cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag"]
     rows = [
         [
             _show(p["model_id"]),
@@ -207,11 +208,19 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
             str(p["groups"]),
             str(p["samples"]),
             f"{p['samples_per_s']:.2f}",
+            _versions(p.get("oldest_version"), p.get("newest_version")),
+            _show(p.get("version_lag")),
         ]
         for p in pools
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
     return lines
+
+
+def _versions(oldest: int | None, newest: int | None) -> str:
+    if oldest is None or newest is None:
+        return "-"
+    return str(oldest) if oldest == newest else f"{oldest}-{newest}"
 
 
 def _show(value: Any, fmt: str = "{}") -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +43,7 @@ class ServiceProduction:
     samples: int | None
     tokens_per_s: float | None  # while generating (recent groups; the service's own measure)
     samples_per_s: float | None  # samples / (at - started_at): over its life, idle time included
+    weights_version: int | None  # the weights version it generates with
     share: float | None = None  # of its pool's samples
 
 
@@ -56,6 +58,9 @@ class PoolProduction:
     groups: int
     samples: int
     samples_per_s: float  # summed over the live services
+    oldest_version: int | None  # the oldest and newest weights version its live services generate with
+    newest_version: int | None
+    version_lag: int | None = None  # the model's newest published version minus `oldest_version`
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,11 @@ def read_heartbeats(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def production(heartbeats: list[dict[str, Any]], now: datetime) -> Production:
-    """Per-service and per-pool production; `now` decides which services are live."""
+def production(
+    heartbeats: list[dict[str, Any]], now: datetime, published: Mapping[str, int | None] | None = None
+) -> Production:
+    """Per-service and per-pool production; `now` decides which services are live; `published`, each
+    model's newest published version, gives a pool's version lag (how far a remote region runs behind)."""
     pools: dict[tuple[str | None, str | None], list[ServiceProduction]] = {}
     for s in (service(b, now) for b in heartbeats):
         pools.setdefault((s.model_id, s.region), []).append(s)
@@ -92,7 +100,12 @@ def production(heartbeats: list[dict[str, Any]], now: datetime) -> Production:
         rate = sum((s.samples_per_s or 0.0 for s in members if s.live), 0.0)
         live = sum(s.live for s in members)
         groups = sum(s.groups or 0 for s in members)
-        out_pools.append(PoolProduction(model_id, region, len(members), live, groups, samples, rate))
+        versions = [s.weights_version for s in members if s.live and s.weights_version is not None]
+        oldest, newest = (min(versions), max(versions)) if versions else (None, None)
+        top = (published or {}).get(model_id or "")
+        lag = top - oldest if top is not None and oldest is not None else None
+        pool = PoolProduction(model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag)
+        out_pools.append(pool)
         for s in members:
             share = s.samples / samples if s.samples is not None and samples > 0 else None
             out_services.append(replace(s, share=share))
@@ -119,6 +132,7 @@ def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
         samples=samples,
         tokens_per_s=_rate(beat.get("tokens_per_s")),
         samples_per_s=samples / life if samples is not None and life > 0 else None,
+        weights_version=_count(beat.get("weights_version")),
     )
 
 

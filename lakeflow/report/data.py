@@ -138,7 +138,8 @@ def gather(store: Store, now: datetime | None = None) -> ReportData:
             models[m].quarantined_rows = n
         else:
             unattributed += n
-    rollout = production(read_heartbeats(store), now or datetime.now(UTC))
+    published = {m: latest_version(store, m) for m in models}
+    rollout = production(read_heartbeats(store), now or datetime.now(UTC), published)
     return ReportData(store.url, models, unattributed, notes, rollout)
 
 

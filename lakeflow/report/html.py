@@ -127,6 +127,7 @@ _SERVICE_COLUMNS = (
     ("tokens_per_s", "tokens/s while generating"),
     ("samples_per_s", "samples/s over its life"),
     ("share", "share of its pool's samples"),
+    ("weights_version", "weights version"),
 )
 
 _POOL_COLUMNS = (
@@ -137,6 +138,9 @@ _POOL_COLUMNS = (
     ("groups", "groups"),
     ("samples", "samples"),
     ("samples_per_s", "samples/s (live services)"),
+    ("oldest_version", "oldest weights version (live)"),
+    ("newest_version", "newest weights version (live)"),
+    ("version_lag", "versions behind the newest published"),
 )
 
 

@@ -59,6 +59,22 @@ def test_pool_sums_shares_and_liveness() -> None:
     eu = pools["policy", "eu"]
     assert (eu.services, eu.live, eu.samples, eu.groups) == (4, 2, 200, 50)
     assert eu.samples_per_s == 5.0  # raas-a + raas-b: the gone and stopped services make nothing now
+    assert (eu.oldest_version, eu.newest_version) == (None, None)  # no heartbeat names its version
+
+
+def test_pool_versions_come_from_its_live_services() -> None:
+    made = production(
+        [
+            beat("raas-a", 8, weights_version=7),
+            beat("raas-b", 8, weights_version=5),
+            beat("raas-gone", 8, age_s=600.0, weights_version=1),  # not live: not counted
+            beat("raas-liar", 8, weights_version=-3),  # not a version
+        ],
+        NOW,
+    )
+    (pool,) = made.pools
+    assert (pool.oldest_version, pool.newest_version) == (5, 7)
+    assert [s.weights_version for s in made.services] == [7, 5, 1, None]
 
 
 def test_malformed_heartbeats_give_none_not_errors() -> None:
