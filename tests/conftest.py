@@ -3,6 +3,7 @@ LAKEFLOW_TEST_S3_ENDPOINT) and a `store` fixture parametrised over every backend
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
@@ -21,11 +22,25 @@ def s3_endpoint() -> Iterator[str]:
     if external:
         yield external
         return
-    from moto.server import ThreadedMotoServer
-
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def second_s3_endpoint() -> Iterator[str]:
+    """Another S3 server beside the lake's (a second region or account), for one test."""
+    with moto_server() as endpoint:
+        yield endpoint
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """A moto S3 server on a free loopback port while the block runs: its endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a log line per request otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

@@ -3,7 +3,6 @@ HTTP and a mirror in a second S3 endpoint. Verified pulls; a corrupt mirror is n
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -74,26 +73,17 @@ def test_service_pulls_from_an_http_mirror_and_refuses_a_corrupt_one(tmp_path: P
 
 
 @pytest.mark.s3
-def test_service_pulls_from_a_second_s3_endpoint(tmp_path: Path) -> None:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        boto3.client(
-            "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
-        ).create_bucket(Bucket="region-two")
-        options = {"endpoint_url": endpoint, "key": "x", "secret": "x"}
-        home = open_store(str(tmp_path / "lake"))
-        state = make_state(seed=4, scale=4)
-        publish(home, "policy", state)
-        mirror(home, open_mirror("s3://region-two/w", options), "policy")
-        service, engine = _service(tmp_path, "s3://region-two/w", **options)
-        assert service.refresh_weights() and service.version == 0
-        assert_same_state(engine.loaded[-1], state)
-        service.close()
-    finally:
-        server.stop()
+def test_service_pulls_from_a_second_s3_endpoint(tmp_path: Path, second_s3_endpoint: str) -> None:
+    endpoint = second_s3_endpoint
+    boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    ).create_bucket(Bucket="region-two")
+    options = {"endpoint_url": endpoint, "key": "x", "secret": "x"}
+    home = open_store(str(tmp_path / "lake"))
+    state = make_state(seed=4, scale=4)
+    publish(home, "policy", state)
+    mirror(home, open_mirror("s3://region-two/w", options), "policy")
+    service, engine = _service(tmp_path, "s3://region-two/w", **options)
+    assert service.refresh_weights() and service.version == 0
+    assert_same_state(engine.loaded[-1], state)
+    service.close()

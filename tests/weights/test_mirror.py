@@ -3,7 +3,6 @@ S3 endpoint, and mirrors that are corrupt or still filling (never loaded)."""
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -112,33 +111,24 @@ def test_a_mirror_still_filling_is_retried_not_loaded(tmp_path: Path, states: li
 
 
 @pytest.mark.s3
-def test_mirror_to_a_second_s3_endpoint(tmp_path: Path, states: list[State]) -> None:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        keys = {"aws_access_key_id": "region2", "aws_secret_access_key": "region2"}
-        boto3.client("s3", endpoint_url=endpoint, region_name="eu-west-1", **keys).create_bucket(
-            Bucket="weights-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
-        )
-        options = {"endpoint_url": endpoint, "key": "region2", "secret": "region2"}
-        home = open_store(str(tmp_path / "lake"))
-        _publish(home, states, 0, 3)
-        url = "s3://weights-eu/mirror"
-        assert mirror(home, open_mirror(url, options), "m").version == 2
-        source = open_weights_source(url, options)
-        with pytest.raises(UnsupportedStoreError, match="lakeflow weights mirror"):
-            source.put_if_absent("weights/m/LATEST", b"{}")
-        dest = str(tmp_path / "pulled")
-        r = pull(source, "m", dest, options=FAST)
-        assert r.version == 2 and r.bytes_fetched > 0
-        assert_same_state(load_state(dest), states[2])
-    finally:
-        server.stop()
+def test_mirror_to_a_second_s3_endpoint(tmp_path: Path, states: list[State], second_s3_endpoint: str) -> None:
+    endpoint = second_s3_endpoint
+    keys = {"aws_access_key_id": "region2", "aws_secret_access_key": "region2"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="eu-west-1", **keys).create_bucket(
+        Bucket="weights-eu", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"}
+    )
+    options = {"endpoint_url": endpoint, "key": "region2", "secret": "region2"}
+    home = open_store(str(tmp_path / "lake"))
+    _publish(home, states, 0, 3)
+    url = "s3://weights-eu/mirror"
+    assert mirror(home, open_mirror(url, options), "m").version == 2
+    source = open_weights_source(url, options)
+    with pytest.raises(UnsupportedStoreError, match="lakeflow weights mirror"):
+        source.put_if_absent("weights/m/LATEST", b"{}")
+    dest = str(tmp_path / "pulled")
+    r = pull(source, "m", dest, options=FAST)
+    assert r.version == 2 and r.bytes_fetched > 0
+    assert_same_state(load_state(dest), states[2])
 
 
 def test_cli_mirror_then_pull_from_the_mirror(tmp_path: Path, states: list[State]) -> None:
