@@ -26,7 +26,10 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import pyarrow as pa
 
 from lakeflow.bench.link import ShapedLink
 from lakeflow.catalog.state import Catalog
@@ -34,7 +37,7 @@ from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.dataflow.ingest import Ingestor
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.testserver import local_s3_bucket
-from lakeflow.lake import CommitCursor
+from lakeflow.lake import CommitCursor, LakeReader, ShardWriter
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.text import text_table
 
@@ -50,8 +53,11 @@ def run(
     prompt_tokens: int = 256,
     response_tokens: int = 512,
     moto: str = "thread",
+    groups_per_shard: int = 1,
 ) -> dict[str, Any]:
-    """The whole benchmark as one JSON-able dict. `threads`: extra modes as (records, shards) at a time."""
+    """The whole benchmark as one JSON-able dict. `threads`: extra modes as (records, shards) at a time.
+    `groups_per_shard` > 1: also the same rows rewritten `groups_per_shard` groups to a shard (as rollout
+    services with a commit window write them), ingested with the defaults."""
     config = DataflowConfig.model_validate({"models": [{"id": "policy", "vocab_size": VOCAB, "n_samples": group_size}]})
     modes: list[tuple[str, int | None, int | None]] = [("sequential", 1, 1), ("parallel", None, None)]
     modes += [(f"{r}x{s}", r, s) for r, s in threads or []]
@@ -62,6 +68,7 @@ def run(
         "link": "moto directly" if rtt_ms <= 0 else "TCP relay adding the RTT to each request (pipelined, no rate cap)",
         "ingest_commits": config.loop.ingest_commits,
         "moto": moto,
+        "groups_per_shard": groups_per_shard,
         "modes": [],
     }
     with _moto(moto) as (endpoint, url, server):
@@ -77,16 +84,32 @@ def run(
         commits = write_synthetic(open_store(url, S3Options(endpoint)), spec, writers=4, max_rows=group_size)
         report["write_s"] = round(time.perf_counter() - start, 1)
         report["shard_kb"] = round(sum(c.size for c in commits) / len(commits) / 1e3, 1)
+        lakes = [(name, url, r, s) for name, r, s in modes]
+        if groups_per_shard > 1:
+            packed = f"{url}-packed"
+            _repack(open_store(url, S3Options(endpoint)), open_store(packed, S3Options(endpoint)), groups_per_shard)
+            lakes.append((f"parallel, {groups_per_shard} groups/shard", packed, None, None))
         summaries = {}
         with _link(endpoint, rtt_ms) as far:
-            for name, records, shards in modes:
-                row, summaries[name] = _ingest(open_store(url, S3Options(far)), config, records, shards, server)
+            for name, lake, records, shards in lakes:
+                row, summaries[name] = _ingest(open_store(lake, S3Options(far)), config, records, shards, server)
                 report["modes"].append({"mode": name, **row})
-    _check(report, summaries, groups, group_size)
+    _check(report, summaries, groups, group_size, groups_per_shard)
     base = report["modes"][0]["seconds"]
     for row in report["modes"]:
         row["vs_sequential_x"] = round(base / row["seconds"], 2)
     return report
+
+
+def _repack(source: Store, target: Store, groups_per_shard: int) -> None:
+    """Rewrite the committed one-group shards of `source` into `target`, `groups_per_shard` groups a shard
+    (the same rows, in commit order: a group is never split)."""
+    reader = LakeReader(source)
+    commits = [c for _, c in reader.poll().commits]
+    with ThreadPoolExecutor(8) as pool:
+        tables = list(pool.map(reader.read_shard, commits))
+    for i in range(0, len(tables), groups_per_shard):
+        ShardWriter(target, "packed").write_table(pa.concat_tables(tables[i : i + groups_per_shard]))
 
 
 @contextlib.contextmanager
@@ -232,12 +255,16 @@ def _summary(catalog: Catalog) -> dict[str, Any]:
     return {**counts, "groups_sha256": digest}
 
 
-def _check(report: dict[str, Any], summaries: dict[str, dict[str, Any]], groups: int, group_size: int) -> None:
-    """Raise unless every mode's catalog is the same and holds every group whole."""
+def _check(
+    report: dict[str, Any], summaries: dict[str, dict[str, Any]], groups: int, group_size: int, per_shard: int = 1
+) -> None:
+    """Raise unless every mode's catalog is the same (but for the number of shards of a repacked lake) and
+    holds every group whole."""
     first = next(iter(summaries.values()))
     report["catalog"] = first
     for name, summary in summaries.items():
-        if summary != first:
+        shards = -(-groups // per_shard) if "groups/shard" in name else groups
+        if summary != {**first, "shards": shards}:
             raise RuntimeError(f"catalogs differ: {name} {summary} vs sequential {first}")
     want = {"groups": groups, "samples": groups * group_size, "shards": groups, "quarantine": 0}
     got = {k: first[k] for k in want}

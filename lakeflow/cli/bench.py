@@ -185,10 +185,24 @@ def bench_scale(sizes: str, no_s3: bool, group_size: int, as_json: bool) -> None
     show_default=True,
     help="Run the S3 server in this process (as the tests do) or in its own (its CPU off this GIL).",
 )
+@click.option(
+    "--groups-per-shard",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Also ingest the same rows packed this many groups to a shard (a rollout commit window); 1: skip.",
+)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the result as JSON here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_ingest(
-    groups: int, group_size: int, rtt_ms: float, extra: tuple[str, ...], moto: str, out: str | None, as_json: bool
+    groups: int,
+    group_size: int,
+    rtt_ms: float,
+    extra: tuple[str, ...],
+    moto: str,
+    groups_per_shard: int,
+    out: str | None,
+    as_json: bool,
 ) -> None:
     """The dataflow's ingest from S3 behind an added round trip: one commit record and one shard at a time
     beside the concurrent defaults, on fresh catalogs that must come out the same."""
@@ -201,7 +215,7 @@ def bench_ingest(
     except ValueError as e:
         raise click.BadParameter("expected RECORDSxSHARDS, e.g. 32x32", param_hint="--threads") from e
     try:
-        report = run(groups, group_size, rtt_ms, threads, moto=moto)
+        report = run(groups, group_size, rtt_ms, threads, moto=moto, groups_per_shard=groups_per_shard)
     except RuntimeError as e:
         raise click.ClickException(str(e)) from e
     report["machine"] = _machine()
@@ -251,6 +265,25 @@ def _table(report: dict[str, Any]) -> str:
         )
     lines.append("lakeflow_*_x: how many times faster (or smaller) lakeflow is than that row")
     return "\n".join(lines)
+
+
+@bench.command("window")
+@click.option("--windows", default="0,0.5,2", show_default=True, help="commit_window_s values, comma-separated.")
+@click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Trainer steps per run.")
+@click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True, help="Rollout services.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_window(windows: str, steps: int, replicas: int, as_json: bool) -> None:
+    """The tiny job once per rollout commit window: shards per step and groups per shard against the
+    staleness of trained samples, the untrained share, trainer wait and wall time. Run it from the
+    repository root on an otherwise idle machine."""
+    from lakeflow.cli.bench_autoscale import CONFIG
+    from lakeflow.cli.bench_window import render, run
+    from lakeflow.run import load_run_config
+
+    values = [float(w) for w in windows.split(",") if w.strip()]
+    report = run(load_run_config(CONFIG), values, steps, replicas)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
 @bench.command("autoscale")

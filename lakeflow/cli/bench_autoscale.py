@@ -11,6 +11,7 @@ import math
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,11 @@ def bench_config(
     return config.model_copy(update={"steps": steps, "models": models, "autoscale": None})
 
 
-def run_variant(config: RunConfig, timeout_s: float) -> dict[str, Any]:
-    """`config` through the launcher on a temporary lake until done (or `timeout_s`); its measurements."""
+def run_variant(
+    config: RunConfig, timeout_s: float, measure: Callable[[Store], dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """`config` through the launcher on a temporary lake until done (or `timeout_s`); its measurements,
+    with what `measure` reads from the finished lake."""
     with tempfile.TemporaryDirectory(prefix="lakeflow-bench-autoscale-") as tmp:
         url = str(Path(tmp) / "lake")
         store = open_store(url)
@@ -90,6 +94,7 @@ def run_variant(config: RunConfig, timeout_s: float) -> dict[str, Any]:
             "wait_fraction": wait_fraction(store, model_id),
             "pool": [[round(t, 1), n] for t, n in pool],
             "max_pool": max(n for _, n in pool),
+            **(measure(store) if measure else {}),
         }
 
 

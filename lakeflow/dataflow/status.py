@@ -198,8 +198,11 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
         for s in services
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
-    lines.append("rollout pools (samples/s summed over live services; lag: versions behind the model's newest)")
-    cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag"]
+    lines.append(
+        "rollout pools (samples/s summed over live services; lag: versions behind the model's newest; "
+        "pulled: weight bytes fetched)"
+    )
+    cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag", "pulled"]
     rows = [
         [
             _show(p["model_id"]),
@@ -210,11 +213,16 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
             f"{p['samples_per_s']:.2f}",
             _versions(p.get("oldest_version"), p.get("newest_version")),
             _show(p.get("version_lag")),
+            _megabytes(p.get("pulled_bytes")),
         ]
         for p in pools
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
     return lines
+
+
+def _megabytes(n: int | None) -> str:
+    return "-" if n is None else f"{n / 1e6:,.1f} MB"
 
 
 def _versions(oldest: int | None, newest: int | None) -> str:

@@ -44,6 +44,7 @@ class ServiceProduction:
     tokens_per_s: float | None  # while generating (recent groups; the service's own measure)
     samples_per_s: float | None  # samples / (at - started_at): over its life, idle time included
     weights_version: int | None  # the weights version it generates with
+    pulled_bytes: int | None = None  # weight bytes it fetched from its weights source, over its life
     share: float | None = None  # of its pool's samples
 
 
@@ -61,6 +62,7 @@ class PoolProduction:
     oldest_version: int | None  # the oldest and newest weights version its live services generate with
     newest_version: int | None
     version_lag: int | None = None  # the model's newest published version minus `oldest_version`
+    pulled_bytes: int = 0  # weight bytes its services fetched (each from its own weights source)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ def production(
         oldest, newest = (min(versions), max(versions)) if versions else (None, None)
         top = (published or {}).get(model_id or "")
         lag = top - oldest if top is not None and oldest is not None else None
-        pool = PoolProduction(model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag)
+        pulled = sum(s.pulled_bytes or 0 for s in members)
+        pool = PoolProduction(model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag, pulled)
         out_pools.append(pool)
         for s in members:
             share = s.samples / samples if s.samples is not None and samples > 0 else None
@@ -133,6 +136,7 @@ def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
         tokens_per_s=_rate(beat.get("tokens_per_s")),
         samples_per_s=samples / life if samples is not None and life > 0 else None,
         weights_version=_count(beat.get("weights_version")),
+        pulled_bytes=_count(beat.get("pulled_bytes")),
     )
 
 

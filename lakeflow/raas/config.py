@@ -84,6 +84,18 @@ class RaasConfig(_Strict):
         ),
     )
     claim_ttl_s: float = Field(300, gt=0, description="Claim lifetime; renewed every third of it while generating.")
+    commit_window_s: float = Field(
+        0.0,
+        ge=0,
+        le=600,
+        description=(
+            "Groups that finish within this many seconds go into one shard per model (one shard and one commit "
+            "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
+            "waits at most this long, and not at all when the next group would not finish inside the window, when "
+            "no task is open, or when the service stops. 0: one shard per group, committed at once."
+        ),
+    )
+    commit_max_groups: int = Field(8, ge=1, le=1024, description="Most groups in one commit window.")
     heartbeat_s: float = Field(5, gt=0, description="Interval of the stats/raas/<id>.json heartbeat.")
     poll_s: float = Field(1.0, gt=0, description="Sleep when no task is open or no weights are published yet.")
     region: str = Field("", description="Region label stamped on samples and the heartbeat.")

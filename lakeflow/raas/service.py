@@ -4,10 +4,13 @@ Loop: between groups (never inside one) pull a newer LATEST of each model and re
 (multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own
 model and that model's version, and `extra.versions` holds every model's); claim an
 open task (create-only: another instance's claim is skipped); generate and score the group
-while a background thread renews the claim and writes the heartbeat; renew once more, then
-commit the group as one shard. A lost claim means the task was reissued: the group is
-dropped (abandoned). `stop()` (SIGTERM) lets the current group finish and commit, then exits;
-a process killed outright leaves its claim to expire, and the dataflow reissues the task.
+while a background thread renews the claims and writes the heartbeat; renew once more, then
+commit. Groups that finish within `commit_window_s` of each other (at most `commit_max_groups`)
+go into one shard per model, so writers and the dataflow's ingest make fewer, larger requests;
+a group never waits longer than the window (nor when the service runs out of work or stops).
+A lost claim means the task was reissued: the group is dropped (abandoned). `stop()` (SIGTERM)
+lets the current group finish and commits what is pending, then exits; a process killed outright
+leaves its claims to expire, and the dataflow reissues the tasks.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class RaasStats:
     tokens: int = 0  # response tokens committed
     abandoned: int = 0  # groups dropped because the claim was lost
     reloads: int = 0  # weight versions loaded into the engine
+    pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
+    pull_s: float = 0.0  # seconds spent pulling and verifying them
 
 
 @dataclass
@@ -60,6 +65,16 @@ class _Held:
     etag: str
     renewed: float  # time.monotonic() of the last successful renewal
     lost: bool = False
+
+
+@dataclass
+class _Done:
+    """A generated group waiting in the commit window (its claim still held and renewed)."""
+
+    held: _Held
+    trajectories: list[Trajectory]
+    versions: dict[str, int]
+    seconds: float  # generating and scoring it took
 
 
 class RolloutService:
@@ -98,7 +113,9 @@ class RolloutService:
         self.cache_dir = self.config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-raas-")
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
-        self._held: _Held | None = None
+        self._held: _Held | None = None  # the task being generated
+        self._pending: list[_Done] = []  # generated groups in the commit window, oldest first
+        self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
         self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
         run = f"rollout_stats/{self.raas_id}"
         sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
@@ -132,10 +149,11 @@ class RolloutService:
         self._heartbeat()
         keeper.start()
         try:
-            while not self.stopping and (max_groups is None or self.stats.groups - first < max_groups):
+            while not self.stopping and (max_groups is None or self._groups() - first < max_groups):
                 if not self.step():
                     self._stop.wait(self.config.poll_s)
                 self.metrics.tick(self.versions)
+            self.commit_pending()
             self.state = "stopped"
         except BaseException:
             self.state = "failed"
@@ -154,16 +172,25 @@ class RolloutService:
 
     # --- one iteration ------------------------------------------------------------------
 
+    def _groups(self) -> int:
+        """Groups committed or waiting in the commit window."""
+        with self._lock:
+            return self.stats.groups + len(self._pending)
+
     def step(self) -> bool:
         """Refresh weights, then roll out one task; False when there was nothing to do."""
+        if self._window_due():
+            self.commit_pending()
         self.refresh_weights()
         versions = dict(self.versions)
         if any(v is None for v in versions.values()):
             self.state = "waiting-for-weights"
+            self.commit_pending()
             return False
         held = self._claim_next()
         if held is None:
             self.state = "idle"
+            self.commit_pending()  # nothing else to wait for
             return False
         try:
             self._roll_out(held, {m: v for m, v in versions.items() if v is not None})
@@ -204,7 +231,11 @@ class RolloutService:
             log.warning("cannot pull %s version %s: %s", model_id, latest, e)
             return False
         engine.load(result.path)
-        self.metrics.pull(model_id, result.bytes_fetched, time.monotonic() - pulling)
+        pull_s = time.monotonic() - pulling
+        self.metrics.pull(model_id, result.bytes_fetched, pull_s)
+        with self._lock:
+            self.stats.pulled_bytes += result.bytes_fetched
+            self.stats.pull_s += pull_s
         self.versions[model_id] = result.version
         marker = local_version(result.path) or {}
         self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
@@ -240,8 +271,8 @@ class RolloutService:
         return None
 
     def _roll_out(self, held: _Held, versions: dict[str, int]) -> None:
-        """Generate, score and commit one group with the weights of `versions` (never reloaded meanwhile);
-        the samples of each model are committed as that model's shard."""
+        """Generate and score one group with the weights of `versions` (never reloaded meanwhile); it joins
+        the commit window, and the window is committed when due."""
         task = held.task
         self.state = "generating"
         reward = build_reward(task.task_type, self.config.reward_max_chars)
@@ -249,22 +280,55 @@ class RolloutService:
         engines = {role: self.engines[model_id] for role, model_id in self.roles.items()}
         trajectories = self.workflow(task, engines, reward, self.sampling)
         seconds = time.monotonic() - started
-        if not self._renew(held, force=True):
+        with self._lock:
+            self._speed.append((sum(len(t.response_ids) for t in trajectories), seconds))
+            if not self._pending:
+                self._window_opened = time.monotonic()
+            self._pending.append(_Done(held, trajectories, versions, seconds))
+            self._held = None  # renewed as a pending group from now on
+        if self._window_due():
+            self.commit_pending()
+
+    def _window_due(self) -> bool:
+        """True when the pending groups must be committed before another group is generated: the window
+        is full, or would pass while the next group is generated (as long as the last one took)."""
+        with self._lock:
+            if not self._pending:
+                return False
+            if len(self._pending) >= self.config.commit_max_groups:
+                return True
+            waited = time.monotonic() - self._window_opened
+            return waited + self._pending[-1].seconds >= self.config.commit_window_s
+
+    def commit_pending(self) -> None:
+        """Renew each pending group's claim once more, drop the groups whose claim was lost, commit the
+        rest (one shard per model)."""
+        with self._lock:
+            pending = list(self._pending)
+        if not pending:
+            return
+        kept = []
+        for done in pending:
+            if self._renew(done.held, force=True):
+                kept.append(done)
+                continue
             self.stats.abandoned += 1
             self.metrics.abandoned(self.model_id)
-            log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, task.task_id)
-            return
+            log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, done.held.task.task_id)
         self.state = "committing"
-        for t in trajectories:
-            self.writer.add(self._sample(task, t, versions))
+        for done in kept:
+            for t in done.trajectories:
+                self.writer.add(self._sample(done.held.task, t, done.versions))
         self.writer.flush()
-        tokens = sum(len(t.response_ids) for t in trajectories)
         with self._lock:
-            self.stats.groups += 1
-            self.stats.samples += len(trajectories)
-            self.stats.tokens += tokens
-            self._speed.append((tokens, seconds))
-        self.metrics.group(task.task_type, [(self.roles.get(t.role, self.model_id), t) for t in trajectories], seconds)
+            self._pending = self._pending[len(pending) :]
+            for done in kept:
+                self.stats.groups += 1
+                self.stats.samples += len(done.trajectories)
+                self.stats.tokens += sum(len(t.response_ids) for t in done.trajectories)
+        for done in kept:
+            roles = [(self.roles.get(t.role, self.model_id), t) for t in done.trajectories]
+            self.metrics.group(done.held.task.task_type, roles, done.seconds)
 
     def _sample(self, task: lake_tasks.Task, t: Trajectory, versions: dict[str, int]) -> dict[str, Any]:
         model_id = self.roles.get(t.role, self.model_id)
@@ -318,9 +382,9 @@ class RolloutService:
         while not done.wait(tick):
             try:
                 with self._lock:
-                    held = self._held
-                if held is not None:
-                    self._renew(held)
+                    held = [h for h in [self._held] if h is not None] + [d.held for d in self._pending]
+                for h in held:
+                    self._renew(h)
                 if time.monotonic() - last_beat >= self.config.heartbeat_s:
                     self._heartbeat()
                     last_beat = time.monotonic()
@@ -347,6 +411,7 @@ class RolloutService:
                 "model_id": self.model_id,
                 "engine": self.config.engine.type,
                 "task_id": held.task.task_id if held else None,
+                "pending_groups": len(self._pending),
                 "started_at": self.started_at.isoformat(),
                 **{k: v for k, v in asdict(self.stats).items() if k not in ("groups", "samples")},
             }

@@ -141,6 +141,7 @@ _POOL_COLUMNS = (
     ("oldest_version", "oldest weights version (live)"),
     ("newest_version", "newest weights version (live)"),
     ("version_lag", "versions behind the newest published"),
+    ("pulled_bytes", "weight bytes pulled"),
 )
 
 

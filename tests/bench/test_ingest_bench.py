@@ -17,13 +17,15 @@ from lakeflow.cli.bench import bench
 
 def test_bench_ingest_tiny(tmp_path: Path) -> None:
     out = tmp_path / "ingest.json"
-    args = ["ingest", "--groups", "40", "--rtt-ms", "5", "--threads", "4x2", "--out", str(out)]
+    args = ["ingest", "--groups", "40", "--rtt-ms", "5", "--threads", "4x2", "--groups-per-shard", "3"]
+    args += ["--out", str(out)]
     result = CliRunner().invoke(bench, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "sequential" in result.output and "vs sequential" in result.output
     report = json.loads(out.read_text())
     assert report["groups"] == 40 and report["rtt_ms"] == 5
     modes = {m["mode"]: m for m in report["modes"]}
+    packed = modes.pop("parallel, 3 groups/shard")
     assert list(modes) == ["sequential", "parallel", "4x2"]
     assert (modes["sequential"]["record_threads"], modes["sequential"]["shard_threads"]) == (1, 1)
     assert (modes["4x2"]["record_threads"], modes["4x2"]["shard_threads"]) == (4, 2)
@@ -33,6 +35,8 @@ def test_bench_ingest_tiny(tmp_path: Path) -> None:
         assert m["requests"]["GetObject"] == 80  # one commit record and one shard per group
         assert m["seconds"] > 0 and m["groups_s"] > 0
         assert set(m["ms_per_group"]) == {"records", "shards", "checks", "catalog"}
+    assert (packed["groups"], packed["samples"], packed["quarantined"]) == (40, 320, 0)
+    assert packed["requests"]["GetObject"] == 2 * 14  # 14 shards of up to 3 groups
     assert modes["sequential"]["vs_sequential_x"] == 1.0
     assert report["catalog"]["groups"] == 40 and len(report["catalog"]["groups_sha256"]) == 64
 

@@ -29,8 +29,8 @@ def test_status_shows_services_and_pools(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
     now = datetime.now(UTC)
     for b in (
-        beat("raas-a", 120, life_s=40.0, now=now, weights_version=2),
-        beat("raas-b", 40, life_s=20.0, now=now, weights_version=1),
+        beat("raas-a", 120, life_s=40.0, now=now, weights_version=2, pulled_bytes=3_000_000),
+        beat("raas-b", 40, life_s=20.0, now=now, weights_version=1, pulled_bytes=1_500_000),
         beat("raas-bad", "many", now=now, tokens_per_s=None, started_at=None, weights_version="latest"),
     ):
         store.put(layout.raas_stats_key(b["raas_id"]), json.dumps(b).encode())
@@ -43,13 +43,14 @@ def test_status_shows_services_and_pools(tmp_path: Path) -> None:
     assert (pool["services"], pool["live"], pool["samples"], pool["groups"]) == (3, 3, 160, 40)
     assert pool["samples_per_s"] == pytest.approx(5.0)
     assert (pool["oldest_version"], pool["newest_version"], pool["version_lag"]) == (1, 2, 2)
+    assert pool["pulled_bytes"] == 4_500_000  # raas-bad's missing count adds nothing
     by_id = {s["raas_id"]: s for s in report["rollout_services"]}
     assert by_id["raas-a"]["share"] == 0.75 and by_id["raas-a"]["samples_per_s"] == pytest.approx(3.0)
     text = render_status(report)
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
     assert lines["raas-a"][-6:] == ["30", "120", "50.0", "3.00", "75%", "2"]
     assert lines["raas-bad"][-6:] == ["-", "-", "-", "-", "-", "-"]
-    assert lines["policy"] == ["policy", "eu", "3/3", "40", "160", "5.00", "1-2", "2"]
+    assert lines["policy"] == ["policy", "eu", "3/3", "40", "160", "5.00", "1-2", "2", "4.5", "MB"]
 
 
 def test_status_json_through_the_cli(tmp_path: Path) -> None:

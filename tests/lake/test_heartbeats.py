@@ -65,15 +65,15 @@ def test_pool_sums_shares_and_liveness() -> None:
 def test_pool_versions_come_from_its_live_services() -> None:
     made = production(
         [
-            beat("raas-a", 8, weights_version=7),
-            beat("raas-b", 8, weights_version=5),
-            beat("raas-gone", 8, age_s=600.0, weights_version=1),  # not live: not counted
-            beat("raas-liar", 8, weights_version=-3),  # not a version
+            beat("raas-a", 8, weights_version=7, pulled_bytes=100),
+            beat("raas-b", 8, weights_version=5, pulled_bytes=20),
+            beat("raas-gone", 8, age_s=600.0, weights_version=1, pulled_bytes=3),  # not live: still pulled
+            beat("raas-liar", 8, weights_version=-3, pulled_bytes="lots"),  # not a version, not a count
         ],
         NOW,
     )
     (pool,) = made.pools
-    assert (pool.oldest_version, pool.newest_version) == (5, 7)
+    assert (pool.oldest_version, pool.newest_version, pool.pulled_bytes) == (5, 7, 123)
     assert [s.weights_version for s in made.services] == [7, 5, 1, None]
 
 

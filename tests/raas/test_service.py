@@ -98,6 +98,7 @@ def test_end_to_end_tasks_to_samples_to_a_served_batch(lake: tuple[Store, State]
     beat = json.loads(store.get(layout.raas_stats_key("raas-a")))
     assert beat["state"] == "stopped" and beat["groups"] == 2 and beat["samples"] == 2 * N
     assert beat["weights_version"] == 0 and beat["region"] == "test-1" and beat["tokens_per_s"] > 0
+    assert beat["pulled_bytes"] == service.stats.pulled_bytes > 0 and beat["pull_s"] > 0  # version 0, in full
     assert beat["at"].endswith("+00:00")
 
     flow.run(iterations=1)
