@@ -105,10 +105,18 @@ def pull_cmd(
 @click.option("--model", "models", multiple=True, help="Model(s) to mirror (default: every model with a LATEST).")
 @click.option("--loop", is_flag=True, help="Keep the mirror current until interrupted.")
 @click.option("--interval", default=10.0, show_default=True, help="Seconds between passes with --loop.")
+@click.option("--keep-collected", is_flag=True, help="Keep versions the lake has collected (default: remove them).")
 def mirror_cmd(
-    lake_url: str, endpoint_url: str | None, to_url: str, models: tuple[str, ...], loop: bool, interval: float
+    lake_url: str,
+    endpoint_url: str | None,
+    to_url: str,
+    models: tuple[str, ...],
+    loop: bool,
+    interval: float,
+    keep_collected: bool,
 ) -> None:
-    """Copy the lake's weights to a mirror that `--weights-url` reads: objects, then manifests, LATEST last."""
+    """Copy the lake's weights to a mirror that `--weights-url` reads: objects, then manifests, LATEST last;
+    versions the lake has collected leave the mirror too."""
     home = open_existing_lake(lake_url, endpoint_url)
     try:
         target = open_mirror(to_url)
@@ -119,16 +127,16 @@ def mirror_cmd(
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         click.echo(f"mirroring {home.url} to {target.url} every {interval:g} s", err=True)
         with contextlib.suppress(KeyboardInterrupt):
-            mirror_loop(home, target, list(models) or None, interval, stop)
+            mirror_loop(home, target, list(models) or None, interval, stop, prune=not keep_collected)
         return
     for model in list(models) or models_in(home):
         try:
-            r = mirror(home, target, model)
+            r = mirror(home, target, model, prune=not keep_collected)
         except (WeightsIntegrityError, OSError) as e:
             raise click.ClickException(f"mirror of {model} failed: {e}") from e
         click.echo(
             f"{model}: mirror at version {r.version}; copied versions {r.copied} "
-            f"({r.objects} objects, {r.bytes:,} bytes)"
+            f"({r.objects} objects, {r.bytes:,} bytes); removed versions {r.removed}"
         )
 
 

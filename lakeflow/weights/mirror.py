@@ -4,7 +4,9 @@ A mirror holds exactly what a puller reads (`weights/<model>/<version>/…`, man
 rollout pool points `weights_url` at it (another region's bucket, a directory that a CDN or any
 static HTTP server serves). Per version, every object is copied (verified against the manifest's
 SHA-256 on the way) before the version's manifest, and LATEST moves only after all of them, so a
-puller of a mirror written this way never sees a version whose objects are missing. Mirrors filled
+puller of a mirror written this way never sees a version whose objects are missing. Versions the
+lake has collected (`lakeflow weights gc`, the trainer's retention) leave the mirror after LATEST
+moved, manifest first, as they leave the lake. Mirrors filled
 by other means (S3 replication: objects arrive late and in any order) are safe too, because a pull
 verifies every object and the rebuilt state and retries later instead of loading a partial version.
 """
@@ -38,10 +40,14 @@ class MirrorResult:
     copied: list[int] = field(default_factory=list)  # versions whose manifests were written
     objects: int = 0
     bytes: int = 0
+    removed: list[int] = field(default_factory=list)  # versions deleted because the lake collected them
 
 
-def mirror(home: Store, target: Store, model: str, options: TransferOptions | None = None) -> MirrorResult:
-    """Bring the mirror `target` up to the newest version published in `home` (one pass)."""
+def mirror(
+    home: Store, target: Store, model: str, options: TransferOptions | None = None, prune: bool = True
+) -> MirrorResult:
+    """Bring the mirror `target` up to the newest version published in `home` (one pass); with `prune`,
+    also delete the mirror's versions below that which `home` no longer has."""
     options = options or TransferOptions(progress=False)
     top = latest_version(home, model)
     if top is None:
@@ -49,6 +55,8 @@ def mirror(home: Store, target: Store, model: str, options: TransferOptions | No
     have = _mirrored_version(target, model)
     result = MirrorResult(model, have)
     if have is not None and have >= top:
+        if prune:
+            result.removed = _prune(home, target, model, top)
         return result
     with tempfile.TemporaryDirectory(prefix="lakeflow-mirror-") as stage:
         downloader = Downloader(home, stage, options)
@@ -76,7 +84,21 @@ def mirror(home: Store, target: Store, model: str, options: TransferOptions | No
         layout.latest_weights_key(model), json.dumps(Latest(version=top, publisher=publisher).model_dump()).encode()
     )
     result.version = top
+    if prune:
+        result.removed = _prune(home, target, model, top)
     return result
+
+
+def _prune(home: Store, target: Store, model: str, top: int) -> list[int]:
+    """Delete the mirror's versions below `top` that `home` has collected: manifest first (a puller then
+    sees the version as gone, never half there), then its objects."""
+    kept = set(list_versions(home, model))
+    gone = [v for v in list_versions(target, model) if v < top and v not in kept]
+    for v in gone:
+        target.delete(layout.weights_manifest_key(model, v))
+        for o in list(target.list(layout.weights_dir(model, v))):
+            target.delete(o.key)
+    return gone
 
 
 def models_in(home: Store) -> list[str]:
@@ -96,6 +118,7 @@ def mirror_loop(
     interval_s: float,
     stop: threading.Event,
     options: TransferOptions | None = None,
+    prune: bool = True,
 ) -> None:
     """Mirror every `models` (default: all with a LATEST) each `interval_s` until `stop` is set; a
     failed pass is logged and retried on the next tick."""
@@ -103,12 +126,14 @@ def mirror_loop(
         started = time.monotonic()
         for model in models or models_in(home):
             try:
-                r = mirror(home, target, model, options)
+                r = mirror(home, target, model, options, prune)
             except (OSError, ValueError) as e:
                 log.warning("mirror of %s failed, retrying in %.0f s: %s", model, interval_s, e)
                 continue
             if r.copied:
                 log.info("mirrored %s versions %s (%d objects, %d bytes)", model, r.copied, r.objects, r.bytes)
+            if r.removed:
+                log.info("removed %s versions %s from the mirror (collected in the lake)", model, r.removed)
         stop.wait(max(0.0, interval_s - (time.monotonic() - started)))
 
 

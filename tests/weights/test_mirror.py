@@ -15,6 +15,7 @@ from lakeflow.io import Store, open_mirror, open_store, open_weights_source
 from lakeflow.lake import layout
 from lakeflow.weights import TransferOptions, latest_version, load_state, local_version, publish, pull
 from lakeflow.weights.mirror import mirror, models_in
+from lakeflow.weights.retention import collect, list_versions
 from lakeflow.weights.tensors import State
 from tests.weights.sources import http_server
 from tests.weights.weight_states import adam_step, assert_same_state, make_state
@@ -146,3 +147,23 @@ def test_cli_mirror_then_pull_from_the_mirror(tmp_path: Path, states: list[State
     assert_same_state(load_state(dest), states[1])
     done = CliRunner().invoke(main, ["weights", "pull", "--model", "m", "--dest", dest], env={"LAKEFLOW_LAKE": ""})
     assert done.exit_code == 2 and "--weights-url" in done.output
+
+
+def test_versions_the_lake_collected_leave_the_mirror(tmp_path: Path, states: list[State]) -> None:
+    home = open_store(str(tmp_path / "lake"))
+    target = open_mirror(str(tmp_path / "mirror"))
+    _publish(home, states, 0, 3)
+    assert mirror(home, target, "m").removed == []
+    publish(home, "m", states[3], full_every=1)  # a full version: 0-2 are no longer needed by the newest
+    publish(home, "m", states[4], base=states[3], full_every=10)
+    gone = collect(home, "m", keep=1, keep_base=False)
+    assert gone == [0, 1, 2]
+    kept = mirror(home, target, "m", prune=False)
+    assert kept.removed == [] and list_versions(target, "m") == [0, 1, 2, 3, 4]
+    r = mirror(home, target, "m")
+    assert r.removed == gone and list_versions(target, "m") == list_versions(home, "m")
+    for v in gone:
+        assert not list(target.list(layout.weights_dir("m", v)))
+    dest = str(tmp_path / "pulled")
+    assert pull(target, "m", dest, options=FAST).version == 4  # what is left still pulls
+    assert_same_state(load_state(dest), states[4])
