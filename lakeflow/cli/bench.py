@@ -150,14 +150,18 @@ def bench_dataflow(sizes: str, buffer_sizes: str, batches: int, shard_samples: i
     "--sizes", default="1000,5000,20000", show_default=True, help="One-group shards per lake, comma-separated."
 )
 @click.option("--no-s3", is_flag=True, help="Only the local filesystem.")
+@click.option("--only-s3", is_flag=True, help="Only S3 (moto).")
 @click.option("--group-size", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True, help="Runs per query (best).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_scale(sizes: str, no_s3: bool, group_size: int, as_json: bool) -> None:
+def bench_scale(sizes: str, no_s3: bool, only_s3: bool, group_size: int, repeats: int, as_json: bool) -> None:
     """`lakeflow sql` over N one-group shards, uncompacted and compacted, beside the same rows in large shards."""
     from lakeflow.bench.scale import render, run
 
-    backends = ["local"] if no_s3 else ["local", "s3"]
-    report = run([int(x) for x in sizes.split(",") if x.strip()], backends, group_size)
+    if no_s3 and only_s3:
+        raise click.UsageError("--no-s3 and --only-s3 leave nothing to run")
+    backends = ["local"] if no_s3 else ["s3"] if only_s3 else ["local", "s3"]
+    report = run([int(x) for x in sizes.split(",") if x.strip()], backends, group_size, repeats)
     report["machine"] = _machine()
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 

