@@ -290,6 +290,24 @@ def bench_window(windows: str, steps: int, replicas: int, as_json: bool) -> None
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 
 
+@bench.command("remote")
+@click.option("--steps", type=click.IntRange(min=2), default=15, show_default=True, help="Trainer steps per run.")
+@click.option("--rate-mbit", type=float, default=20.0, show_default=True, help="The far region's link rate.")
+@click.option("--rtt-ms", type=float, default=100.0, show_default=True, help="Round trip added by that link.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_remote(steps: int, rate_mbit: float, rtt_ms: float, as_json: bool) -> None:
+    """The tiny job with its home pool alone, with a far pool pulling from an HTTP mirror behind a shaped
+    link, and the same shipping full weights every version: trainer wait, the far pool's share, bytes and
+    seconds per pull, staleness per region. Run it from the repository root on an otherwise idle machine."""
+    from lakeflow.cli.bench_autoscale import CONFIG
+    from lakeflow.cli.bench_remote import render, run
+    from lakeflow.run import load_run_config
+
+    report = run(load_run_config(CONFIG), steps, rate_mbit, rtt_ms)
+    report["machine"] = _machine()
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
 @bench.command("autoscale")
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Trainer steps per run.")
 @click.option("--large", type=click.IntRange(min=2), default=3, show_default=True, help="The large fixed pool.")

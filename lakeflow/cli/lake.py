@@ -171,10 +171,24 @@ def lake_group() -> None:
 )
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many compactions.")
 @click.option("--lease-ttl-s", type=click.FloatRange(min=0.5), default=60.0, show_default=True, help="Lease lifetime.")
+@click.option(
+    "--optimize-mb",
+    type=click.IntRange(min=0),
+    default=256,
+    show_default=True,
+    help="Then rewrite the table's files under half this size into files of about this size (0: do not).",
+)
 def compact(
-    lake_url: str, endpoint_url: str | None, file_rows: int, settle_s: float, max_steps: int | None, lease_ttl_s: float
+    lake_url: str,
+    endpoint_url: str | None,
+    file_rows: int,
+    settle_s: float,
+    max_steps: int | None,
+    lease_ttl_s: float,
+    optimize_mb: int,
 ) -> None:
-    """Fold committed shards into the lake's Delta table, one large sorted file per compaction.
+    """Fold committed shards into the lake's Delta table, one large sorted file per compaction, then
+    rewrite small table files into large ones (Delta's OPTIMIZE).
 
     Covers commits the dataflow process has ingested (before its newest checkpoint's cursor, less
     --settle-s), or, on a lake no dataflow process has served, commits older than --settle-s.
@@ -186,11 +200,13 @@ def compact(
         before = compaction_bound(_checkpointed_position(store), timedelta(seconds=settle_s))
         compactor = Compactor(store, file_rows, may_write=lambda: _renewed(lease))
         stats = compactor.compact_all(before, max_steps, progress=_progress)
+        if optimize_mb:
+            stats.optimized = compactor.optimize(2, optimize_mb << 20)
     for key, why in stats.left_out:
         click.echo(f"left out {key}: {why}", err=True)
     click.echo(
         f"compacted {stats.commits} commits ({stats.rows} rows) in {stats.versions} table versions; "
-        f"watermark {stats.watermark or '(none)'}"
+        f"watermark {stats.watermark or '(none)'}; optimize rewrote {stats.optimized} small files"
     )
 
 

@@ -67,6 +67,7 @@ class Committer:
         if force or now - self._last_compact >= self.config.table.compact_s:
             self._last_compact = now
             wrote |= self._compact(compaction_bound(cursor.position, self.settle), force)
+            wrote |= self._optimize()
         gc_s = self.config.table.gc_s
         if gc_s and now - self._last_gc >= gc_s and self.checkpointed.position is not None:
             self._last_gc = now
@@ -96,6 +97,21 @@ class Committer:
             if stats.versions == 0:
                 break
         return wrote
+
+    def _optimize(self) -> bool:
+        table = self.config.table
+        if not table.optimize_files:
+            return False
+        try:
+            replaced = self.compactor.optimize(table.optimize_files, table.optimize_mb << 20)
+        except TableConflictError as e:
+            log.warning("optimize not committed: %s", e)
+            self._read = False
+            return False
+        if replaced:
+            self.totals.optimized += replaced
+            log.info("optimize rewrote %d small table files", replaced)
+        return replaced > 0
 
     def collect(self, ingested_before: str) -> int:
         """One retention pass (commit records, shards, checkpoints, quarantine records, table files)."""

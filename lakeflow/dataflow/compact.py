@@ -6,6 +6,8 @@ what the dataflow quarantined, sorted, written as one large Parquet file, commit
 watermark. A crash anywhere before the commit leaves the table as it was (the file it wrote is
 unreferenced until `vacuum`); after it, the watermark moved with the rows: every committed row ends up
 in the table exactly once. Run by the dataflow process holding the lease, or by `lakeflow lake compact`.
+`optimize` then bin-packs the table's small files (tails compacted before they filled a file, one-shot
+compactions) into larger ones, as Delta's OPTIMIZE does, in one commit carrying the watermark.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from lakeflow.lake.table import (
     TableSnapshot,
     append,
     delete_rows,
+    file_sizes,
+    optimize,
     read_snapshot,
 )
 
@@ -47,6 +51,7 @@ class CompactStats:
     commits: int = 0  # commit records covered
     rows: int = 0  # rows added to the table
     deleted: int = 0  # Delta commits that deleted rows of groups quarantined after their compaction
+    optimized: int = 0  # small table files rewritten by OPTIMIZE
     left_out: list[tuple[str, str]] = field(default_factory=list)  # shards not compacted, and why
     watermark: str | None = None
 
@@ -55,6 +60,7 @@ class CompactStats:
         self.commits += other.commits
         self.rows += other.rows
         self.deleted += other.deleted
+        self.optimized += other.optimized
         self.left_out += other.left_out
         self.watermark = other.watermark or self.watermark
 
@@ -97,6 +103,16 @@ class Compactor:
         stats.versions += 1
         stats.commits, stats.rows, stats.watermark = len(commits), table.num_rows, watermark
         return stats
+
+    def optimize(self, min_files: int, target_bytes: int) -> int:
+        """One OPTIMIZE (small table files rewritten into files of about `target_bytes`) when at least
+        `min_files` data files are under half of that; returns how many files it replaced (0: none)."""
+        snap = read_snapshot(self.store)
+        small = [size for size in file_sizes(self.store, snap) if size < target_bytes // 2]
+        if len(small) < max(2, min_files) or not self.may_write():
+            return 0
+        metrics = optimize(self.store, snap, target_bytes)
+        return int(metrics.get("numFilesRemoved", 0))
 
     def compact_all(
         self, before: str, max_steps: int | None = None, progress: Callable[[CompactStats], None] | None = None

@@ -159,6 +159,10 @@ class TableConfig(_Strict):
     max_tail_s: float = Field(
         900, ge=0, description="Compact a tail smaller than file_rows once its oldest commit is this old."
     )
+    optimize_files: int = Field(
+        16, ge=0, description="Rewrite small table files (under half of optimize_mb) once this many exist; 0: never."
+    )
+    optimize_mb: int = Field(256, ge=1, description="Target size of the files OPTIMIZE writes, MB.")
     gc_s: float = Field(600, ge=0, description="How often retention runs (0: never; see `lakeflow lake gc`).")
     orphan_grace_h: float = Field(48, ge=0, description="Orphan shards (no commit record) are kept this long.")
     source_grace_h: float = Field(

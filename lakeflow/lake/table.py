@@ -230,6 +230,43 @@ def delete_rows(store: Store, base: TableSnapshot, predicate: str, quarantine_at
     return base.version + 1
 
 
+def file_sizes(store: Store, base: TableSnapshot) -> list[int]:
+    """Bytes of each data file of version `base` (none without a table)."""
+    where = location(store)
+    if where is None or base.version is None:
+        return []
+    uri, options = where
+    table = _deltalake().DeltaTable(uri, version=base.version, storage_options=options)
+    actions = table.get_add_actions(flatten=True)
+    return [int(x) for x in actions.column("size_bytes").to_pylist()]
+
+
+def optimize(store: Store, base: TableSnapshot, target_bytes: int) -> dict[str, Any]:
+    """Rewrite the small data files of version `base` into files of about `target_bytes` (Delta's OPTIMIZE,
+    bin-packing; rows unchanged) as version base.version + 1, carrying the watermark; deltalake's
+    metrics. The files it replaces stay for readers of older versions until `vacuum`. TableConflictError
+    when that version exists already (another committer)."""
+    where = location(store)
+    if where is None or base.version is None or base.watermark is None:
+        raise LakeflowError("no table to optimize")
+    uri, options = where
+    dl = _deltalake()
+    table = dl.DeltaTable(uri, version=base.version, storage_options=options)
+    properties = dl.CommitProperties(
+        custom_metadata=_meta(base.watermark, base.quarantine_at, {"optimize": "compact"}), max_commit_retries=0
+    )
+    writer = dl.WriterProperties(compression="ZSTD", max_row_group_size=ROW_GROUP_ROWS)
+    try:
+        metrics: dict[str, Any] = table.optimize.compact(
+            target_size=target_bytes, writer_properties=writer, commit_properties=properties
+        )
+    except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
+        if _exists(store, base.version + 1):
+            raise TableConflictError(f"table version {base.version + 1} exists already (another committer)") from e
+        raise
+    return metrics
+
+
 def vacuum(store: Store, older_than: timedelta, apply: bool) -> list[str]:
     """Data files no version newer than `older_than` needs: files removed by a delete, and files of a
     compaction that crashed before its commit. Deleted with `apply`; returned either way."""

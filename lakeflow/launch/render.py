@@ -149,9 +149,10 @@ def plan(config: RunConfig, options: LaunchOptions, config_dir: str) -> Plan:
                 workloads.append(Workload(spec, pool.replicas, pool_gpus(config, pool, options), m))
         for r in m.regions:
             if r.mirror:
+                to = r.mirror_to or r.weights_url
                 notes.append(
-                    f"model {m.id}, region {r.region}: not rendered: keep {r.weights_url} current with `lakeflow "
-                    f"weights mirror --lake {options.lake} --to {r.weights_url} --model {m.id} --loop` (or replication)"
+                    f"model {m.id}, region {r.region}: not rendered: keep {to} current with `lakeflow weights mirror "
+                    f"--lake {options.lake} --to {to} --model {m.id} --loop` (or replication)"
                 )
     for spec in eval_specs(config):  # follows its model's versions; exits once the last one is evaluated
         m = next(x for x in config.models if x.id == spec.model_id)

@@ -48,6 +48,11 @@ class RegionPool(_Strict):
         description="`lakeflow run` keeps weights_url current with a `lakeflow weights mirror --loop` process "
         "(a directory or bucket it can write; cluster launches note the command to run in the region).",
     )
+    mirror_to: str | None = Field(
+        None,
+        description="Where the mirror process writes when the region reads it by another route (a bucket or "
+        "directory behind the CDN or HTTP server that weights_url names); default: weights_url.",
+    )
     mirror_interval_s: float = Field(2.0, gt=0, description="Seconds between the mirror's passes.")
     config: dict[str, Any] = Field(
         default_factory=dict, description="lakeflow.raas.config.RaasConfig fields that differ from the home pool's."
@@ -56,7 +61,7 @@ class RegionPool(_Strict):
     def pool(self, home: PoolConfig) -> PoolConfig:
         """This region's pool: the home pool's config, overridden."""
         fields = {"region": self.region, "weights_url": self.weights_url, "weights_options": self.weights_options}
-        merged = {**home.config.model_dump(exclude_unset=True), **self.config, **fields}
+        merged = {**home.config.model_dump(), **self.config, **fields}
         return PoolConfig(replicas=self.replicas, config=RaasConfig.model_validate(merged))
 
 
@@ -101,6 +106,8 @@ class RunModel(_Strict):
                 raise ValueError(f"model {self.id}, region {r.region}: the engine is the home pool's (raas.config)")
             if r.mirror and r.weights_url is None:
                 raise ValueError(f"model {self.id}, region {r.region}: mirror: true needs a weights_url to mirror to")
+            if r.mirror_to is not None and not r.mirror:
+                raise ValueError(f"model {self.id}, region {r.region}: mirror_to is for mirror: true")
             try:
                 r.pool(self.raas)
             except ValueError as e:

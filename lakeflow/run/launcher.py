@@ -70,14 +70,16 @@ def raas_spec(
 
 def mirror_specs(config: RunConfig) -> list[ProcessSpec]:
     """A `lakeflow weights mirror --loop` per region pool with `mirror: true`: it keeps the region's
-    `weights_url` current from the lake (one per model and URL)."""
+    `weights_url` (or `mirror_to`, where weights_url reads it through a CDN) current from the lake, one
+    per model and target."""
     out, seen = [], set()
     for m in config.models:
         for r in m.regions:
-            if not r.mirror or r.weights_url is None or (m.id, r.weights_url) in seen:
+            to = r.mirror_to or r.weights_url
+            if not r.mirror or to is None or (m.id, to) in seen:
                 continue
-            seen.add((m.id, r.weights_url))
-            flags = ("--to", r.weights_url, "--model", m.id, "--loop", "--interval", str(r.mirror_interval_s))
+            seen.add((m.id, to))
+            flags = ("--to", to, "--model", m.id, "--loop", "--interval", str(r.mirror_interval_s))
             out.append(
                 ProcessSpec(f"mirror-{m.id}-{r.region}", "mirror", m.id, "weights mirror", flags, "", {}, r.region)
             )

@@ -104,7 +104,7 @@ def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
     bad[1]["response_ids"] = [4, 500]  # a token outside the vocabulary: that row is quarantined
     write_groups(store, [bad])
     set_trainer_version(store, "policy", 1)
-    table = TableConfig(compact_s=0.01, max_tail_s=0, file_rows=12)
+    table = TableConfig(compact_s=0.01, max_tail_s=0, file_rows=12, optimize_files=2)
     cfg = config(loop={"settle_s": 0}).model_copy(update={"table": table})
     service = DataflowService(store, cfg)
     service.start()
@@ -112,6 +112,7 @@ def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
     write_groups(store, [group("policy", [1, 1, 0, 0])])  # the newest commit: the cursor's position
     service.run(iterations=3)
     assert service.committer.totals.versions >= 2
+    assert service.committer.totals.optimized >= 2  # the small files, packed into one (rows unchanged: below)
     snap = read_snapshot(store)
     assert snap.watermark is not None and snap.watermark < service.cursor.position  # settle: never past it
     lake = connect_lake(store)
@@ -120,3 +121,25 @@ def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
     assert len(_table_ids(store)) == 27  # the quarantined row never reached the table
     assert layout.TABLE.startswith("tables/")
     service.close()
+
+
+def test_kill_9_during_optimize_changes_nothing_committed(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    store = open_store(lake)
+    write_synthetic(store, SynthSpec(samples=960, prompt_tokens=8, response_tokens=8), writers=2, max_rows=8)
+    subprocess.run(_compact_cmd(lake, "--file-rows", "24", "--optimize-mb", "0"), capture_output=True, check=True)
+    committed = sorted(_table_ids(store))
+    files = len(read_snapshot(store).files)
+    rng = random.Random(3)
+    for _ in range(4):
+        proc = subprocess.Popen(_compact_cmd(lake, "--lease-ttl-s", "1"), stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 3.0))  # start-up, reading the table, rewriting, committing
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert sorted(_table_ids(store)) == committed  # the old files or the new ones, never a mix
+        time.sleep(1.1)  # the dead process's lease expires
+    done = subprocess.run(_compact_cmd(lake), capture_output=True, check=True)
+    assert b"optimize rewrote" in done.stdout
+    assert sorted(_table_ids(store)) == committed and len(read_snapshot(store).files) < files
+    vacuum(store, timedelta(0), apply=True)  # the replaced files, and those of an optimize killed before its commit
+    assert sorted(_table_ids(store)) == committed

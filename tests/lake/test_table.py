@@ -120,3 +120,19 @@ def test_plain_readers_count_exactly_the_committed_rows(tmp_path: Path) -> None:
     # while a plain Parquet reader of the shards counts the orphan too
     shards = con.sql(f"SELECT count(*) FROM read_parquet('{store.local_path('trajectories')}/**/*.parquet')")
     assert shards.fetchone() == (committed + 16,)
+
+
+def test_optimize_packs_small_files_and_changes_no_answer(table_store: Store) -> None:
+    small_lake(table_store, samples=400)
+    compactor = Compactor(table_store, 48)  # many small files, as one-shot compactions of short tails leave
+    compactor.compact_all(compaction_bound(None, timedelta(0)))
+    before = read_snapshot(table_store)
+    answer = connect_lake(table_store).sql(QUERY).to_pylist()
+    assert len(before.files) >= 8
+    assert compactor.optimize(min_files=len(before.files) + 1, target_bytes=64 << 20) == 0  # too few: nothing
+    replaced = compactor.optimize(min_files=2, target_bytes=64 << 20)
+    after = read_snapshot(table_store)
+    assert replaced == len(before.files) and len(after.files) < len(before.files)
+    assert (after.version, after.watermark) == ((before.version or 0) + 1, before.watermark)
+    assert connect_lake(table_store).sql(QUERY).to_pylist() == answer
+    assert compactor.optimize(min_files=2, target_bytes=64 << 20) == 0  # idempotent
