@@ -299,7 +299,12 @@ def render(report: dict[str, Any]) -> str:
         *text_table(cols, rows),
         f"same catalog in every mode: {report['catalog']['groups']:,} groups, "
         f"{report['catalog']['samples']:,} samples, {report['catalog']['shards']:,} shards "
-        f"(group digest {report['catalog']['groups_sha256'][:12]})",
+        f"(group digest {report['catalog']['groups_sha256'][:12]})"
+        + (
+            f"; the packed lake: {-(-report['groups'] // report['groups_per_shard']):,} shards"
+            if report.get("groups_per_shard", 1) > 1
+            else ""
+        ),
         "cpu s: this process's CPU time"
         + (" (moto's included)" if report["moto"] == "thread" else "")
         + "; checks: row checks, one shard after another; shards: the rest of the wall time",

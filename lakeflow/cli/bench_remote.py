@@ -7,7 +7,8 @@ directory current, an HTTP server with Range support serves it, as a CDN would);
 trainer publishing full weights every version (`full_every: 1`), as systems without deltas ship them.
 Per run: the trainer's wait, wall time, the far pool's share of samples, the weight bytes and seconds
 per pull in each region, and the staleness (batch step - policy version) of each region's trained
-samples. The trainer trains a model of 4 layers (hidden 128) built here, so a full copy weighs ~4.5 MB.
+samples. The trainer trains the job's tiny model (float32, about 0.7 MB a version), quickly, so the
+run is bound by its rollouts, as the paper's cross-region runs are.
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ from lakeflow.cli.bench_autoscale import bench_config, run_variant
 from lakeflow.io import Store
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import read_heartbeats
-from lakeflow.models.tiny import build_tiny_model
 from lakeflow.run import RunConfig
 from lakeflow.run.config import RegionPool
 from lakeflow.text import text_table
-
-VOCAB = 512  # the tiny tokenizer's
 
 
 def region_measures(store: Store, model_id: str, steps: int) -> dict[str, Any]:
@@ -82,8 +80,7 @@ def run(
     pool alone then keeps the trainer waiting, which a second pool can relieve."""
     results = []
     with tempfile.TemporaryDirectory(prefix="lakeflow-bench-remote-") as tmp:
-        model = str(build_tiny_model(Path(tmp) / "model", vocab_size=VOCAB, hidden=128, layers=4))
-        base = bench_config(config, steps, prompts_per_step, max_new_tokens, 1, pace_s, model)
+        base = bench_config(config, steps, prompts_per_step, max_new_tokens, 1, pace_s)
         mirror = Path(tmp) / "mirror"
         mirror.mkdir()
         with served(str(mirror), rate_mbit * 1e6 / 8, rtt_ms / 1e3) as url:
@@ -140,7 +137,7 @@ def render(result: dict[str, Any]) -> str:
     header = ["run", "trainer wait", "wall s", "region", "samples", "pulls", "kB/pull", "s/pull", "staleness"]
     return "\n".join(
         [
-            f"tiny job (trainer: 4 layers, hidden 128, ~4.5 MB float32), hf engine, {result['steps']} steps, "
+            f"tiny job (its tiny model, float32), hf engine, {result['steps']} steps, "
             f"{result['prompts_per_step']} prompts/step, {result['max_new_tokens']} new tokens paced "
             f"{result['pace_s']} s each; far region behind "
             f"{result['rate_mbit']:g} Mbit/s and +{result['rtt_ms']:g} ms RTT (HTTP mirror)",

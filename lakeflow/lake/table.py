@@ -205,8 +205,8 @@ def append(
     except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
         if base.version is None and log_versions(store):
             raise TableConflictError(f"the table at {uri} was created by another committer") from e
-        if base.version is not None and _exists(store, base.version + 1):
-            raise TableConflictError(f"table version {base.version + 1} exists already (another committer)") from e
+        if base.version is not None:
+            _raise_if_taken(store, base.version + 1, e)
         raise
     return 0 if base.version is None else base.version + 1
 
@@ -224,8 +224,7 @@ def delete_rows(store: Store, base: TableSnapshot, predicate: str, quarantine_at
     try:
         table.delete(predicate, commit_properties=properties)
     except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
-        if _exists(store, base.version + 1):
-            raise TableConflictError(f"table version {base.version + 1} exists already (another committer)") from e
+        _raise_if_taken(store, base.version + 1, e)
         raise
     return base.version + 1
 
@@ -261,8 +260,7 @@ def optimize(store: Store, base: TableSnapshot, target_bytes: int) -> dict[str, 
             target_size=target_bytes, writer_properties=writer, commit_properties=properties
         )
     except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
-        if _exists(store, base.version + 1):
-            raise TableConflictError(f"table version {base.version + 1} exists already (another committer)") from e
+        _raise_if_taken(store, base.version + 1, e)
         raise
     return metrics
 
@@ -276,6 +274,12 @@ def vacuum(store: Store, older_than: timedelta, apply: bool) -> list[str]:
     hours = max(0, int(older_than.total_seconds() // 3600))
     files: list[str] = table.vacuum(retention_hours=hours, dry_run=not apply, enforce_retention_duration=False)
     return files
+
+
+def _raise_if_taken(store: Store, version: int, error: Exception) -> None:
+    """TableConflictError when `version` exists: another committer wrote it while `error` happened."""
+    if _exists(store, version):
+        raise TableConflictError(f"table version {version} exists already (another committer)") from error
 
 
 def _exists(store: Store, version: int) -> bool:

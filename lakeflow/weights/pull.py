@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lakeflow.errors import WeightsIntegrityError
@@ -62,8 +63,13 @@ def pull(
 ) -> PullResult:
     """Bring `dest` to `version` (default LATEST); `dest` may be missing, behind, or corrupted."""
     options = options or TransferOptions()
-    target = _target(store, model, version)
-    manifests = _manifests_back_to_full(store, model, target)
+    if version is None:
+        version = latest_version(store, model)
+        if version is None:
+            raise FileNotFoundError(f"model {model!r} has no published weights in {store.url}")
+    book = Manifests(store, model)
+    target = book.get(version)
+    manifests = _manifests_back_to_full(book, target)
     dest = os.path.abspath(dest)
     stage = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.lakeflow-pull")
     local = _local_version(dest, model)
@@ -74,7 +80,7 @@ def pull(
     full, deltas = manifests[0], manifests[1:]
     full_bytes = full.full_bytes() + sum(_delta(m).size for m in deltas)
     estimates = {"full": rates.seconds(full_bytes, len(full.weights) + len(deltas), len(deltas), target.state_bytes)}
-    chain = _chain_from(store, model, local, target, rates, estimates) if local is not None else None
+    chain = _chain_from(book, local, target, rates, estimates) if local is not None else None
     fell_back = False
     result = None
     if chain is not None:
@@ -116,24 +122,46 @@ def local_version(dest: str) -> dict[str, object] | None:
 # --- planning ------------------------------------------------------------------------------
 
 
-def _target(store: Store, model: str, version: int | None) -> Manifest:
-    if version is None:
-        version = latest_version(store, model)
-        if version is None:
-            raise FileNotFoundError(f"model {model!r} has no published weights in {store.url}")
-    return read_manifest(store, model, version)
+class Manifests:
+    """The manifests of one model, read `WINDOW` versions at a time, concurrently: walking a chain back
+    to its full version over a long round trip (another region) costs one round trip per window, not
+    one per version. A version's read error is raised when that version is asked for."""
+
+    WINDOW = 16
+
+    def __init__(self, store: Store, model: str) -> None:
+        self.store = store
+        self.model = model
+        self._read: dict[int, Manifest | Exception] = {}
+
+    def get(self, version: int) -> Manifest:
+        if version not in self._read:
+            wanted = [v for v in range(max(0, version - self.WINDOW + 1), version + 1) if v not in self._read]
+            with ThreadPoolExecutor(len(wanted)) as pool:
+                for v, found in zip(wanted, pool.map(self._fetch, wanted), strict=True):
+                    self._read[v] = found
+        found = self._read[version]
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def _fetch(self, version: int) -> Manifest | Exception:
+        try:
+            return read_manifest(self.store, self.model, version)
+        except Exception as e:  # kept, raised only if this version is needed
+            return e
 
 
-def _manifests_back_to_full(store: Store, model: str, target: Manifest) -> list[Manifest]:
+def _manifests_back_to_full(book: Manifests, target: Manifest) -> list[Manifest]:
     """[full F, delta F+1, …, target]: the versions a puller with nothing needs."""
     chain = [target]
     while not chain[0].weights:
-        chain.insert(0, read_manifest(store, model, chain[0].version - 1))
+        chain.insert(0, book.get(chain[0].version - 1))
     return chain
 
 
 def _chain_from(
-    store: Store, model: str, local: int, target: Manifest, rates: Rates, estimates: dict[str, float]
+    book: Manifests, local: int, target: Manifest, rates: Rates, estimates: dict[str, float]
 ) -> list[Manifest] | None:
     """Manifests local+1 … target when each has a delta on its predecessor and together they are
     estimated to take less time than the full route (`estimates["full"]`); else None."""
@@ -151,7 +179,7 @@ def _chain_from(
             return None
         if m.version == local + 1:
             return chain
-        chain.insert(0, read_manifest(store, model, m.version - 1))
+        chain.insert(0, book.get(m.version - 1))
 
 
 def _rates(dest: str, options: TransferOptions) -> Rates:

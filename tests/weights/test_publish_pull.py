@@ -243,3 +243,34 @@ def test_delta_is_rebuilt_from_the_lake_without_a_base(store: Store, states: lis
     pull(store, "m", dest, options=FAST)
     assert_same_state(load_state(dest), states[1])
     assert np.array_equal(load_state(dest)["position_ids"].bits, states[1]["position_ids"].bits)
+
+
+def test_a_pull_reads_the_manifests_it_walks_concurrently(
+    store: Store, states: list[State], tmp_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over a long round trip (another region) the walk back to the full version is one wave of manifest
+    reads, not one read after another; a manifest read in that wave but not needed may be broken."""
+    for i, s in enumerate(states):
+        publish(store, "m", s, base=states[i - 1] if i else None, full_every=1 if i == 4 else 10)
+    store.put(layout.weights_manifest_key("m", 2), b"{not json")  # not on the path 6 -> 5 -> 4 (full)
+    active, peak, lock = [0], [0], threading.Lock()
+    get = store.get
+
+    def slow_get(key: str) -> bytes:
+        if not key.endswith("manifest.json"):
+            return get(key)
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        try:
+            threading.Event().wait(0.05)  # a round trip: the reads in flight together overlap here
+            return get(key)
+        finally:
+            with lock:
+                active[0] -= 1
+
+    monkeypatch.setattr(store, "get", slow_get)
+    r = pull(store, "m", os.path.join(tmp_path, "m"), options=FAST)
+    assert (r.version, r.route, r.chain) == (6, "full", [4, 5, 6])
+    assert peak[0] >= 5  # versions 0-5 read together while walking back from 6
+    assert_same_state(load_state(os.path.join(tmp_path, "m")), states[6])
