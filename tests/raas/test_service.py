@@ -172,7 +172,7 @@ def test_a_lost_claim_abandons_the_group(
     monkeypatch.setitem(workflows.WORKFLOWS, "reissued", reissued_meanwhile)
     flow = dataflow(store)
     flow.run(iterations=1)
-    service = RolloutService(store, "policy", raas_config(tmp_path, workflow="reissued"))
+    service = RolloutService(store, "policy", raas_config(tmp_path, workflow="reissued", commit_window_s=0))
     assert service.step() is True
     assert (service.stats.groups, service.stats.abandoned) == (0, 1)
     assert LakeReader(store).poll().commits == []

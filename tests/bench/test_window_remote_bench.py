@@ -1,0 +1,50 @@
+"""`lakeflow bench window` end to end at a tiny size (a longer window packs more groups per shard; no
+timing assertion), and the tables of `bench window` and `bench remote` from given results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli.bench import bench
+from lakeflow.cli.bench_remote import render as render_remote
+from lakeflow.cli.bench_window import render as render_window
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_bench_window_packs_groups_with_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)  # the job's dataset path is relative to the checkout
+    args = ["window", "--windows", "0,5", "--steps", "2", "--replicas", "1", "--json"]
+    result = CliRunner().invoke(bench, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    none, five = report["runs"]
+    assert (none["window_s"], five["window_s"]) == (0, 5)
+    assert none["groups_per_shard"] == 1.0 and five["groups_per_shard"] > 1.0
+    assert five["shards_per_step"] < none["shards_per_step"]
+    assert none["staleness_max"] <= 2 and 0 <= none["untrained"] < 1
+    assert "groups/shard" in render_window(report)
+
+
+def test_bench_remote_table_lists_each_region_of_each_run() -> None:
+    region = {"share": 0.5, "pulls": 3, "bytes_per_pull": 2e5, "s_per_pull": 1.5, "staleness_mean": 1.25}
+    runs = [
+        {"variant": "home only", "wait_fraction": 0.9, "wall_s": 10.0, "regions": {"home": {**region, "share": 1}}},
+        {
+            "variant": "home + far",
+            "wait_fraction": 0.5,
+            "wall_s": 8.0,
+            "regions": {"far": {**region, "staleness_mean": None}, "home": region},
+        },
+    ]
+    result = {"steps": 4, "rate_mbit": 20, "rtt_ms": 100, "prompts_per_step": 8, "max_new_tokens": 8, "pace_s": 0.05}
+    text = render_remote({**result, "runs": runs})
+    lines = [line.split() for line in text.splitlines()]
+    assert ["home", "only", "90%", "10.0", "home", "100%", "3", "200", "1.50", "1.25"] in lines
+    assert ["far", "50%", "3", "200", "1.50", "-"] in [line[-6:] for line in lines]
+    assert "20 Mbit/s and +100 ms RTT" in text
