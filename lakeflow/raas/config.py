@@ -111,6 +111,15 @@ class RaasConfig(_Strict):
             "the rebuilt state are verified as for the lake. None (default): the lake."
         ),
     )
+    weights_poll_s: float = Field(
+        1.0,
+        gt=0,
+        le=3600,
+        description=(
+            "With weights_url: a background thread asks the source for new versions this often, so a far "
+            "source's round trips do not sit between every two groups. Without, the lake is asked before each group."
+        ),
+    )
     weights_options: dict[str, Any] = Field(
         default_factory=dict,
         description="fsspec storage options of weights_url, e.g. {endpoint_url: https://s3.eu-west-1.amazonaws.com}.",

@@ -1,6 +1,8 @@
 """The rollout service: claim a task, run the workflow, commit the group, follow the weights.
 
 Loop: between groups (never inside one) pull a newer LATEST of each model and reload its engine
+(a service with a `weights_url` learns of new versions from a background thread that asks the source
+every `weights_poll_s`, so a far source's round trips stay out of the loop)
 (multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own
 model and that model's version, and `extra.versions` holds every model's); claim an
 open task (create-only: another instance's claim is skipped); generate and score the group
@@ -113,6 +115,7 @@ class RolloutService:
         self.cache_dir = self.config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-raas-")
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
+        self._newest: dict[str, int | None] = {}  # newest version per model, found by the watcher thread
         self._held: _Held | None = None  # the task being generated
         self._pending: list[_Done] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
@@ -146,8 +149,12 @@ class RolloutService:
         first = self.stats.groups
         done = threading.Event()
         keeper = threading.Thread(target=self._keep, args=(done,), name=f"{self.raas_id}-keeper", daemon=True)
+        threads = [keeper]
+        if self.config.weights_url:  # a far source: ask it for new versions in the background
+            threads.append(threading.Thread(target=self._watch, args=(done,), name=f"{self.raas_id}-weights"))
         self._heartbeat()
-        keeper.start()
+        for t in threads:
+            t.start()
         try:
             while not self.stopping and (max_groups is None or self._groups() - first < max_groups):
                 if not self.step():
@@ -160,7 +167,8 @@ class RolloutService:
             raise
         finally:
             done.set()
-            keeper.join()
+            for t in threads:
+                t.join()
             self._heartbeat()
             self.metrics.close(self.versions)
         return self.stats
@@ -214,11 +222,14 @@ class RolloutService:
                 self.versions[model_id] = 0
                 return True
             return False
-        try:
-            latest = latest_version(self.weights, model_id)
-        except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
-            log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
-            return False
+        if model_id in self._newest:  # what the watcher last found
+            latest = self._newest[model_id]
+        else:
+            try:
+                latest = latest_version(self.weights, model_id)
+            except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
+                log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
+                return False
         self.metrics.latest[model_id] = latest
         current = self.versions[model_id]
         if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
@@ -375,6 +386,19 @@ class RolloutService:
                 return False
             held.claim, held.etag, held.renewed = renewed[0], renewed[1], time.monotonic()
             return True
+
+    def _watch(self, done: threading.Event) -> None:
+        """Every `weights_poll_s`, ask the weights source for each model's newest version (a far source
+        costs round trips that would otherwise sit between every two groups)."""
+        models = [m for m in self.models if self.config.model is None or m != self.model_id]
+        while True:
+            for model_id in models:
+                try:
+                    self._newest[model_id] = latest_version(self.weights, model_id)
+                except OSError as e:
+                    log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
+            if done.wait(self.config.weights_poll_s):
+                return
 
     def _keep(self, done: threading.Event) -> None:
         tick = min(self.config.heartbeat_s, self.config.claim_ttl_s / 3)
