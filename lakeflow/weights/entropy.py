@@ -122,8 +122,9 @@ class StreamWriter:
             raise ValueError("one model per stream is needed")
         for (sym, _, _), (present, counts) in zip(reversed(self._streams), reversed(models), strict=True):
             if len(counts) > 1:  # ANS is a stack: last encoded, first decoded
-                idx = np.searchsorted(np.asarray(present, dtype=np.int64), sym).astype(np.int32)
-                coder.encode_reverse(idx, _model(counts))
+                index = np.zeros(max(present) + 1, dtype=np.int32)  # symbol -> its place in the model
+                index[present] = np.arange(len(present), dtype=np.int32)
+                coder.encode_reverse(index[sym], _model(counts))
         words = np.asarray(coder.get_compressed(), dtype=np.uint32)
         return words, np.frombuffer(b"".join(self._bits), dtype=np.uint8)
 
