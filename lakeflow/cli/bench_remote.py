@@ -61,6 +61,7 @@ def region_measures(store: Store, model_id: str, steps: int) -> dict[str, Any]:
         r["s_per_pull"] = r["pull_s"] / r["pulls"] if r["pulls"] else 0.0
         trained = stale.get(name, [])
         r["trained"] = len(trained)
+        r["trained_share"] = len(trained) / r["samples"] if r["samples"] else 0.0
         r["staleness_mean"] = statistics.fmean(trained) if trained else None
     return {"regions": dict(sorted(regions.items()))}
 
@@ -128,13 +129,15 @@ def render(result: dict[str, Any]) -> str:
                     f"{r['wall_s']:.1f}" if i == 0 else "",
                     region,
                     f"{x['share']:.0%}",
+                    f"{x['trained_share']:.0%}",
                     str(x["pulls"]),
                     f"{x['bytes_per_pull'] / 1e3:,.0f}",
                     f"{x['s_per_pull']:.2f}",
                     "-" if x["staleness_mean"] is None else f"{x['staleness_mean']:.2f}",
                 ]
             )
-    header = ["run", "trainer wait", "wall s", "region", "samples", "pulls", "kB/pull", "s/pull", "staleness"]
+    header = ["run", "trainer wait", "wall s", "region", "samples", "trained", "pulls", "kB/pull", "s/pull"]
+    header.append("staleness")
     return "\n".join(
         [
             f"tiny job (its tiny model, float32), hf engine, {result['steps']} steps, "
@@ -144,7 +147,8 @@ def render(result: dict[str, Any]) -> str:
             "",
             *text_table(header, rows, rule=True),
             "",
-            "samples: the region's share of the run's samples; s/pull: pulling, verifying and loading one version;",
+            "samples: the region's share of the run's samples; trained: the share of its samples in a trained batch",
+            "(the rest came too late for the staleness bound); s/pull: pulling, verifying and loading one version;",
             "staleness: mean batch step - policy version of the region's trained samples",
         ]
     )

@@ -1,10 +1,10 @@
 """The rollout service: claim a task, run the workflow, commit the group, follow the weights.
 
 Loop: between groups (never inside one) pull a newer LATEST of each model and reload its engine
-(a service with a `weights_url` learns of new versions from a background thread that asks the source
-every `weights_poll_s`, so a far source's round trips stay out of the loop)
 (multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own
-model and that model's version, and `extra.versions` holds every model's); claim an
+model and that model's version, and `extra.versions` holds every model's; a service with a
+`weights_url` learns of new versions from a background thread that asks the source every
+`weights_poll_s`, so a far source's round trips stay out of the loop); claim an
 open task (create-only: another instance's claim is skipped); generate and score the group
 while a background thread renews the claims and writes the heartbeat; renew once more, then
 commit. Groups that finish within `commit_window_s` of each other (at most `commit_max_groups`)

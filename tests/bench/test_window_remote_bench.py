@@ -32,7 +32,8 @@ def test_bench_window_packs_groups_with_a_window(monkeypatch: pytest.MonkeyPatch
 
 
 def test_bench_remote_table_lists_each_region_of_each_run() -> None:
-    region = {"share": 0.5, "pulls": 3, "bytes_per_pull": 2e5, "s_per_pull": 1.5, "staleness_mean": 1.25}
+    region = {"share": 0.5, "trained_share": 0.4, "pulls": 3, "bytes_per_pull": 2e5, "s_per_pull": 1.5}
+    region["staleness_mean"] = 1.25
     runs = [
         {"variant": "home only", "wait_fraction": 0.9, "wall_s": 10.0, "regions": {"home": {**region, "share": 1}}},
         {
@@ -45,6 +46,6 @@ def test_bench_remote_table_lists_each_region_of_each_run() -> None:
     result = {"steps": 4, "rate_mbit": 20, "rtt_ms": 100, "prompts_per_step": 8, "max_new_tokens": 8, "pace_s": 0.05}
     text = render_remote({**result, "runs": runs})
     lines = [line.split() for line in text.splitlines()]
-    assert ["home", "only", "90%", "10.0", "home", "100%", "3", "200", "1.50", "1.25"] in lines
-    assert ["far", "50%", "3", "200", "1.50", "-"] in [line[-6:] for line in lines]
+    assert ["home", "only", "90%", "10.0", "home", "100%", "40%", "3", "200", "1.50", "1.25"] in lines
+    assert ["far", "50%", "40%", "3", "200", "1.50", "-"] in [line[-7:] for line in lines]
     assert "20 Mbit/s and +100 ms RTT" in text

@@ -106,6 +106,7 @@ def test_a_run_with_a_remote_pool_pulling_from_a_mirror(tmp_path: Path) -> None:
     assert {r["region"] for r in rows} == {"", "far"}  # both regions' samples are in the home lake
     measured = region_measures(store, "policy", steps=3)["regions"]  # what `lakeflow bench remote` reports
     assert set(measured) == {"home", "far"} and measured["far"]["pulls"] >= 1
+    assert 0 <= measured["far"]["trained_share"] <= 1
     assert measured["far"]["share"] + measured["home"]["share"] == pytest.approx(1.0)
 
 
