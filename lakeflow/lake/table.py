@@ -214,19 +214,14 @@ def append(
 def delete_rows(store: Store, base: TableSnapshot, predicate: str, quarantine_at: datetime) -> int:
     """Delete the rows matching `predicate` (SQL over the table's columns) as version base.version + 1,
     carrying the watermark; returns the new version (TableConflictError as in `append`)."""
-    where = location(store)
-    if where is None or base.version is None or base.watermark is None:
-        raise LakeflowError("no table to delete from")
-    uri, options = where
-    dl = _deltalake()
-    table = dl.DeltaTable(uri, version=base.version, storage_options=options)
-    properties = dl.CommitProperties(custom_metadata=_meta(base.watermark, quarantine_at, {}), max_commit_retries=0)
+    dl, table, watermark, version = _table_at(store, base, "delete from")
+    properties = dl.CommitProperties(custom_metadata=_meta(watermark, quarantine_at, {}), max_commit_retries=0)
     try:
         table.delete(predicate, commit_properties=properties)
     except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
-        _raise_if_taken(store, base.version + 1, e)
+        _raise_if_taken(store, version + 1, e)
         raise
-    return base.version + 1
+    return version + 1
 
 
 def file_sizes(store: Store, base: TableSnapshot) -> list[int]:
@@ -245,14 +240,9 @@ def optimize(store: Store, base: TableSnapshot, target_bytes: int) -> dict[str, 
     bin-packing; rows unchanged) as version base.version + 1, carrying the watermark; deltalake's
     metrics. The files it replaces stay for readers of older versions until `vacuum`. TableConflictError
     when that version exists already (another committer)."""
-    where = location(store)
-    if where is None or base.version is None or base.watermark is None:
-        raise LakeflowError("no table to optimize")
-    uri, options = where
-    dl = _deltalake()
-    table = dl.DeltaTable(uri, version=base.version, storage_options=options)
+    dl, table, watermark, version = _table_at(store, base, "optimize")
     properties = dl.CommitProperties(
-        custom_metadata=_meta(base.watermark, base.quarantine_at, {"optimize": "compact"}), max_commit_retries=0
+        custom_metadata=_meta(watermark, base.quarantine_at, {"optimize": "compact"}), max_commit_retries=0
     )
     writer = dl.WriterProperties(compression="ZSTD", max_row_group_size=ROW_GROUP_ROWS)
     try:
@@ -260,7 +250,7 @@ def optimize(store: Store, base: TableSnapshot, target_bytes: int) -> dict[str, 
             target_size=target_bytes, writer_properties=writer, commit_properties=properties
         )
     except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as e:
-        _raise_if_taken(store, base.version + 1, e)
+        _raise_if_taken(store, version + 1, e)
         raise
     return metrics
 
@@ -274,6 +264,16 @@ def vacuum(store: Store, older_than: timedelta, apply: bool) -> list[str]:
     hours = max(0, int(older_than.total_seconds() // 3600))
     files: list[str] = table.vacuum(retention_hours=hours, dry_run=not apply, enforce_retention_duration=False)
     return files
+
+
+def _table_at(store: Store, base: TableSnapshot, what: str) -> tuple[Any, Any, str, int]:
+    """deltalake, the DeltaTable at version `base`, its watermark and version; LakeflowError without one."""
+    where = location(store)
+    if where is None or base.version is None or base.watermark is None:
+        raise LakeflowError(f"no table to {what}")
+    uri, options = where
+    dl = _deltalake()
+    return dl, dl.DeltaTable(uri, version=base.version, storage_options=options), base.watermark, base.version
 
 
 def _raise_if_taken(store: Store, version: int, error: Exception) -> None:
