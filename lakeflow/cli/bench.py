@@ -272,7 +272,7 @@ def _table(report: dict[str, Any]) -> str:
 
 
 @bench.command("window")
-@click.option("--windows", default="0,0.5,2", show_default=True, help="commit_window_s values, comma-separated.")
+@click.option("--windows", default="0,0.25,1", show_default=True, help="commit_window_s values, comma-separated.")
 @click.option("--steps", type=click.IntRange(min=2), default=20, show_default=True, help="Trainer steps per run.")
 @click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True, help="Rollout services.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
