@@ -9,6 +9,7 @@ over a long link come from a model of TCP (stated in the output), not from a mea
 
 from __future__ import annotations
 
+import mmap
 import os
 import time
 from collections.abc import Mapping
@@ -103,6 +104,13 @@ def throughput(old: State, new: State, workers: int = 1, processes: bool = False
     rebuilt = decode_delta(old, delta.data, workers, processes)
     t_apply = time.perf_counter() - t0
     del rebuilt
+    own = {n: raw_tensor(t.dtype, t.shape, t.bits.copy()) for n, t in old.items()}  # a puller's private copy
+    t0 = time.perf_counter()
+    rebuilt = decode_delta(own, delta.data, workers, processes, in_place=True)
+    t_in_place = time.perf_counter() - t0
+    exact = exact and all(np.array_equal(rebuilt[n].bits, new[n].bits) for n in new)
+    del rebuilt, own
+    t_touch = _first_touch_seconds(nbytes, workers)
     params = sum(t.bits.size for t in new.values())
     return {
         "workers": workers,
@@ -114,12 +122,24 @@ def throughput(old: State, new: State, workers: int = 1, processes: bool = False
         "encode_gbps": nbytes / t_encode / 1e9,
         "apply_gbps": nbytes / t_apply / 1e9,
         "apply_verified_gbps": nbytes / t_apply_hashed / 1e9,  # decode + the state's SHA-256 in the same pass
+        "apply_in_place_gbps": nbytes / t_in_place / 1e9,  # into the old arrays (what `pull` does)
+        "first_touch_gbps": nbytes / t_touch / 1e9,  # writing memory fresh from the OS (page faults)
         "compare_floor_gbps": nbytes / t_compare / 1e9,
         "copy_floor_gbps": nbytes / t_copy / 1e9,
         "encode_vs_floor": t_compare / t_encode,
         "apply_vs_floor": t_copy / t_apply,
         "bit_exact": exact and digest == state_sha256(new),
     }
+
+
+def _first_touch_seconds(nbytes: int, workers: int) -> float:
+    """Seconds to write `nbytes` of memory fresh from the OS (a new anonymous mapping), in `workers`
+    parts at once: the floor of any decode into new arrays before the allocator has pages to reuse."""
+    buf = np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=np.uint8)
+    parts = np.array_split(np.arange(buf.size // 4096 + 1) * 4096, max(workers, 1))
+    t0 = time.perf_counter()
+    run_workers(lambda p: buf[p[0] : p[-1] + 4096].fill(1) if p.size else None, parts, workers)
+    return time.perf_counter() - t0
 
 
 def scaling(old: State, new: State, workers: int) -> list[dict[str, Any]]:
@@ -304,14 +324,15 @@ def render(result: dict[str, Any]) -> str:
         f"(lr 3e-6·N(0,1)): unchanged {syn['sparsity']:.4%}, {syn['bytes_per_param']:.5f} B/param, "
         f"bit-exact {all(r['bit_exact'] for r in result['scaling'])}",
         f"{'workers':>16}  {'encode GB/s':>11}  {'x 1':>5}  {'vs compare':>10}  {'apply GB/s':>10}  {'x 1':>5}  "
-        f"{'vs copy':>7}  {'apply+sha GB/s':>14}  {'copy floor':>10}",
+        f"{'vs copy':>7}  {'apply+sha GB/s':>14}  {'in place GB/s':>13}  {'copy floor':>10}  {'fresh pages':>11}",
     ]
     for r in result["scaling"]:
         mode = f"{r['workers']} {'process' if r['processes'] else 'thread'}{'es' if r['processes'] else 's'}"
         lines.append(
             f"{mode:>16}  {r['encode_gbps']:11.3f}  {r['encode_gbps'] / syn['encode_gbps']:5.2f}  "
             f"{r['encode_vs_floor']:10.3f}  {r['apply_gbps']:10.3f}  {r['apply_gbps'] / syn['apply_gbps']:5.2f}  "
-            f"{r['apply_vs_floor']:7.3f}  {r['apply_verified_gbps']:14.3f}  {r['copy_floor_gbps']:10.3f}"
+            f"{r['apply_vs_floor']:7.3f}  {r['apply_verified_gbps']:14.3f}  {r['apply_in_place_gbps']:13.3f}  "
+            f"{r['copy_floor_gbps']:10.3f}  {r['first_touch_gbps']:11.3f}"
         )
     for p in result["projection"]:
         lines.append(

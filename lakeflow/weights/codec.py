@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lakeflow.weights.bits import CHUNK
 from lakeflow.weights.entropy import StreamReader, StreamWriter, merge_models
 from lakeflow.weights.groupcode import decode_group, encode_group
 from lakeflow.weights.tensors import State, hash_tensor, parse_safetensors, raw_tensor, safetensors_bytes
@@ -38,7 +37,7 @@ FORMAT = "lakeflow-delta/2"
 FORMAT_V1 = "lakeflow-delta/1"
 SEGMENT = 1 << 24  # elements per independently coded segment (32 MB of bf16)
 _ZSTD_LEVEL = 9
-__all__ = ["CHUNK", "FORMAT", "SEGMENT", "EncodedDelta", "decode_delta", "default_workers", "encode_delta"]
+__all__ = ["FORMAT", "SEGMENT", "EncodedDelta", "decode_delta", "default_workers", "encode_delta"]
 
 
 @dataclass(frozen=True)
@@ -133,22 +132,27 @@ def encode_delta(
     return EncodedDelta(data, params, changed, digest.hexdigest() if digest else None)
 
 
-def decode_delta(old: State, data: bytes, workers: int | None = None, processes: bool = False) -> State:
+def decode_delta(
+    old: State, data: bytes, workers: int | None = None, processes: bool = False, in_place: bool = False
+) -> State:
     """Apply a delta to `old` and return the new state; ValueError if it does not fit `old`. `workers`,
-    `processes`: as for `encode_delta`."""
-    return _decode(old, data, workers, None, processes)
+    `processes`: as for `encode_delta`. `in_place`: rewrite `old`'s (writable) arrays instead of filling
+    new ones: only changed elements are written, so no new memory is touched; a delta that turns out
+    not to fit leaves `old` partly rewritten (discard it). Forked processes cannot write into the
+    caller's arrays: with `processes` the new state is built in shared memory as usual."""
+    return _decode(old, data, workers, None, processes, in_place)
 
 
 def decode_delta_sha256(
-    old: State, data: bytes, workers: int | None = None, processes: bool = False
+    old: State, data: bytes, workers: int | None = None, processes: bool = False, in_place: bool = False
 ) -> tuple[State, str]:
     """`decode_delta` and the new state's `tensors.state_sha256`, hashed by the calling thread as the
     workers finish each tensor (in the hash's order), so the check costs little extra time."""
     digest = hashlib.sha256()
-    return _decode(old, data, workers, digest, processes), digest.hexdigest()
+    return _decode(old, data, workers, digest, processes, in_place), digest.hexdigest()
 
 
-def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes: bool) -> State:
+def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes: bool, in_place: bool) -> State:
     parts, meta = parse_safetensors(data, "delta object")
     if meta.get("format") not in (FORMAT, FORMAT_V1) or set(parts) != {"header", "ans", "bits", "cold"}:
         raise ValueError(f"not a {FORMAT} or {FORMAT_V1} object (format {meta.get('format')!r})")
@@ -169,9 +173,15 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         if digest is not None:
             _hash_all(digest, new)
         return new
-    # one fresh array per tensor, filled segment by segment (copy of the old bits, then the changes)
+    # one fresh array per tensor, written once segment by segment (the old bits with the changes)
     names = [name for _, tensors in groups for name, _ in tensors]
-    outs = dict(zip(names, empty_like([old[n].bits for n in names], shared=processes), strict=True))
+    in_place = in_place and not processes
+    if in_place:
+        if not all(old[n].bits.flags.writeable for n in names):
+            raise ValueError("in-place decoding needs writable arrays: load the state with writable=True")
+        outs = {n: old[n].bits for n in names}
+    else:
+        outs = dict(zip(names, empty_like([old[n].bits for n in names], shared=processes), strict=True))
     try:
         segments, specs = _segments_of(head, groups)
     except (KeyError, TypeError, ValueError) as e:
@@ -194,13 +204,12 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
             if lo < 0 or n < 0 or lo + n > arr.size:
                 raise ValueError(f"delta segment's {k} stream lies outside the object")
             got[k] = arr[lo : lo + n]
-        pieces = [outs[n][lo:hi] for n, lo, hi in seg.pieces]
-        for (n, lo, hi), out in zip(seg.pieces, pieces, strict=True):
-            np.copyto(out, old[n].bits[lo:hi])
+        old_pieces = [old[n].bits[lo:hi] for n, lo, hi in seg.pieces]
+        pieces = None if in_place else [outs[n][lo:hi] for n, lo, hi in seg.pieces]
         cold = zstandard.ZstdDecompressor().decompress(got["cold"].tobytes()) if got["cold"].size else b""
         reader = StreamReader(got["ans"], got["bits"])
         full_spec = {"dtype": groups[seg.group][0], **_with_models(spec, shared[seg.group])}
-        if decode_group(full_spec, pieces, reader, cold, 0) != len(cold):
+        if decode_group(full_spec, old_pieces, pieces, reader, cold, 0) != len(cold):
             raise ValueError("delta cold stream holds more data than its header says")
         reader.check_done()
 
@@ -217,8 +226,8 @@ def _decode_v1(old: State, head: dict[str, Any], parts: State) -> State:
     cold_pos = 0
     for group in head["groups"]:
         names = [n for n, _ in group["tensors"]]
-        outs = [old[n].bits.copy() for n in names]
-        cold_pos = decode_group(group, outs, reader, cold, cold_pos)
+        outs = [np.empty_like(old[n].bits) for n in names]
+        cold_pos = decode_group(group, [old[n].bits for n in names], outs, reader, cold, cold_pos)
         for name, bits in zip(names, outs, strict=True):
             new[name] = raw_tensor(group["dtype"], old[name].shape, bits)
     reader.check_done()

@@ -2,7 +2,8 @@
 
 Hot elements (exponent below the cut) are coded per exponent as gaps between the rarer outcome and
 as signed bit-pattern distances of the changes, through `entropy.StreamWriter`; cold changes are
-listed by position with their new bits. `codec.py` wraps this into delta objects.
+listed by position with their new bits. The passes over the elements are `kernels.py`'s compiled
+loops; `codec.py` wraps this into delta objects.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from lakeflow.weights.bits import CHUNK, absmask, bin_counts, chunks, from_order_key_fn, order_key_fn, runs
+from lakeflow.weights import kernels
 from lakeflow.weights.entropy import StreamReader, StreamWriter
+from lakeflow.weights.kernels import absmask
 from lakeflow.weights.tensors import BITS_DTYPE
 
 MANTISSA_BITS = {"BF16": 7, "F16": 10, "F32": 23}  # exponent = (bits & ~sign) >> mantissa
@@ -22,11 +24,10 @@ _HOT_PENALTY = 0.002  # bits charged per hot element, trading a little size for 
 
 # --- encoding ------------------------------------------------------------------------------
 #
-# Hot elements are ranked per exponent ("context") in the order of the group's concatenation.
-# Each chunk sorts its hot elements by exponent (a stable radix sort of uint8), so the r-th hot
-# element of context c in the chunk sits at `start[c] + r`; across the group it has the key
-# `S[c] + seen[c] + r` (S: contexts before c, seen: earlier chunks), which is the element's place
-# in the group's hot elements sorted by (exponent, position). Events are kept as such keys.
+# Hot elements are ranked per exponent ("context") in the order of the run's concatenation; an
+# event is a changed hot element (or, in a context where most changed, an unchanged one) and is
+# coded as the gap from its context's previous event. `kernels.scan` finds the changes in one pass,
+# `kernels.events` sorts them by context and turns their ranks into gaps.
 
 
 def encode_group(
@@ -34,84 +35,46 @@ def encode_group(
 ) -> tuple[dict[str, object], bytes, int]:
     mbits = MANTISSA_BITS.get(dtype)
     e_cut = _choose_cut(olds, news, mbits) if mbits is not None else 0
-    mask = absmask(olds[0].dtype)
-    threshold = mask.dtype.type(e_cut << mbits if mbits is not None else 0)
-    key = order_key_fn(olds[0].dtype)
-    counts, flags, val_ctx, val_d, cold_pos, cold_new = [], [], [], [], [], []
-    for base, (o, n) in chunks(olds, news):
-        diff = o != n
-        if not e_cut:
-            changed = np.flatnonzero(diff)
-            cold_pos.append(changed + base)
-            cold_new.append(n[changed])
-            continue
-        a = o & mask
-        hot = np.flatnonzero(a < threshold)
-        ctx = (a[hot] >> mbits).astype(np.uint8)
-        order = np.argsort(ctx, kind="stable")
-        hot_sorted, ctx_sorted = hot[order], ctx[order]
-        flag = diff[hot_sorted]  # changed, in (exponent, position) order
-        if np.count_nonzero(diff) > np.count_nonzero(flag):  # rare: a cold element changed
-            changed = np.flatnonzero(diff & (a >= threshold))
-            cold_pos.append(changed + base)
-            cold_new.append(n[changed])
-        counts.append(bin_counts(ctx_sorted, e_cut))
-        flags.append(flag)
-        moved = hot_sorted[flag]
-        val_ctx.append(ctx_sorted[flag])
-        val_d.append(key(n[moved]) - key(o[moved]))
     header: dict[str, object] = {"e_cut": e_cut, "contexts": []}
-    n_changed = sum(p.size for p in cold_pos)
-    if e_cut:
-        header["contexts"], n_hot = _encode_hot(e_cut, counts, flags, val_ctx, val_d, writer)
-        n_changed += n_hot
-    positions = np.concatenate(cold_pos) if cold_pos else np.zeros(0, np.int64)
+    if mbits is None or not e_cut:  # no hot elements: every change is listed
+        bounds = np.cumsum([0] + [o.size for o in olds])
+        moved = [np.flatnonzero(o != n) for o, n in zip(olds, news, strict=True)]
+        positions = np.concatenate([m + b for m, b in zip(moved, bounds, strict=False)] or [np.zeros(0, np.int64)])
+        cold_new = b"".join(n[m].tobytes() for n, m in zip(news, moved, strict=True))
+        n_hot = 0
+    else:
+        size = sum(o.size for o in olds)
+        counts = np.zeros(kernels.exponents(olds[0].dtype, mbits), np.int64)
+        changes, ranks, diffs = np.empty(size, np.uint8), np.empty(size, np.int64), np.empty(size, np.int64)
+        positions, new_bits = np.empty(size, np.int64), np.empty(size, olds[0].dtype)
+        found, base = np.zeros(2, np.int64), 0
+        for o, n in zip(olds, news, strict=True):  # untouched parts of the buffers are never paged in
+            kernels.scan(o, n, mbits, e_cut << mbits, base, counts, changes, ranks, diffs, positions, new_bits, found)
+            base += o.size
+        n_hot, n_cold = int(found[0]), int(found[1])
+        n_ctx = counts[:e_cut]
+        header["contexts"] = _encode_hot(n_ctx, changes[:n_hot], ranks[:n_hot], diffs[:n_hot], writer)
+        positions, cold_new = positions[:n_cold], new_bits[:n_cold].tobytes()
     gaps = np.diff(positions, prepend=-1) - 1
     header["cold"] = writer.add(gaps, signed=False)
-    return header, np.concatenate(cold_new).tobytes() if cold_new else b"", n_changed
+    return header, cold_new, n_hot + positions.size
 
 
 def _encode_hot(
-    e_cut: int,
-    counts: list[np.ndarray],
-    flags: list[np.ndarray],
-    val_ctx: list[np.ndarray],
-    val_d: list[np.ndarray],
-    writer: StreamWriter,
-) -> tuple[list[list[object]], int]:
-    per_chunk = np.stack(counts) if counts else np.zeros((0, e_cut), np.int64)  # (chunks, e_cut)
-    n_ctx = per_chunk.sum(axis=0)
-    vc = np.concatenate(val_ctx) if val_ctx else np.zeros(0, np.uint8)
-    k_ctx = np.bincount(vc, minlength=e_cut)
+    n_ctx: np.ndarray, changes: np.ndarray, ranks: np.ndarray, diffs: np.ndarray, writer: StreamWriter
+) -> list[list[object]]:
+    k_ctx = np.bincount(changes, minlength=n_ctx.size)
     flip = k_ctx * 2 > n_ctx  # code the unchanged ones where most elements changed
-    group_start = np.cumsum(n_ctx) - n_ctx  # S[c]
-    seen = np.cumsum(per_chunk, axis=0) - per_chunk
-    keys, ev_counts = [], []
-    for i, flag in enumerate(flags):
-        events = np.flatnonzero(flag ^ np.repeat(flip, per_chunk[i]))  # places in the chunk's sorted order
-        start = np.cumsum(per_chunk[i]) - per_chunk[i]
-        per_ctx = np.diff(np.searchsorted(events, start), append=events.size)
-        keys.append(events + np.repeat(group_start + seen[i] - start, per_ctx))
-        ev_counts.append(per_ctx)
-    # keys come chunk by chunk; put them in (context, chunk) order, which sorts them, by placing each run
-    per_run = np.stack(ev_counts) if ev_counts else np.zeros((0, e_cut), np.int64)
-    run_at = (np.cumsum(per_run.sum(axis=0)) - per_run.sum(axis=0)) + (np.cumsum(per_run, axis=0) - per_run)
-    all_keys = np.empty(int(per_run.sum()), dtype=np.int64)
-    for i, k in enumerate(keys):
-        all_keys[runs(run_at[i], per_run[i])] = k
-    ev_bounds = np.append(0, np.cumsum(per_run.sum(axis=0)))
-    gaps = np.diff(all_keys, prepend=-1) - 1
-    firsts = ev_bounds[:-1][np.diff(ev_bounds) > 0]  # first event of each context: its gap is its rank
-    gaps[firsts] = all_keys[firsts] - group_start[np.diff(ev_bounds) > 0]
-    by_val = np.argsort(vc, kind="stable")
-    vd = np.concatenate(val_d)[by_val] if val_d else np.zeros(0, np.int64)
-    val_bounds = np.append(0, np.cumsum(k_ctx))
+    n_ev = np.where(flip, n_ctx - k_ctx, k_ctx)
+    val_at, ev_at = np.cumsum(k_ctx) - k_ctx, np.cumsum(n_ev) - n_ev
+    gaps, values = np.empty(int(n_ev.sum()), np.int64), np.empty(changes.size, np.int64)
+    kernels.events(changes, ranks, diffs, n_ctx, flip, val_at, ev_at, gaps, values)
     contexts: list[list[object]] = []
     for c in np.flatnonzero(n_ctx).tolist():
-        gap_hist = writer.add(gaps[ev_bounds[c] : ev_bounds[c + 1]], signed=False)
-        val_hist = writer.add(vd[val_bounds[c] : val_bounds[c + 1]], signed=True)
+        gap_hist = writer.add(gaps[ev_at[c] : ev_at[c] + n_ev[c]], signed=False)
+        val_hist = writer.add(values[val_at[c] : val_at[c] + k_ctx[c]], signed=True)
         contexts.append([c, int(n_ctx[c]), int(flip[c]), gap_hist, val_hist])
-    return contexts, int(vc.size)
+    return contexts
 
 
 def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> int:
@@ -143,15 +106,23 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
 
 # --- decoding ------------------------------------------------------------------------------
 #
-# The decoder copies the old tensors and rewrites them chunk by chunk in place (a chunk's hot
-# set is read before any of its elements is written; cold changes go in last, so they cannot
-# move an element into the hot set). Per chunk, each context's events are the next
-# run of group keys below `S[c] + seen[c] + count[c]`: one searchsorted for all contexts.
+# `kernels.apply` writes each element once: the old bits, or for a hot element whose rank is the
+# next event of its context (xor the context's flip), the old bits moved by the next value; in place,
+# it writes only the changed elements. Cold
+# changes go in last, so they cannot move an element into the hot set.
 
 
-def decode_group(group: dict[str, Any], outs: list[np.ndarray], reader: StreamReader, cold: bytes, cold_at: int) -> int:
-    """Rewrite `outs` (the old bits of a group or segment, in order) into the new ones, in place;
-    returns where the next group's cold values start."""
+def decode_group(
+    group: dict[str, Any],
+    olds: list[np.ndarray],
+    outs: list[np.ndarray] | None,
+    reader: StreamReader,
+    cold: bytes,
+    cold_at: int,
+) -> int:
+    """Write into `outs` the new bits of a group or segment whose old bits are `olds` (pieces in
+    order), or into `olds` themselves when `outs` is None; returns where the next group's cold values
+    start. In place, a delta found not to fit may leave `olds` partly rewritten."""
     try:
         dtype = str(group["dtype"])
         e_cut = int(group["e_cut"])
@@ -159,12 +130,9 @@ def decode_group(group: dict[str, Any], outs: list[np.ndarray], reader: StreamRe
         cold_hist = group["cold"]
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"delta header is malformed: {e}") from e
-    mbits = MANTISSA_BITS.get(dtype, 0)
-    if not 0 <= e_cut <= 1 << 8:
-        raise ValueError("delta header gives an invalid exponent cut")
     bits_dtype = np.dtype(BITS_DTYPE[dtype])
-    mask = absmask(bits_dtype)
-    threshold = bits_dtype.type(e_cut << mbits)
+    if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= kernels.exponents(bits_dtype, MANTISSA_BITS[dtype])):
+        raise ValueError("delta header gives an invalid exponent cut")
     flip = np.zeros(e_cut, dtype=bool)
     n_ctx = np.zeros(e_cut, dtype=np.int64)
     ranks: dict[int, np.ndarray] = {}
@@ -181,11 +149,17 @@ def decode_group(group: dict[str, Any], outs: list[np.ndarray], reader: StreamRe
     n_cold = cold_pos.size * bits_dtype.itemsize
     if cold_at + n_cold > len(cold):
         raise ValueError("delta cold stream is shorter than its header says")
+    in_place = outs is None
+    outs = olds if outs is None else outs
     total = sum(o.size for o in outs)
     if cold_pos.size and cold_pos[-1] >= total:
         raise ValueError("delta changes an element beyond the end of the local state")
     if e_cut:
-        _apply_hot(outs, e_cut, mbits, mask, threshold, flip, n_ctx, ranks, values)
+        exponents = kernels.exponents(bits_dtype, MANTISSA_BITS[dtype])
+        _apply_hot(olds, outs, in_place, MANTISSA_BITS[dtype], exponents, flip, n_ctx, ranks, values)
+    elif not in_place:
+        for old, out in zip(olds, outs, strict=True):
+            np.copyto(out, old)
     cold_new = np.frombuffer(cold, dtype=bits_dtype, count=cold_pos.size, offset=cold_at)
     bounds = np.cumsum([0] + [o.size for o in outs])
     for i, out in enumerate(outs):
@@ -195,47 +169,36 @@ def decode_group(group: dict[str, Any], outs: list[np.ndarray], reader: StreamRe
 
 
 def _apply_hot(
+    olds: list[np.ndarray],
     outs: list[np.ndarray],
-    e_cut: int,
+    in_place: bool,
     mbits: int,
-    mask: np.unsignedinteger,
-    threshold: np.unsignedinteger,
+    exponents: int,
     flip: np.ndarray,
     n_ctx: np.ndarray,
     ranks: dict[int, np.ndarray],
     values: dict[int, np.ndarray],
 ) -> None:
-    """Rewrite the hot elements of `outs` (the old group's tensors, in order) in place."""
-    group_start = np.cumsum(n_ctx) - n_ctx  # S[c]
-    keys = np.concatenate([group_start[c] + ranks[c] for c in sorted(ranks)] or [np.zeros(0, np.int64)])
-    vals = np.concatenate([values[c] for c in sorted(values)] or [np.zeros(0, np.int64)])
-    n_val = np.zeros(e_cut, dtype=np.int64)
-    for c, v in values.items():
-        n_val[c] = v.size
-    val_end = np.cumsum(n_val)
-    val_at = val_end - n_val
-    ev_at = np.searchsorted(keys, group_start)
-    seen = np.zeros(e_cut, dtype=np.int64)
-    key, from_key = order_key_fn(outs[0].dtype), from_order_key_fn(outs[0].dtype)
-    for o in (out[s : s + CHUNK] for out in outs for s in range(0, out.size, CHUNK)):
-        a = o & mask
-        hot = np.flatnonzero(a < threshold)
-        ctx = (a[hot] >> mbits).astype(np.uint8)
-        order = np.argsort(ctx, kind="stable")
-        count = bin_counts(ctx[order], e_cut)
-        if np.any(seen + count > n_ctx):
-            raise ValueError("delta does not fit the local state: element counts per exponent differ")
-        ev_end = np.searchsorted(keys, group_start + seen + count)
-        n_ev = ev_end - ev_at
-        start = np.cumsum(count) - count
-        event = np.zeros(hot.size, dtype=bool)
-        event[keys[runs(ev_at, n_ev)] - np.repeat(group_start + seen - start, n_ev)] = True
-        moved = hot[order[np.flatnonzero(event ^ np.repeat(flip, count))]]
-        n_moved = np.where(flip, count - n_ev, n_ev)
-        if np.any(val_at + n_moved > val_end):
+    """Write the old bits with the hot changes applied into `outs` (each context's ranks and values
+    laid end to end, in context order)."""
+    n_ev, n_val = np.zeros_like(n_ctx), np.zeros_like(n_ctx)
+    for c in ranks:
+        n_ev[c], n_val[c] = ranks[c].size, values[c].size
+    empty = [np.zeros(0, np.int64)]
+    all_ranks = np.concatenate([ranks[c] for c in sorted(ranks)] or empty)
+    all_values = np.concatenate([values[c] for c in sorted(values)] or empty)
+    ev_end, val_end = np.cumsum(n_ev), np.cumsum(n_val)
+    ev_at, val_at = ev_end - n_ev, val_end - n_val
+    seen = np.zeros(exponents, np.int64)
+    for old, out in zip(olds, outs, strict=True):
+        error = kernels.apply(
+            old, out, mbits, flip, all_ranks, ev_at, ev_end, all_values, val_at, val_end, seen, not in_place
+        )
+        if error == 1:
             raise ValueError("delta does not fit the local state: changed elements per exponent differ")
-        o[moved] = from_key(key(o[moved]) + vals[runs(val_at, n_moved)])
-        seen += count
-        ev_at, val_at = ev_end, val_at + n_moved
-    if not np.array_equal(seen, n_ctx) or not np.array_equal(val_at, val_end):
+        if error == 2:
+            raise ValueError("delta does not fit the local state: it moves a value outside its dtype's bit patterns")
+    if not (
+        np.array_equal(seen[: n_ctx.size], n_ctx) and np.array_equal(ev_at, ev_end) and np.array_equal(val_at, val_end)
+    ):
         raise ValueError("delta does not fit the local state: element counts per exponent differ")

@@ -33,7 +33,7 @@ from lakeflow.weights.tensors import (
     State,
     load_state,
     model_files,
-    parse_safetensors,
+    read_safetensors,
     shard_index,
     state_sha256,
     write_safetensors,
@@ -85,7 +85,7 @@ def pull(
     result = None
     if chain is not None:
         try:
-            state, apply_s = _apply_chain(load_state(dest), chain, downloader, options)
+            state, apply_s = _apply_chain(load_state(dest, writable=True), chain, downloader, options)
             _install(store, dest, state, target, downloader)
             result = PullResult(target.version, dest, "chain", [m.version for m in chain], apply_s=apply_s)
         except (WeightsIntegrityError, ValueError, FileNotFoundError):
@@ -212,8 +212,9 @@ def _learn(
 def _apply_chain(
     state: State, chain: list[Manifest], downloader: Downloader, options: TransferOptions
 ) -> tuple[State, float]:
-    """Apply each delta (fetched and sha-checked before it is read); verify the final state, hashed
-    while the last delta decodes. Returns the state and the seconds spent decoding."""
+    """Apply each delta (fetched and sha-checked before it is read) in place: `state` is the caller's
+    own writable copy, discarded if anything fails. Verify the final state, hashed while the last
+    delta decodes. Returns the state and the seconds spent decoding."""
     paths = downloader.fetch([_delta(m) for m in chain])
     digest, seconds = None, 0.0
     for i, m in enumerate(chain):
@@ -221,9 +222,9 @@ def _apply_chain(
             data = f.read()
         t0 = time.perf_counter()
         if i == len(chain) - 1:
-            state, digest = decode_delta_sha256(state, data, options.workers, options.processes)
+            state, digest = decode_delta_sha256(state, data, options.workers, options.processes, in_place=True)
         else:
-            state = decode_delta(state, data, options.workers, options.processes)
+            state = decode_delta(state, data, options.workers, options.processes, in_place=True)
         seconds += time.perf_counter() - t0
     if chain and digest != chain[-1].state_sha256:
         raise WeightsIntegrityError(f"rebuilt state of version {chain[-1].version} does not match its manifest")
@@ -240,8 +241,7 @@ def _state_from_full(full: Manifest, paths: dict[str, str]) -> State:
     state: State = {}
     for e in full.weights:
         if e.name != INDEX_FILE:
-            with open(paths[e.key], "rb") as f:
-                state.update(parse_safetensors(f.read(), e.key)[0])
+            state.update(read_safetensors(paths[e.key], writable=True)[0])
     if state_sha256(state) != full.state_sha256:
         raise WeightsIntegrityError(f"full version {full.version} does not match its manifest's state checksum")
     return state

@@ -103,17 +103,22 @@ def same_layout(a: State, b: State) -> bool:
 # --- safetensors files -------------------------------------------------------------------
 
 
-def read_safetensors(path: str) -> tuple[State, dict[str, str]]:
-    """All tensors of one file, and its `__metadata__`; ValueError for a malformed file."""
+def read_safetensors(path: str, writable: bool = False) -> tuple[State, dict[str, str]]:
+    """All tensors of one file, and its `__metadata__`; ValueError for a malformed file. `writable`:
+    the tensors are views of a private bytearray (for `codec.decode_delta(..., in_place=True)`)."""
     with open(path, "rb") as f:
-        data = f.read()
+        if not writable:
+            return parse_safetensors(f.read(), path)
+        data = bytearray(os.fstat(f.fileno()).st_size)
+        if f.readinto(data) != len(data):
+            raise ValueError(f"{path}: changed while it was read")
     return parse_safetensors(data, path)
 
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own bound on its JSON header
 
 
-def parse_safetensors(data: bytes, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
+def parse_safetensors(data: bytes | bytearray, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
     """Tensors (views into `data`) and metadata of a safetensors byte string."""
     if len(data) < 8:
         raise ValueError(f"{what}: too short to be a safetensors file")
@@ -167,10 +172,11 @@ def write_safetensors(path: str, state: State, metadata: dict[str, str] | None =
 # --- Hugging Face model directories --------------------------------------------------------
 
 
-def load_state(path: str) -> State:
-    """Tensors of a `.safetensors` file or a Hugging Face directory (single file or sharded)."""
+def load_state(path: str, writable: bool = False) -> State:
+    """Tensors of a `.safetensors` file or a Hugging Face directory (single file or sharded);
+    `writable`: as for `read_safetensors`."""
     if os.path.isfile(path):
-        return read_safetensors(path)[0]
+        return read_safetensors(path, writable)[0]
     index = os.path.join(path, INDEX_FILE)
     if os.path.isfile(index):
         with open(index) as f:
@@ -181,7 +187,7 @@ def load_state(path: str) -> State:
         raise FileNotFoundError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE}; pass a model directory or file")
     state: State = {}
     for name in files:
-        state.update(read_safetensors(os.path.join(path, name))[0])
+        state.update(read_safetensors(os.path.join(path, name), writable)[0])
     return state
 
 

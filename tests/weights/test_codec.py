@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,8 +11,16 @@ import pytest
 import zstandard
 
 from lakeflow.weights import codec
-from lakeflow.weights.codec import CHUNK, decode_delta, decode_delta_sha256, encode_delta
-from lakeflow.weights.tensors import State, parse_safetensors, raw_tensor, safetensors_bytes, state_sha256
+from lakeflow.weights.codec import decode_delta, decode_delta_sha256, encode_delta
+from lakeflow.weights.tensors import (
+    State,
+    load_state,
+    parse_safetensors,
+    raw_tensor,
+    safetensors_bytes,
+    state_sha256,
+    write_safetensors,
+)
 from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
 
 SPECIAL16 = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x7F7F, 0xFF7F]
@@ -94,7 +103,8 @@ def test_delta_for_another_base_is_refused() -> None:
 
 
 def test_tensors_straddling_chunks_and_mixed_dtypes() -> None:
-    # tensor sizes around CHUNK, so chunks span several tensors, and empty ones in between
+    # tensor sizes around 2^18, so segments (patched small) span several tensors, and empty ones in between
+    CHUNK = 1 << 18
     rng = np.random.default_rng(3)
     old: State = {}
     new: State = {}
@@ -184,3 +194,71 @@ def test_forked_processes_give_the_same_bytes_and_state(monkeypatch: pytest.Monk
     broken[-40] ^= 0xFF  # inside the last segment's cold or bit streams: the child's error reaches the caller
     with pytest.raises(ValueError):
         decode_delta(old, bytes(broken), workers=2, processes=True)
+
+
+def test_the_compiled_codec_writes_the_bytes_of_the_numpy_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The format is the bytes: these digests were written by the codec before its loops were compiled
+    (numpy, lakeflow 0.x up to the numba kernels), for a model-like state cut into small segments and for
+    a state where most of some exponents change (contexts that code their unchanged elements)."""
+    monkeypatch.setattr(codec, "SEGMENT", 50_000)
+    old = make_state(seed=5, scale=40)
+    data = encode_delta(old, adam_step(old, 5)).data
+    assert hashlib.sha256(data).hexdigest() == "79e6675c71cd36316d613a403e088bcda1486421677d599bc4715947a8dd0c86"
+    rng = np.random.default_rng(9)
+    b = (((rng.standard_normal(1 << 20).astype(np.float32) * 0.02).view(np.uint32)) >> 16).astype(np.uint16)
+    nb = b.copy()
+    nb[::2] ^= np.uint16(1)
+    nb[1::7] += np.uint16(2)
+    data = encode_delta({"a": raw_tensor("BF16", (b.size,), b)}, {"a": raw_tensor("BF16", (b.size,), nb)}).data
+    assert hashlib.sha256(data).hexdigest() == "010fed441807d3fae5deec7924317c284c05181465afc2abf38a1844d0573d9f"
+
+
+@pytest.mark.parametrize(("dtype", "e_cut"), [("F16", 256), ("F16", 33), ("I32", 3), ("BF16", -1)])
+def test_an_exponent_cut_the_dtype_cannot_have_is_refused(dtype: str, e_cut: int) -> None:
+    """A hostile header must not steer the compiled loops outside their counters."""
+    bits = np.uint16 if dtype != "I32" else np.uint32
+    old = {"w": raw_tensor(dtype, (5000,), np.arange(5000, dtype=bits))}
+    new = {"w": raw_tensor(dtype, (5000,), np.arange(5000, dtype=bits) + bits(1))}
+    parts, meta = parse_safetensors(encode_delta(old, new).data)
+    head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
+    head["groups"][0]["segments"][0]["e_cut"] = e_cut
+    z = np.frombuffer(zstandard.ZstdCompressor().compress(json.dumps(head).encode()), np.uint8)
+    data = b"".join(bytes(c) for c in safetensors_bytes({**parts, "header": raw_tensor("U8", [z.size], z)}, meta))
+    with pytest.raises(ValueError, match="exponent cut"):
+        decode_delta(old, data)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_in_place_rewrites_the_old_arrays(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """What `pull` does with its private copy: the same new state, in the old state's own memory;
+    read-only arrays are refused, and forked processes (which cannot write the caller's memory)
+    build a new state instead."""
+    monkeypatch.setattr(codec, "SEGMENT", 50_000)
+    old = make_state(seed=11, scale=20)
+    new = adam_step(old, 11)
+    data = encode_delta(old, new).data
+    own = {n: raw_tensor(t.dtype, t.shape, t.bits.copy()) for n, t in old.items()}
+    memory = {n: t.bits.ctypes.data for n, t in own.items()}
+    rebuilt, digest = decode_delta_sha256(own, data, workers=workers, in_place=True)
+    assert_same_state(rebuilt, new)
+    assert digest == state_sha256(new)
+    assert {n: t.bits.ctypes.data for n, t in rebuilt.items()} == memory
+    assert_same_state(own, new)  # the caller's arrays now hold the new state
+    with pytest.raises(ValueError, match="writable"):
+        frozen = parse_safetensors(b"".join(bytes(c) for c in safetensors_bytes(old)))[0]
+        decode_delta(frozen, data, in_place=True)  # views of immutable bytes
+    own = {n: raw_tensor(t.dtype, t.shape, t.bits.copy()) for n, t in old.items()}
+    assert_same_state(decode_delta(own, data, workers=2, processes=True, in_place=True), new)
+    assert_same_state(own, old)
+
+
+def test_writable_states_load_from_files(tmp_path: Path) -> None:
+    old = make_state(seed=12)
+    path = str(tmp_path / "m.safetensors")
+    write_safetensors(path, old, {})
+    assert all(not t.bits.flags.writeable for t in load_state(path).values())
+    loaded = load_state(path, writable=True)
+    assert all(t.bits.flags.writeable for t in loaded.values())
+    assert_same_state(
+        decode_delta(loaded, encode_delta(old, adam_step(old, 12)).data, in_place=True), adam_step(old, 12)
+    )

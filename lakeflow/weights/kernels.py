@@ -1,0 +1,219 @@
+"""The codec's per-element loops, compiled by numba: one pass over a segment's elements each way.
+
+A delta touches every element twice at most (encode: read old and new; apply: read old, write
+new), so the codec runs at memory speed only if those passes are single loops, not chains of
+numpy calls over temporaries. Each function here is such a loop over one piece of a segment (a
+tensor or part of one) and carries its counters across pieces in small arrays, so a segment that
+spans tensors costs one call per tensor. They release the GIL (`nogil`), so segments run on
+threads in parallel; compiled code is cached on disk after the first call (`cache`).
+
+Nothing here does float arithmetic: elements are bit patterns (uint16 / uint32) widened to int64,
+and the order key maps a pattern to an integer whose order is the float order (-0 and +0
+adjacent): key(x) = x + half for a clear sign bit, 2·half - 1 - x for a set one, half = 2^(width-1).
+A changed element is coded as key(new) - key(old) (mostly ±1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import numba
+import numpy as np
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _jit(fn: F) -> F:
+    return cast(F, numba.njit(nogil=True, cache=True)(fn))
+
+
+def absmask(bits_dtype: np.dtype) -> int:
+    """All bits but the sign bit of an unsigned `bits_dtype`."""
+    return (1 << (8 * np.dtype(bits_dtype).itemsize - 1)) - 1
+
+
+@_jit
+def _key(x: int, half: int) -> int:
+    return 2 * half - 1 - x if x >= half else x + half
+
+
+@_jit
+def _from_key(k: int, half: int) -> int:
+    return k - half if k >= half else 2 * half - 1 - k
+
+
+GROUP = 32  # elements checked at once for anything to do: a cache line of bf16
+
+
+def exponents(bits_dtype: np.dtype, mbits: int) -> int:
+    """How many exponent values a float dtype with `mbits` mantissa bits has (the counters' size)."""
+    return 1 << (8 * np.dtype(bits_dtype).itemsize - 1 - mbits)
+
+
+@_jit
+def scan(
+    old: np.ndarray,
+    new: np.ndarray,
+    mbits: int,
+    threshold: int,
+    base: int,
+    counts: np.ndarray,
+    changes: np.ndarray,
+    ranks: np.ndarray,
+    diffs: np.ndarray,
+    cold_pos: np.ndarray,
+    cold_new: np.ndarray,
+    found: np.ndarray,
+) -> None:
+    """Encode side, one piece: every element whose exponent is below the cut (`threshold` on the
+    pattern without its sign) is "hot"; its rank is the number of earlier hot elements of its
+    exponent ("context") c (`counts[c]` so far). If it changed, c, the rank and the key difference
+    are appended to `changes`/`ranks`/`diffs`; a changed "cold" element appends its position (`base`
+    + index) and new bits to `cold_pos`/`cold_new`. `found` = [hot changes, cold changes] so far.
+    Groups of `GROUP` elements with nothing hot or changed are passed over by a vectorised check."""
+    mask = (1 << (8 * old.itemsize - 1)) - 1
+    half = mask + 1
+    k, m = found[0], found[1]
+    for start in range(0, old.size, GROUP):
+        end = min(start + GROUP, old.size)
+        busy = False
+        for i in range(start, end):
+            busy |= ((old[i] & mask) < threshold) | (old[i] != new[i])
+        if not busy:
+            continue
+        for i in range(start, end):  # counts cold exponents too (unused): fewer branches
+            x = int(old[i])
+            y = int(new[i])
+            a = x & mask
+            c = a >> mbits
+            r = counts[c]
+            counts[c] = r + 1
+            if x == y:
+                continue
+            if a < threshold:
+                changes[k] = c
+                ranks[k] = r
+                diffs[k] = _key(y, half) - _key(x, half)
+                k += 1
+            else:
+                cold_pos[m] = base + i
+                cold_new[m] = new[i]
+                m += 1
+    found[0], found[1] = k, m
+
+
+@_jit
+def events(
+    changes: np.ndarray,
+    ranks: np.ndarray,
+    diffs: np.ndarray,
+    n_ctx: np.ndarray,
+    flip: np.ndarray,
+    val_at: np.ndarray,
+    ev_at: np.ndarray,
+    gaps: np.ndarray,
+    values: np.ndarray,
+) -> None:
+    """Encode side, a whole segment: the changes sorted by context (stable, so by rank within one)
+    into `values` from `val_at[c]`; per context, the gaps between the ranks of its events (the
+    changed elements, or the unchanged ones where `flip[c]`) into `gaps` from `ev_at[c]`. The first
+    event's gap is its rank."""
+    sorted_ranks = np.empty(ranks.size, np.int64)
+    at = val_at.copy()
+    for j in range(ranks.size):
+        c = changes[j]
+        p = at[c]
+        sorted_ranks[p] = ranks[j]
+        values[p] = diffs[j]
+        at[c] = p + 1
+    for c in range(n_ctx.size):
+        w, last, p, end = ev_at[c], -1, val_at[c], at[c]
+        if not flip[c]:
+            for q in range(p, end):
+                gaps[w] = sorted_ranks[q] - last - 1
+                last = sorted_ranks[q]
+                w += 1
+            continue
+        for r in range(n_ctx[c]):
+            if p < end and sorted_ranks[p] == r:
+                p += 1
+            else:
+                gaps[w] = r - last - 1
+                last = r
+                w += 1
+
+
+@_jit
+def apply(
+    old: np.ndarray,
+    out: np.ndarray,
+    mbits: int,
+    flip: np.ndarray,
+    ranks: np.ndarray,
+    ev_at: np.ndarray,
+    ev_end: np.ndarray,
+    values: np.ndarray,
+    val_at: np.ndarray,
+    val_end: np.ndarray,
+    seen: np.ndarray,
+    copy: bool,
+) -> int:
+    """Apply side, one piece: `out` = `old` with its hot changes applied; with `copy` False, `out` is
+    `old` and only the changed elements are written (no page of an unchanged region is dirtied). The
+    hot elements (context c < flip.size) are ranked as in `scan` (`seen[c]` so far); one is an event
+    if its rank is the next of c's `ranks` (from `ev_at[c]`, before `ev_end[c]`), and it changed if
+    event != `flip[c]`: then it moves by the next of c's `values`. Per hot element the loop counts
+    down the elements left before its context's next event; groups with no hot element are only
+    copied. Returns 0, or 1 when a context runs out of values, 2 when a value moves an element
+    outside its dtype's patterns (the caller raises)."""
+    mask = (1 << (8 * old.itemsize - 1)) - 1
+    half = mask + 1
+    cut = flip.size
+    threshold = cut << mbits
+    never = np.int64(1) << 62
+    nxt = np.full(seen.size, never, np.int64)  # rank of each context's next event
+    changes = np.zeros(seen.size, np.bool_)  # flip, for the hot contexts
+    for c in range(cut):
+        changes[c] = flip[c]
+        if ev_at[c] < ev_end[c]:
+            nxt[c] = ranks[ev_at[c]]
+    left = nxt - seen  # elements of c before its next event (cold ones never get there)
+    error = 0
+    for start in range(0, old.size, GROUP):
+        end = min(start + GROUP, old.size)
+        busy = False
+        for i in range(start, end):
+            if copy:
+                out[i] = old[i]
+            busy |= (old[i] & mask) < threshold
+        if not busy:
+            continue
+        for i in range(start, end):  # counts cold exponents down too: fewer branches
+            x = int(old[i])
+            c = (x & mask) >> mbits
+            n_left = left[c] - 1
+            left[c] = n_left
+            if n_left < 0 or changes[c]:
+                event = n_left < 0
+                if event:
+                    p = ev_at[c] + 1
+                    ev_at[c] = p
+                    here = nxt[c]
+                    nxt[c] = ranks[p] if p < ev_end[c] else never
+                    left[c] = nxt[c] - here - 1
+                if event != changes[c]:
+                    q = val_at[c]
+                    if q >= val_end[c]:
+                        error = 1
+                        break
+                    val_at[c] = q + 1
+                    key = _key(x, half) + values[q]
+                    if key < 0 or key >= 2 * half:
+                        error = 2
+                        break
+                    out[i] = _from_key(key, half)
+        if error:
+            break
+    seen[:cut] = nxt[:cut] - left[:cut]
+    return error
