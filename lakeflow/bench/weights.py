@@ -21,7 +21,7 @@ import zstandard
 from lakeflow.errors import MissingExtraError
 from lakeflow.weights.codec import decode_delta, decode_delta_sha256, encode_delta
 from lakeflow.weights.tensors import State, raw_tensor, safetensors_bytes, state_bytes, state_sha256
-from lakeflow.weights.workers import default_workers
+from lakeflow.weights.workers import default_workers, empty_like
 from lakeflow.weights.workers import run as run_workers
 
 LINK = {
@@ -104,7 +104,7 @@ def throughput(old: State, new: State, workers: int = 1, processes: bool = False
     rebuilt = decode_delta(old, delta.data, workers, processes)
     t_apply = time.perf_counter() - t0
     del rebuilt
-    own = {n: raw_tensor(t.dtype, t.shape, t.bits.copy()) for n, t in old.items()}  # a puller's private copy
+    own = _own_copy(old, shared=processes)  # a puller's private copy (shared memory for processes)
     t0 = time.perf_counter()
     rebuilt = decode_delta(own, delta.data, workers, processes, in_place=True)
     t_in_place = time.perf_counter() - t0
@@ -130,6 +130,13 @@ def throughput(old: State, new: State, workers: int = 1, processes: bool = False
         "apply_vs_floor": t_copy / t_apply,
         "bit_exact": exact and digest == state_sha256(new),
     }
+
+
+def _own_copy(state: State, shared: bool) -> State:
+    arrays = empty_like([t.bits for t in state.values()], shared)
+    for a, t in zip(arrays, state.values(), strict=True):
+        np.copyto(a, t.bits)
+    return {n: raw_tensor(t.dtype, t.shape, a) for (n, t), a in zip(state.items(), arrays, strict=True)}
 
 
 def _first_touch_seconds(nbytes: int, workers: int) -> float:

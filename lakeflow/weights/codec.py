@@ -1,20 +1,20 @@
 """The weight delta: state N coded against state N-1, bit-exact for any dtype, near its entropy.
 
-Tensors of one dtype are treated as one concatenation (sorted names), cut into segments of
-`SEGMENT` elements (a segment may span small tensors or be part of a large one); each segment is
-coded on its own, so segments are encoded and decoded in parallel (threads: numpy, zstandard and
-hashlib release the GIL in their heavy calls; constriction's ANS coder does not, and is ~20% of the
-work). For float dtypes the receiver's own old weights are the context: an element can only change
-when the update exceeds half its ulp, so its exponent nearly decides whether it changes. Elements
-whose exponent is below a cut (`e_cut`, chosen per segment from a sample) are "hot"; for each
-exponent, the positions of the rarer outcome (changed, or unchanged) among that exponent's elements
-are coded as gaps, and each change as the signed distance between old and new bit patterns in
-sign-magnitude order (mostly ±1), both through `entropy.StreamWriter`. Changes of the remaining
-"cold" elements (and of integer dtypes) are listed by position with their new bits (zstd). The
-object is a safetensors file: header (zstd JSON), ans, bits, cold; a /2 header gives each
-segment's slices of the three streams and the lengths of its integer streams, whose entropy models
-are shared by the segments of a dtype group (so segments cost few bytes). `lakeflow-delta/1`
-objects (one segment per dtype, one ANS stack for the whole object) are still decoded.
+Tensors of one dtype are treated as one concatenation (sorted names), cut into segments of `SEGMENT`
+elements (a segment may span small tensors or be part of a large one); each segment is coded on its
+own, so segments are encoded and decoded in parallel (threads: the compiled loops of `kernels.py`,
+zstandard and hashlib release the GIL; constriction's ANS coder does not). For float dtypes the
+receiver's own old weights are the context: an element can only change when the update exceeds half
+its ulp, so its exponent nearly decides whether it changes. Elements whose exponent is below a cut
+(`e_cut`, chosen per segment from a sample) are "hot"; for each exponent, the positions of the rarer
+outcome (changed, or unchanged) among that exponent's elements are coded as gaps, and each change as
+the signed distance between old and new bit patterns in sign-magnitude order (mostly ±1), both
+through `entropy.StreamWriter`. Changes of the remaining "cold" elements (and of integer dtypes) are
+listed by position with their new bits (zstd). The object is a safetensors file: header (zstd JSON),
+ans, bits, cold; a /2 header gives each segment's slices of the three streams and the lengths of its
+integer streams, whose entropy models are shared by the segments of a dtype group (so segments cost
+few bytes). `lakeflow-delta/1` objects (one segment per dtype, one ANS stack for the whole object)
+are still decoded.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import zstandard
 from lakeflow.weights.entropy import StreamReader, StreamWriter, merge_models
 from lakeflow.weights.groupcode import decode_group, encode_group
 from lakeflow.weights.tensors import State, hash_tensor, parse_safetensors, raw_tensor, safetensors_bytes
-from lakeflow.weights.workers import default_workers, empty_like, run
+from lakeflow.weights.workers import default_workers, empty_like, in_shared_memory, run
 
 FORMAT = "lakeflow-delta/2"
 FORMAT_V1 = "lakeflow-delta/1"
@@ -138,8 +138,9 @@ def decode_delta(
     """Apply a delta to `old` and return the new state; ValueError if it does not fit `old`. `workers`,
     `processes`: as for `encode_delta`. `in_place`: rewrite `old`'s (writable) arrays instead of filling
     new ones: only changed elements are written, so no new memory is touched; a delta that turns out
-    not to fit leaves `old` partly rewritten (discard it). Forked processes cannot write into the
-    caller's arrays: with `processes` the new state is built in shared memory as usual."""
+    not to fit leaves `old` partly rewritten (discard it). Forked processes can write only into
+    shared memory: with `processes`, in place needs a state loaded with `shared=True`, and any other
+    state gets a new one (in shared memory) as without `in_place`."""
     return _decode(old, data, workers, None, processes, in_place)
 
 
@@ -173,9 +174,10 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         if digest is not None:
             _hash_all(digest, new)
         return new
-    # one fresh array per tensor, written once segment by segment (the old bits with the changes)
+    # one fresh array per tensor, written once segment by segment (the old bits with the changes),
+    # or the old arrays themselves, where only the changed elements are written
     names = [name for _, tensors in groups for name, _ in tensors]
-    in_place = in_place and not processes
+    in_place = in_place and (not processes or all(in_shared_memory(old[n].bits) for n in names))
     if in_place:
         if not all(old[n].bits.flags.writeable for n in names):
             raise ValueError("in-place decoding needs writable arrays: load the state with writable=True")

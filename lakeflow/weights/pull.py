@@ -85,14 +85,15 @@ def pull(
     result = None
     if chain is not None:
         try:
-            state, apply_s = _apply_chain(load_state(dest, writable=True), chain, downloader, options)
+            own = load_state(dest, writable=True, shared=options.processes)
+            state, apply_s = _apply_chain(own, chain, downloader, options)
             _install(store, dest, state, target, downloader)
             result = PullResult(target.version, dest, "chain", [m.version for m in chain], apply_s=apply_s)
         except (WeightsIntegrityError, ValueError, FileNotFoundError):
             fell_back = True  # corrupted local copy or delta: rebuild from the full version
     if result is None:
         paths = downloader.fetch(full.weights)
-        state = _state_from_full(full, paths)
+        state = _state_from_full(full, paths, options.processes)
         state, apply_s = _apply_chain(state, deltas, downloader, options)
         _install(store, dest, state, target, downloader, full_files=paths if not deltas else None, full=full)
         result = PullResult(target.version, dest, "full", [m.version for m in manifests], fell_back=fell_back)
@@ -213,8 +214,9 @@ def _apply_chain(
     state: State, chain: list[Manifest], downloader: Downloader, options: TransferOptions
 ) -> tuple[State, float]:
     """Apply each delta (fetched and sha-checked before it is read) in place: `state` is the caller's
-    own writable copy, discarded if anything fails. Verify the final state, hashed while the last
-    delta decodes. Returns the state and the seconds spent decoding."""
+    own writable copy (in shared memory when decoding in processes), discarded if anything fails.
+    Verify the final state, hashed while the last delta decodes. Returns the state and the seconds
+    spent decoding."""
     paths = downloader.fetch([_delta(m) for m in chain])
     digest, seconds = None, 0.0
     for i, m in enumerate(chain):
@@ -237,11 +239,11 @@ def _delta(m: Manifest) -> ObjectEntry:
     return m.delta
 
 
-def _state_from_full(full: Manifest, paths: dict[str, str]) -> State:
+def _state_from_full(full: Manifest, paths: dict[str, str], shared: bool) -> State:
     state: State = {}
     for e in full.weights:
         if e.name != INDEX_FILE:
-            state.update(read_safetensors(paths[e.key], writable=True)[0])
+            state.update(read_safetensors(paths[e.key], writable=True, shared=shared)[0])
     if state_sha256(state) != full.state_sha256:
         raise WeightsIntegrityError(f"full version {full.version} does not match its manifest's state checksum")
     return state

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lakeflow.weights.workers import shared_bytes
+
 # Unsigned view used for each safetensors dtype (same width, no arithmetic).
 BITS_DTYPE: dict[str, type[np.unsignedinteger]] = {
     "BF16": np.uint16,
@@ -103,14 +105,16 @@ def same_layout(a: State, b: State) -> bool:
 # --- safetensors files -------------------------------------------------------------------
 
 
-def read_safetensors(path: str, writable: bool = False) -> tuple[State, dict[str, str]]:
+def read_safetensors(path: str, writable: bool = False, shared: bool = False) -> tuple[State, dict[str, str]]:
     """All tensors of one file, and its `__metadata__`; ValueError for a malformed file. `writable`:
-    the tensors are views of a private bytearray (for `codec.decode_delta(..., in_place=True)`)."""
+    the tensors are views of a private buffer, `shared`: of a shared anonymous mapping that forked
+    children can write (both for `codec.decode_delta(..., in_place=True)`)."""
     with open(path, "rb") as f:
-        if not writable:
+        if not writable and not shared:
             return parse_safetensors(f.read(), path)
-        data = bytearray(os.fstat(f.fileno()).st_size)
-        if f.readinto(data) != len(data):
+        size = os.fstat(f.fileno()).st_size
+        data = shared_bytes(size)[:size] if shared else np.empty(size, np.uint8)
+        if f.readinto(data.data) != size:
             raise ValueError(f"{path}: changed while it was read")
     return parse_safetensors(data, path)
 
@@ -118,21 +122,21 @@ def read_safetensors(path: str, writable: bool = False) -> tuple[State, dict[str
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own bound on its JSON header
 
 
-def parse_safetensors(data: bytes | bytearray, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
+def parse_safetensors(data: bytes | np.ndarray, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
     """Tensors (views into `data`) and metadata of a safetensors byte string."""
     if len(data) < 8:
         raise ValueError(f"{what}: too short to be a safetensors file")
-    (n,) = struct.unpack("<Q", data[:8])
+    (n,) = struct.unpack("<Q", bytes(data[:8]))
     if n > min(len(data) - 8, MAX_HEADER_BYTES):
         raise ValueError(f"{what}: header length {n:,} exceeds the file size or {MAX_HEADER_BYTES:,} bytes")
     try:
-        header = json.loads(data[8 : 8 + n])
+        header = json.loads(bytes(data[8 : 8 + n]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{what}: unreadable safetensors header") from e
     if not isinstance(header, dict):
         raise ValueError(f"{what}: the safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
-    body = memoryview(data)[8 + n :]
+    body = (data.data if isinstance(data, np.ndarray) else memoryview(data))[8 + n :]
     state: State = {}
     for name, info in header.items():
         try:
@@ -172,11 +176,11 @@ def write_safetensors(path: str, state: State, metadata: dict[str, str] | None =
 # --- Hugging Face model directories --------------------------------------------------------
 
 
-def load_state(path: str, writable: bool = False) -> State:
+def load_state(path: str, writable: bool = False, shared: bool = False) -> State:
     """Tensors of a `.safetensors` file or a Hugging Face directory (single file or sharded);
-    `writable`: as for `read_safetensors`."""
+    `writable`, `shared`: as for `read_safetensors`."""
     if os.path.isfile(path):
-        return read_safetensors(path, writable)[0]
+        return read_safetensors(path, writable, shared)[0]
     index = os.path.join(path, INDEX_FILE)
     if os.path.isfile(index):
         with open(index) as f:
@@ -187,7 +191,7 @@ def load_state(path: str, writable: bool = False) -> State:
         raise FileNotFoundError(f"{path}: no {SINGLE_FILE} or {INDEX_FILE}; pass a model directory or file")
     state: State = {}
     for name in files:
-        state.update(read_safetensors(os.path.join(path, name), writable)[0])
+        state.update(read_safetensors(os.path.join(path, name), writable, shared)[0])
     return state
 
 

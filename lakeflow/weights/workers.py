@@ -1,12 +1,13 @@
 """Running the codec's segments on several cores: threads (default) or forked processes.
 
-Threads share everything and cost nothing to start, but constriction's ANS coder and the Python
-glue between numpy calls hold the GIL (about half of a segment's time measured here), which caps
-their scaling. Processes (`processes=True`, Linux: fork) run the segments truly in parallel: the
-children read the caller's states copy-on-write and decode into outputs allocated in a shared
-anonymous mapping, so nothing large is copied back; only small encoded segments are pickled.
-Fork copies the caller's page tables (milliseconds per GB of memory) and only the calling thread,
-so a child runs nothing but numpy, zstandard and constriction on its segments.
+Threads share everything and cost nothing to start; the codec's compiled loops release the GIL, but
+constriction's ANS coder and the Python glue around it hold it (on the apply side about 40% of a
+segment's time on a harsh synthetic update, much less on real ones), which caps their scaling.
+Processes (`processes=True`, Linux: fork) run the segments truly in parallel: the children read the
+caller's states copy-on-write and decode into outputs allocated in a shared anonymous mapping, so
+nothing large is copied back; only small encoded segments are pickled. Fork copies the caller's page
+tables (milliseconds per GB of memory) and only the calling thread, so a child runs nothing but the
+compiled loops, numpy, zstandard and constriction on its segments.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import mmap
 import multiprocessing
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -26,6 +28,8 @@ Wait = Callable[[Any], None]
 _TASK: list[Callable[[int], Any]] = []  # what a forked child runs: set before the pool forks
 _FORK_LOCK = threading.Lock()  # one process pool at a time (the children inherit _TASK)
 _ALIGN = 64
+_SHARED: dict[int, int] = {}  # start -> end address of each live mapping made by shared_bytes
+_SHARED_LOCK = threading.Lock()
 
 
 def default_workers() -> int:
@@ -93,5 +97,29 @@ def empty_like(arrays: Sequence[np.ndarray], shared: bool) -> list[np.ndarray]:
     for a in arrays:
         offsets.append(total)
         total += -(-a.nbytes // _ALIGN) * _ALIGN
-    buf = np.frombuffer(mmap.mmap(-1, max(total, 1)), dtype=np.uint8)
+    buf = shared_bytes(total)
     return [buf[o : o + a.nbytes].view(a.dtype).reshape(a.shape) for o, a in zip(offsets, arrays, strict=True)]
+
+
+def shared_bytes(size: int) -> np.ndarray:
+    """`size` zero bytes in a new shared anonymous mapping (what forked children write into and
+    the parent sees), remembered while any view of it lives (see `in_shared_memory`)."""
+    buf = np.frombuffer(mmap.mmap(-1, max(size, 1)), dtype=np.uint8)
+    start = buf.ctypes.data
+    with _SHARED_LOCK:
+        _SHARED[start] = start + buf.size
+    weakref.finalize(buf, _forget, start)
+    return buf
+
+
+def in_shared_memory(array: np.ndarray) -> bool:
+    """Whether `array` lies in a mapping made by `shared_bytes` (so forked children can write it)."""
+    lo = array.ctypes.data
+    hi = lo + array.nbytes
+    with _SHARED_LOCK:
+        return any(start <= lo and hi <= end for start, end in _SHARED.items())
+
+
+def _forget(start: int) -> None:
+    with _SHARED_LOCK:
+        _SHARED.pop(start, None)

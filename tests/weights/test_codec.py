@@ -21,6 +21,7 @@ from lakeflow.weights.tensors import (
     state_sha256,
     write_safetensors,
 )
+from lakeflow.weights.workers import empty_like, in_shared_memory
 from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
 
 SPECIAL16 = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x7F7F, 0xFF7F]
@@ -231,8 +232,8 @@ def test_an_exponent_cut_the_dtype_cannot_have_is_refused(dtype: str, e_cut: int
 @pytest.mark.parametrize("workers", [1, 2])
 def test_in_place_rewrites_the_old_arrays(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
     """What `pull` does with its private copy: the same new state, in the old state's own memory;
-    read-only arrays are refused, and forked processes (which cannot write the caller's memory)
-    build a new state instead."""
+    read-only arrays are refused, and forked processes write in place only into shared memory (else
+    they build a new state)."""
     monkeypatch.setattr(codec, "SEGMENT", 50_000)
     old = make_state(seed=11, scale=20)
     new = adam_step(old, 11)
@@ -249,7 +250,14 @@ def test_in_place_rewrites_the_old_arrays(monkeypatch: pytest.MonkeyPatch, worke
         decode_delta(frozen, data, in_place=True)  # views of immutable bytes
     own = {n: raw_tensor(t.dtype, t.shape, t.bits.copy()) for n, t in old.items()}
     assert_same_state(decode_delta(own, data, workers=2, processes=True, in_place=True), new)
-    assert_same_state(own, old)
+    assert_same_state(own, old)  # private memory: a new state
+    shared = dict(zip(own, empty_like([t.bits for t in own.values()], shared=True), strict=True))
+    for n, t in own.items():
+        np.copyto(shared[n], t.bits)
+    own = {n: raw_tensor(t.dtype, t.shape, shared[n]) for n, t in own.items()}
+    rebuilt = decode_delta(own, data, workers=2, processes=True, in_place=True)
+    assert_same_state(own, new)  # the children wrote the shared old state itself
+    assert all(rebuilt[n].bits.ctypes.data == own[n].bits.ctypes.data for n in own)
 
 
 def test_writable_states_load_from_files(tmp_path: Path) -> None:
@@ -259,6 +267,10 @@ def test_writable_states_load_from_files(tmp_path: Path) -> None:
     assert all(not t.bits.flags.writeable for t in load_state(path).values())
     loaded = load_state(path, writable=True)
     assert all(t.bits.flags.writeable for t in loaded.values())
+    assert not any(in_shared_memory(t.bits) for t in loaded.values())
+    shared = load_state(path, shared=True)
+    assert all(in_shared_memory(t.bits) and t.bits.flags.writeable for t in shared.values())
+    assert_same_state(shared, old)
     assert_same_state(
         decode_delta(loaded, encode_delta(old, adam_step(old, 12)).data, in_place=True), adam_step(old, 12)
     )
