@@ -62,10 +62,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
 
 @contextmanager
 def served(directory: str, rate_bps: float, rtt_s: float) -> Iterator[str]:
-    """`directory` over HTTP behind a `ShapedLink`; yields the URL the region uses."""
+    """`directory` over HTTP behind a `ShapedLink` of `rate_bps` bits per second each way and `rtt_s`
+    added round trip (pipelined: a request and its response pay one round trip, as on a real link);
+    yields the URL the region uses."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_RangeHandler, directory=directory))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    link = ShapedLink(("127.0.0.1", server.server_address[1]), rate_bps, rtt_s)
+    link = ShapedLink(("127.0.0.1", server.server_address[1]), rate_bps, rtt_s, pipelined=True)
     try:
         yield f"http://127.0.0.1:{link.port}"
     finally:

@@ -84,7 +84,7 @@ def run(
         base = bench_config(config, steps, prompts_per_step, max_new_tokens, 1, pace_s)
         mirror = Path(tmp) / "mirror"
         mirror.mkdir()
-        with served(str(mirror), rate_mbit * 1e6 / 8, rtt_ms / 1e3) as url:
+        with served(str(mirror), rate_mbit * 1e6, rtt_ms / 1e3) as url:
             far = RegionPool(region="far", weights_url=url, mirror=True, mirror_to=str(mirror), mirror_interval_s=0.5)
             variants = [
                 ("home only", [], None),

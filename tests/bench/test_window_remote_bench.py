@@ -49,3 +49,30 @@ def test_bench_remote_table_lists_each_region_of_each_run() -> None:
     assert ["home", "only", "90%", "10.0", "home", "100%", "40%", "3", "200", "1.50", "1.25"] in lines
     assert ["far", "50%", "40%", "3", "200", "1.50", "-"] in [line[-7:] for line in lines]
     assert "20 Mbit/s and +100 ms RTT" in text
+
+
+def test_bench_remote_shapes_the_link_it_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The far link gets the rate and round trip the table names (bits per second: an earlier version
+    divided by 8 twice and measured a link eight times slower than it said)."""
+    from lakeflow.bench import link as link_module
+    from lakeflow.cli import bench_remote
+    from lakeflow.run.config import load_run_config
+
+    made: list[tuple[float, float, bool]] = []
+
+    class Stop(Exception):
+        pass
+
+    class Recorder(link_module.ShapedLink):
+        def __init__(self, upstream: tuple[str, int], rate_bps: float, rtt_s: float, pipelined: bool = False):
+            made.append((rate_bps, rtt_s, pipelined))
+            super().__init__(upstream, rate_bps, rtt_s, pipelined)
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise Stop
+
+    monkeypatch.setattr("lakeflow.bench.regions.ShapedLink", Recorder)
+    monkeypatch.setattr(bench_remote, "run_variant", stop)
+    with pytest.raises(Stop):
+        bench_remote.run(load_run_config(str(REPO / "jobs/examples/tiny-math.yaml")), rate_mbit=20.0, rtt_ms=100.0)
+    assert made == [(20e6, 0.1, True)]
