@@ -60,6 +60,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         self.wfile.write(body)
 
 
+def serve(directory: str, host: str, port: int) -> None:
+    """Serve `directory` (ranged GETs answered 206) on host:port until killed: the mirror's server
+    inside a shaped namespace (`netns.served_in_namespace`)."""
+    ThreadingHTTPServer((host, port), partial(_RangeHandler, directory=directory)).serve_forever()
+
+
 @contextmanager
 def served(directory: str, rate_bps: float, rtt_s: float) -> Iterator[str]:
     """`directory` over HTTP behind a `ShapedLink` of `rate_bps` bits per second each way and `rtt_s`

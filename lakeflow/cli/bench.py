@@ -16,6 +16,7 @@ from lakeflow.bench.lake import add_ratios, bench_store, make_samples
 from lakeflow.cli.bench_gpu import bench_gpu
 from lakeflow.cli.bench_loop import bench_loop
 from lakeflow.cli.weights import bench_weights
+from lakeflow.errors import SkippedError
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.s3 import S3Store
 from lakeflow.io.testserver import local_s3_bucket
@@ -294,8 +295,14 @@ def bench_window(windows: str, steps: int, replicas: int, as_json: bool) -> None
 @click.option("--steps", type=click.IntRange(min=2), default=15, show_default=True, help="Trainer steps per run.")
 @click.option("--rate-mbit", type=float, default=20.0, show_default=True, help="The far region's link rate.")
 @click.option("--rtt-ms", type=float, default=100.0, show_default=True, help="Round trip added by that link.")
+@click.option(
+    "--netns",
+    is_flag=True,
+    help="Put the far mirror in a network namespace whose veth link tc's tbf shapes (needs root and iproute2); "
+    "default: a TCP relay paces the bytes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def bench_remote(steps: int, rate_mbit: float, rtt_ms: float, as_json: bool) -> None:
+def bench_remote(steps: int, rate_mbit: float, rtt_ms: float, netns: bool, as_json: bool) -> None:
     """The tiny job with its home pool alone, with a far pool pulling from an HTTP mirror behind a shaped
     link, and the same shipping full weights every version: trainer wait, the far pool's share, bytes and
     seconds per pull, staleness per region. Run it from the repository root on an otherwise idle machine."""
@@ -303,7 +310,10 @@ def bench_remote(steps: int, rate_mbit: float, rtt_ms: float, as_json: bool) -> 
     from lakeflow.cli.bench_remote import render, run
     from lakeflow.run import load_run_config
 
-    report = run(load_run_config(CONFIG), steps, rate_mbit, rtt_ms)
+    try:
+        report = run(load_run_config(CONFIG), steps, rate_mbit, rtt_ms, netns=netns)
+    except SkippedError as e:
+        raise click.ClickException(f"{e} (or run without --netns)") from e
     report["machine"] = _machine()
     click.echo(json.dumps(report, indent=2) if as_json else render(report))
 

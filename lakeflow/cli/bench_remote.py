@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lakeflow.bench.netns import served_in_namespace
 from lakeflow.bench.regions import served
 from lakeflow.catalog import connect_lake
 from lakeflow.cli.bench_autoscale import bench_config, run_variant
@@ -75,16 +76,19 @@ def run(
     max_new_tokens: int = 8,
     pace_s: float = 0.05,
     timeout_s: float = 900.0,
+    netns: bool = False,
 ) -> dict[str, Any]:
     """The three runs; the far pool's link is `rate_mbit` each way with `rtt_ms` added. Each decoding step
     of a rollout service pauses `pace_s` (an accelerator's latency, as in `bench autoscale`): the home
-    pool alone then keeps the trainer waiting, which a second pool can relieve."""
+    pool alone then keeps the trainer waiting, which a second pool can relieve. `netns`: the mirror is
+    served from a network namespace whose veth link tbf shapes (`bench/netns.py`), not by the relay."""
     results = []
     with tempfile.TemporaryDirectory(prefix="lakeflow-bench-remote-") as tmp:
         base = bench_config(config, steps, prompts_per_step, max_new_tokens, 1, pace_s)
         mirror = Path(tmp) / "mirror"
         mirror.mkdir()
-        with served(str(mirror), rate_mbit * 1e6, rtt_ms / 1e3) as url:
+        serve = served_in_namespace if netns else served
+        with serve(str(mirror), rate_mbit * 1e6, rtt_ms / 1e3) as url:
             far = RegionPool(region="far", weights_url=url, mirror=True, mirror_to=str(mirror), mirror_interval_s=0.5)
             variants = [
                 ("home only", [], None),
@@ -113,6 +117,7 @@ def run(
         "prompts_per_step": prompts_per_step,
         "max_new_tokens": max_new_tokens,
         "pace_s": pace_s,
+        "link": "tbf on a veth into a network namespace + delaying relay" if netns else "TCP relay (rate + delay)",
         "home_wait": ref,
         "runs": results,
     }
@@ -143,7 +148,8 @@ def render(result: dict[str, Any]) -> str:
             f"tiny job (its tiny model, float32), hf engine, {result['steps']} steps, "
             f"{result['prompts_per_step']} prompts/step, {result['max_new_tokens']} new tokens paced "
             f"{result['pace_s']} s each; far region behind "
-            f"{result['rate_mbit']:g} Mbit/s and +{result['rtt_ms']:g} ms RTT (HTTP mirror)",
+            f"{result['rate_mbit']:g} Mbit/s and +{result['rtt_ms']:g} ms RTT (HTTP mirror; "
+            f"link: {result.get('link', 'TCP relay (rate + delay)')})",
             "",
             *text_table(header, rows, rule=True),
             "",
