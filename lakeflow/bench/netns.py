@@ -108,6 +108,8 @@ def served_in_namespace(directory: str, rate_bps: float, rtt_s: float) -> Iterat
             except subprocess.TimeoutExpired:
                 server.kill()
                 server.wait(timeout=10)
+            if server.stderr is not None:
+                server.stderr.close()
 
 
 def _wait_listening(host: str, port: int, server: subprocess.Popen[bytes], timeout_s: float = 30.0) -> None:
