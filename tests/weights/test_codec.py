@@ -274,3 +274,50 @@ def test_writable_states_load_from_files(tmp_path: Path) -> None:
     assert_same_state(
         decode_delta(loaded, encode_delta(old, adam_step(old, 12)).data, in_place=True), adam_step(old, 12)
     )
+
+
+def test_damaged_deltas_raise_value_error_and_never_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled loops do not check bounds, so every index they take from an object must be
+    checked before: flipped bytes anywhere past the header and hostile numbers in the header's models,
+    contexts and exponent cuts give ValueError or some state (which `pull` then rejects by its hash),
+    never another exception or a crash."""
+    monkeypatch.setattr(codec, "SEGMENT", 20_000)
+    old = make_state(seed=3, scale=10)
+    old["f16"] = raw_tensor("F16", (3000,), (np.arange(3000) * 7 % 30000).astype(np.uint16))
+    noise = np.random.default_rng(0).standard_normal(3000).astype(np.float32) * 0.01
+    old["f32"] = raw_tensor("F32", (3000,), noise.view(np.uint32))
+    new = adam_step(old, 3)
+    data = encode_delta(old, new).data
+    parts, meta = parse_safetensors(data)
+    head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
+    rng = np.random.default_rng(7)
+    refused = 0
+    for _ in range(300):
+        kind = int(rng.integers(3))
+        if kind == 0:
+            damaged = bytearray(data)
+            for _ in range(int(rng.integers(1, 4))):
+                damaged[int(rng.integers(len(data) // 3, len(data)))] ^= int(rng.integers(1, 256))
+            blob = bytes(damaged)
+        else:
+            h = json.loads(json.dumps(head))
+            group = h["groups"][int(rng.integers(len(h["groups"])))]
+            seg = group["segments"][int(rng.integers(len(group["segments"])))]
+            if kind == 1 and group["models"]:
+                model = group["models"][int(rng.integers(len(group["models"])))]
+                counts = model[3 + int(rng.integers(2))]
+                counts[int(rng.integers(len(counts)))] = int(rng.choice([0, 1, 5000, 1 << 20, -3, 4095]))
+            elif seg["contexts"]:
+                ctx = seg["contexts"][int(rng.integers(len(seg["contexts"])))]
+                ctx[int(rng.integers(5))] = int(rng.choice([0, 1, 3, 255, 10**6, -1]))
+            else:
+                seg["e_cut"] = int(rng.choice([1, 50, 255, 256]))
+            z = np.frombuffer(zstandard.ZstdCompressor().compress(json.dumps(h).encode()), np.uint8)
+            blob = b"".join(
+                bytes(c) for c in safetensors_bytes({**parts, "header": raw_tensor("U8", [z.size], z)}, meta)
+            )
+        try:
+            decode_delta(old, blob, workers=int(rng.integers(1, 3)))
+        except ValueError:
+            refused += 1
+    assert refused > 200  # most damage is detected by the codec itself
