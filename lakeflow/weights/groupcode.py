@@ -91,7 +91,7 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
         sample_n.append(n[idx])
     so, sn = np.concatenate(sample_o), np.concatenate(sample_n)
     exps = (so & absmask(so.dtype)) >> mbits
-    n_exp = np.bincount(exps, minlength=1 << (8 * so.itemsize - 1 - mbits)).astype(np.float64)
+    n_exp = np.bincount(exps, minlength=kernels.exponents(so.dtype, mbits)).astype(np.float64)
     k_exp = np.bincount(exps[so != sn], minlength=n_exp.size).astype(np.float64)
     p = np.divide(k_exp, n_exp, out=np.zeros_like(n_exp), where=n_exp > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -108,8 +108,8 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
 #
 # `kernels.apply` writes each element once: the old bits, or for a hot element whose rank is the
 # next event of its context (xor the context's flip), the old bits moved by the next value; in place,
-# it writes only the changed elements. Cold
-# changes go in last, so they cannot move an element into the hot set.
+# it writes only the changed elements. Cold changes go in last, so they cannot move an element into
+# the hot set.
 
 
 def decode_group(
@@ -131,7 +131,9 @@ def decode_group(
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"delta header is malformed: {e}") from e
     bits_dtype = np.dtype(BITS_DTYPE[dtype])
-    if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= kernels.exponents(bits_dtype, MANTISSA_BITS[dtype])):
+    mbits = MANTISSA_BITS.get(dtype, 0)
+    exponents = kernels.exponents(bits_dtype, mbits)
+    if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= exponents):
         raise ValueError("delta header gives an invalid exponent cut")
     flip = np.zeros(e_cut, dtype=bool)
     n_ctx = np.zeros(e_cut, dtype=np.int64)
@@ -155,8 +157,7 @@ def decode_group(
     if cold_pos.size and cold_pos[-1] >= total:
         raise ValueError("delta changes an element beyond the end of the local state")
     if e_cut:
-        exponents = kernels.exponents(bits_dtype, MANTISSA_BITS[dtype])
-        _apply_hot(olds, outs, in_place, MANTISSA_BITS[dtype], exponents, flip, n_ctx, ranks, values)
+        _apply_hot(olds, outs, in_place, mbits, exponents, flip, n_ctx, ranks, values)
     elif not in_place:
         for old, out in zip(olds, outs, strict=True):
             np.copyto(out, old)
