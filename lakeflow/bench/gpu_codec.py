@@ -3,14 +3,18 @@ against the memory-copy floor, at 1 and more workers.
 
 The state has Qwen3-8B's tensor shapes (`shapes_8b`), cut to a parameter budget (a slice of the same
 shapes) and filled by `bench.weights.synthetic_states` (N(0, 0.02) weights after an Adam-like step).
-Each call here codes on one thread (`workers=1`; the codec's own segment parallelism is measured by
-`lakeflow bench weights`): 1 worker is one `encode_delta` / `decode_delta` over the
-whole state on one thread. N workers split the tensors into row blocks, deal them
-into N balanced sub-states and code each sub-state independently (N delta objects), in a thread
-pool and in a process pool (fork: the children read the parent's states; a child's decoded
-tensors stay in the child, and process times are the slowest child's own, so they leave out
-moving results back). Every decoded state is compared with the new one bit for bit, outside the
-timed part.
+Two ways to use N workers, side by side:
+- "codec thread" / "codec process": one `encode_delta` / `decode_delta` call over the whole state
+  with the codec's own parallelism (`workers=N` segments on threads, or on forked processes), as
+  `publish` and `pull` run it, including the apply in place into a private copy of the old state
+  (in shared memory for processes) that `pull` does (`bench.weights.throughput`). With 1 worker
+  this is the single call.
+- "split thread" / "split process": the tensors split into row blocks, dealt into N balanced
+  sub-states, each coded by its own one-thread call (N delta objects), in a thread pool and in a
+  process pool (fork: the children read the parent's states; a child's decoded tensors stay in
+  the child, and process times are the slowest child's own, so they leave out moving results
+  back).
+Every decoded state is compared with the new one bit for bit, outside the timed part.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from lakeflow.bench.weights import synthetic_states
+from lakeflow.bench.weights import synthetic_states, throughput
 from lakeflow.weights import State, decode_delta, encode_delta, raw_tensor
 from lakeflow.weights.tensors import state_bytes
 
 BLOCK = 1 << 24  # elements per block of generation and of work split over workers
+KINDS = ("codec thread", "codec process", "split thread", "split process")
 
 
 def shapes_8b(div: int = 1) -> list[tuple[str, tuple[int, int]]]:
@@ -109,11 +114,21 @@ def copy_floor(state: State, workers: int) -> float:
     return state_bytes(state) / (time.perf_counter() - started) / 1e9
 
 
+def warm_up() -> None:
+    """Compile (or load from numba's cache) the codec's loops before anything is timed."""
+    old, new = synthetic_states(1 << 16)
+    decode_delta(old, encode_delta(old, new, workers=1).data, workers=1)
+
+
 def measure(old: State, new: State, workers: int, kind: str) -> dict[str, Any]:
-    """Encode and apply GB/s (bf16 state bytes per second) with `workers` of `kind` ('thread' or 'process')."""
+    """Encode and apply GB/s (bf16 state bytes per second) with `workers` of `kind` (one of KINDS)."""
+    if kind.startswith("codec"):
+        row = throughput(old, new, workers, processes=kind == "codec process")
+        keep = ("encode_gbps", "apply_gbps", "apply_in_place_gbps", "bytes_per_param", "bit_exact")
+        return {"workers": workers, "kind": kind if workers > 1 else "single call", **{k: row[k] for k in keep}}
     nbytes = state_bytes(new)
-    parts = [(old, new)] if workers == 1 else split(old, new, workers)
-    if kind == "process" and workers > 1:
+    parts = split(old, new, workers)
+    if kind == "split process":
         encode_s, apply_s, sizes, exact = _in_processes(parts)
     else:
         started = time.perf_counter()
@@ -126,7 +141,7 @@ def measure(old: State, new: State, workers: int, kind: str) -> dict[str, Any]:
         exact = all(_same(d, p[1]) for d, p in zip(decoded, parts, strict=True))
     return {
         "workers": workers,
-        "kind": kind if workers > 1 else "single call",
+        "kind": kind,
         "objects": len(parts),
         "encode_s": encode_s,
         "apply_s": apply_s,

@@ -44,7 +44,7 @@ class Plan:
     codec_params: int = 1_500_000_000  # a slice of the 8B shapes (16 GB for all of them)
     codec_div: int = 1  # the 8B shapes, every dimension divided by this
     codec_workers: tuple[int, ...] = (1, 4, 16)
-    codec_cap_s: float = 100.0
+    codec_cap_s: float = 200.0
 
 
 TINY = Plan(

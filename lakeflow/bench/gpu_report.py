@@ -51,12 +51,14 @@ def _codec(s: dict[str, Any]) -> list[str]:
     lines = [
         f"lakeflow/weights/codec.py on {s['tensors']} tensors of Qwen3-8B's shapes: {s['bytes'] / 1e6:,.0f} MB bf16 "
         f"({s['share_of_model']:.0%} of {s['model_params'] / 1e9:.2f}B params; generated in {s['generate_s']:.1f} s)",
-        "GB/s of bf16 state; floor: copying the state into touched memory with as many threads",
+        "GB/s of bf16 state; floor: copying the state into touched memory with as many threads; "
+        "codec: one call with the codec's own workers (in place: into a copy of the old state, as pull does); "
+        "split: one call per part of row blocks",
     ]
     rows = []
     for r in s["runs"]:
         if r["status"] != "ok":
-            rows.append([str(r["workers"]), r["kind"], _short(r), "", "", "", "", "", ""])
+            rows.append([str(r["workers"]), r["kind"], _short(r), "", "", "", "", "", "", ""])
             continue
         rows.append(
             [
@@ -64,6 +66,7 @@ def _codec(s: dict[str, Any]) -> list[str]:
                 r["kind"],
                 f"{r['encode_gbps']:.2f}",
                 f"{r['apply_gbps']:.2f}",
+                f"{r['apply_in_place_gbps']:.2f}" if "apply_in_place_gbps" in r else "-",
                 f"{r['copy_floor_gbps']:.1f}",
                 f"{r['encode_vs_floor']:.1%}",
                 f"{r['apply_vs_floor']:.1%}",
@@ -71,7 +74,18 @@ def _codec(s: dict[str, Any]) -> list[str]:
                 "yes" if r["bit_exact"] else "NO",
             ]
         )
-    header = ["workers", "kind", "encode", "apply", "floor", "enc/floor", "apply/floor", "B/param", "bit-exact"]
+    header = [
+        "workers",
+        "kind",
+        "encode",
+        "apply",
+        "in place",
+        "floor",
+        "enc/floor",
+        "apply/floor",
+        "B/param",
+        "bit-exact",
+    ]
     notes = _notes([(f"{r['kind']} x{r['workers']}", r) for r in s["runs"]])
     return lines + text_table(header, rows, rule=True) + notes
 

@@ -18,11 +18,12 @@ from lakeflow.errors import SkippedError
 
 def codec_section(plan: Plan, clock: Clock, log: Log) -> dict[str, Any]:
     """Encode/apply GB/s of the 8B-shaped slice at each worker count, threads and processes."""
-    from lakeflow.bench.gpu_codec import copy_floor, measure, state_pair
+    from lakeflow.bench.gpu_codec import KINDS, copy_floor, measure, state_pair, warm_up
     from lakeflow.weights.tensors import state_bytes
 
     clock.need(min(plan.codec_cap_s, 30.0), "the codec")
     started = time.monotonic()
+    warm_up()
     old, new, whole = state_pair(plan.codec_params, plan.codec_div)
     nbytes = state_bytes(new)
     out: dict[str, Any] = {
@@ -37,7 +38,7 @@ def codec_section(plan: Plan, clock: Clock, log: Log) -> dict[str, Any]:
     log(f"  codec: {len(new)} tensors, {nbytes / 1e6:,.0f} MB bf16 ({nbytes / 2 / whole:.0%} of the 8B shapes)")
     for workers in plan.codec_workers:
         floor = copy_floor(new, workers)
-        for kind in ("thread", "process") if workers > 1 else ("thread",):
+        for kind in KINDS if workers > 1 else ("codec thread",):
 
             def one(workers: int = workers, kind: str = kind, floor: float = floor) -> dict[str, Any]:
                 if time.monotonic() - started > plan.codec_cap_s:

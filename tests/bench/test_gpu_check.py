@@ -38,12 +38,16 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     codec = report["sections"]["codec"]
     assert codec["status"] == "ok" and codec["passed"] is True
     assert [(r["workers"], r["kind"]) for r in codec["runs"]] == [
-        (1, "single call"), (4, "thread"), (4, "process"), (16, "thread"), (16, "process"),
+        (1, "single call"),
+        (4, "codec thread"), (4, "codec process"), (4, "split thread"), (4, "split process"),
+        (16, "codec thread"), (16, "codec process"), (16, "split thread"), (16, "split process"),
     ]  # fmt: skip
     for run in codec["runs"]:
         assert run["status"] == "ok" and run["bit_exact"] is True
         for key in ("encode_gbps", "apply_gbps", "copy_floor_gbps", "encode_vs_floor", "bytes_per_param"):
             assert positive(run[key]), (run["workers"], run["kind"], key)
+        assert ("apply_in_place_gbps" in run) is not run["kind"].startswith("split")
+        assert positive(run.get("apply_in_place_gbps", 1.0))
 
     engine = report["sections"]["engine"]
     assert engine["status"] == "ok" and engine["passed"] is True
