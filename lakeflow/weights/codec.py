@@ -86,14 +86,19 @@ def encode_delta(
             if hist:
                 found[seg.group].setdefault(key, []).append(hist)
     models = [{key: merge_models(hists) for key, hists in sorted(g.items())} for g in found]
+
+    def finish(i: int) -> tuple[np.ndarray, np.ndarray]:  # the ANS coding, with the shared models
+        header, writer = results[i][0], results[i][1]
+        return writer.finish([models[segments[i].group][key] for key, hist in _streams_of(header) if hist])
+
+    # a second parallel pass: forked children read `results` and `models` copy-on-write
+    finished = run(finish, range(len(segments)), workers, None, processes)
     heads: list[list[dict[str, object]]] = [[] for _ in groups]
     ans, bit_parts, cold_parts = [], [], []
     at = [0, 0, 0]
     changed = 0
-    for seg, (header, writer, cold, n_changed) in zip(segments, results, strict=True):
-        streams_of = _streams_of(header)
-        words, bits = writer.finish([models[seg.group][key] for key, hist in streams_of if hist])
-        header = _with_lengths(header, [sum(hist[1]) if hist else 0 for _, hist in streams_of])
+    for seg, (header, _, cold, n_changed), (words, bits) in zip(segments, results, finished, strict=True):
+        header = _with_lengths(header, [sum(hist[1]) if hist else 0 for _, hist in _streams_of(header)])
         sizes = [words.size, bits.size, len(cold)]
         streams = [[a, n] for a, n in zip(at, sizes, strict=True)]  # (offset, length) in ans, bits, cold
         heads[seg.group].append({"start": seg.start, "size": seg.size, "streams": streams, **header})
