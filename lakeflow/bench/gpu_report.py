@@ -113,9 +113,10 @@ def _trainer(s: dict[str, Any]) -> list[str]:
         f"MFU = 6 x params x tokens / compute time / {s['peak']}; tokens = prompt + response (no padding); "
         "medians over the steps after step 0",
         "I/O blocking = lake I/O on the trainer's critical path (heartbeat io_block_s) over the step cycles; "
-        "writes = the background job per step (optimizer checkpoint, heartbeat, weight delta)",
+        "writes s = the background job per step (optimizer checkpoint, heartbeat, weight delta); writes: behind the "
+        "next step (overlap_io) with the delta codec on threads or on forked processes (publish_processes), or in line",
     ]
-    header = ["model", "params", "overlap_io", "steps", "tokens/step", "step s", "compute s", "tokens/s", "MFU"]
+    header = ["model", "params", "writes", "steps", "tokens/step", "step s", "compute s", "tokens/s", "MFU"]
     header += ["I/O blocking", "io_block s", "snapshot_block s", "publish_block s", "writes s", "start s"]
     rows = []
     for model in s["models"]:
@@ -124,13 +125,13 @@ def _trainer(s: dict[str, Any]) -> list[str]:
             continue
         for r in model["runs"]:
             if r["status"] != "ok":
-                rows.append([model["model"], "", str(r["overlap_io"]), _short(r), *[""] * (len(header) - 4)])
+                rows.append([model["model"], "", _writes(r), _short(r), *[""] * (len(header) - 4)])
                 continue
             rows.append(
                 [
                     model["model"],
                     f"{r['params'] / 1e6:,.1f}M",
-                    str(r["overlap_io"]),
+                    _writes(r),
                     str(r["steps"]),
                     f"{r['tokens_per_step']:,.0f}",
                     f"{r['median_step_s']:.2f}",
@@ -146,5 +147,11 @@ def _trainer(s: dict[str, Any]) -> list[str]:
                 ]
             )
     pieces = [(m["model"], m) for m in s["models"]]
-    pieces += [(f"{m['model']} overlap_io={r['overlap_io']}", r) for m in s["models"] for r in m.get("runs", [])]
+    pieces += [(f"{m['model']} writes {_writes(r)}", r) for m in s["models"] for r in m.get("runs", [])]
     return lines + text_table(header, rows, rule=True) + _notes(pieces)
+
+
+def _writes(run: dict[str, Any]) -> str:
+    if not run["overlap_io"]:
+        return "in line"
+    return "behind, processes" if run.get("publish_processes") else "behind, threads"

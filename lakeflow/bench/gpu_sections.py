@@ -7,6 +7,7 @@ do not fit the time left are recorded as skipped. Model directories are built on
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -117,25 +118,29 @@ def _train_model(
     clock.need(cap / 2, f"training {name}")
     model_dir, build_s = model_directory(name, device, work, models)
     runs = []
-    for overlap in (True, False):
+    # (overlap_io, publish_processes): the writes behind the step with the codec on threads, then on
+    # forked processes (which leave the GIL to the training loop), then in line
+    for overlap, processes in ((True, False), (True, True), (False, False)):
 
-        def one(overlap: bool = overlap) -> dict[str, Any]:
+        def one(overlap: bool = overlap, processes: bool = processes) -> dict[str, Any]:
             clock.need(cap / 3, f"a {name} trainer run")
             run = TrainRun(
                 model_dir, device, overlap, plan.steps, plan.batch, plan.max_tokens_per_microbatch, plan.dtype
             )
+            run = dataclasses.replace(run, publish_processes=processes)
             return train(run, work / f"train-{name}", min(cap, clock.left()))
 
-        row = {"overlap_io": overlap, **attempt(one)}
+        row = {"overlap_io": overlap, "publish_processes": processes, **attempt(one)}
         runs.append(row)
+        what = f"overlap_io={overlap}" + (" codec processes" if processes else "")
         if row["status"] == "ok":
             log(
-                f"  trainer {name} overlap_io={overlap}: {row['params'] / 1e6:,.1f}M params, {row['steps']} steps, "
+                f"  trainer {name} {what}: {row['params'] / 1e6:,.1f}M params, {row['steps']} steps, "
                 f"step {row['median_step_s']:.2f} s (compute {row['median_compute_s']:.2f} s), "
                 f"{row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%}, lake I/O blocking {row['io_share']:.1%}"
             )
         else:
-            log(f"  trainer {name} overlap_io={overlap}: {row['status']}: {row.get('reason') or row.get('error')}")
+            log(f"  trainer {name} {what}: {row['status']}: {row.get('reason') or row.get('error')}")
     return {"build_s": build_s, "runs": runs}
 
 

@@ -45,6 +45,7 @@ class TrainRun:
     dtype: DType = "bfloat16"
     minibatches: int = 2
     publish_workers: int | None = None  # threads of the delta codec in the trainer's writer (None: every CPU)
+    publish_processes: bool = False  # the codec's workers as forked processes (they leave the GIL to training)
 
 
 def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
@@ -62,6 +63,7 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
             max_tokens_per_microbatch=run.max_tokens_per_microbatch,
             overlap_io=run.overlap_io,
             publish_workers=run.publish_workers,
+            publish_processes=run.publish_processes,
             poll_s=0.05,
             max_poll_s=0.2,
         )
@@ -86,7 +88,13 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
         beats = [json.loads(store.get(i.key)) for i in store.list(layout.trainer_stats_prefix(MODEL_ID))]
         if len(beats) < 2:  # the time cap stopped it: a budget matter, reported as skipped with the count
             raise SkippedError(f"only {len(beats)} trainer step(s) finished within the {cap_s:.0f} s cap; need 2")
-        out = {"overlap_io": run.overlap_io, "params": params, "start_s": start_s, "wall_s": wall_s}
+        out = {
+            "overlap_io": run.overlap_io,
+            "publish_processes": run.publish_processes,
+            "params": params,
+            "start_s": start_s,
+            "wall_s": wall_s,
+        }
         beats.sort(key=lambda b: b["step"])
         return {**out, **summarize(beats, lake_loop_stats(store, MODEL_ID, wall_s), tokens, params, run.overlap_io)}
     finally:

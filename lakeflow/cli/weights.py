@@ -78,6 +78,10 @@ def publish_cmd(
 @click.option("--dest", required=True, type=click.Path(), help="Local model directory to create or update.")
 @click.option("--version", type=int, default=None, help="Version to pull (default: the newest).")
 @click.option("--bandwidth", type=float, default=None, help="Plan with this link speed in MB/s (default: measured).")
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="Delta decoding workers (default: every CPU)."
+)
+@click.option("--processes", is_flag=True, help="Decode in forked processes instead of threads (many-core hosts).")
 def pull_cmd(
     lake_url: str | None,
     endpoint_url: str | None,
@@ -86,10 +90,12 @@ def pull_cmd(
     dest: str,
     version: int | None,
     bandwidth: float | None,
+    workers: int | None,
+    processes: bool,
 ) -> None:
     """Bring DEST to a version by the fastest route (full, delta or chain of deltas); verified bit for bit."""
     store = _source(lake_url, endpoint_url, weights_url)
-    options = TransferOptions(bandwidth=bandwidth * 1e6 if bandwidth else None)
+    options = TransferOptions(bandwidth=bandwidth * 1e6 if bandwidth else None, workers=workers, processes=processes)
     try:
         r = pull(store, model, dest, version, options)
     except (WeightsIntegrityError, OSError) as e:

@@ -124,6 +124,16 @@ class RaasConfig(_Strict):
         default_factory=dict,
         description="fsspec storage options of weights_url, e.g. {endpoint_url: https://s3.eu-west-1.amazonaws.com}.",
     )
+    decode_workers: int | None = Field(
+        None, ge=1, description="Threads (or processes) applying weight deltas on a pull (default: every CPU)."
+    )
+    decode_processes: bool = Field(
+        False,
+        description=(
+            "Apply weight deltas in forked processes instead of threads: scales with cores where threads stop "
+            "(the ANS decoder holds Python's GIL), at the cost of a fork per pull. Linux; for many-core hosts."
+        ),
+    )
     id: str | None = Field(None, description="Rollout service id (default: raas-<12 hex>); unique per instance.")
     cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
     seed: int | None = Field(None, description="Seed of the sampler (default: nondeterministic).")

@@ -42,7 +42,7 @@ from lakeflow.raas.metrics import RolloutMetrics
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
 from lakeflow.tracking import MetricSink
-from lakeflow.weights import latest_version, local_version, pull
+from lakeflow.weights import TransferOptions, latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +237,8 @@ class RolloutService:
         self.state = "pulling-weights"
         pulling = time.monotonic()
         try:
-            result = pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), latest)
+            options = TransferOptions(workers=self.config.decode_workers, processes=self.config.decode_processes)
+            result = pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), latest, options)
         except (WeightsIntegrityError, OSError) as e:  # broken, collected, not yet mirrored, unreachable: try later
             log.warning("cannot pull %s version %s: %s", model_id, latest, e)
             return False

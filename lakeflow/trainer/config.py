@@ -91,6 +91,11 @@ class TrainerConfig(_Strict):
         description="Threads of the delta codec when publishing (default: every CPU). The writer runs beside "
         "training: fewer threads leave more of the interpreter to the training loop.",
     )
+    publish_processes: bool = Field(
+        False,
+        description="Run the delta codec's workers as forked processes (Linux): they leave Python's GIL to the "
+        "training loop, which codec threads share (the ANS coder holds it). The children touch no accelerator.",
+    )
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")
     device: str = Field(

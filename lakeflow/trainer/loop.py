@@ -100,7 +100,9 @@ class Trainer:
         self.model: Any = None
         self.reference: Any = None
         self.optimizer: torch.optim.AdamW | None = None
-        self.publisher = Publisher(store, self.model_id, config.full_every, config.publish_workers)
+        self.publisher = Publisher(
+            store, self.model_id, config.full_every, config.publish_workers, config.publish_processes
+        )
         self._stop = threading.Event()
         self._writer = Writer()  # checkpoint, heartbeat and publish of a step, behind the next step
         self._prefetch: Prefetch[tuple[StepBatch, float]] | None = None  # the next batch, read while training

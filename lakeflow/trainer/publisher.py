@@ -22,11 +22,14 @@ log = logging.getLogger("lakeflow.trainer")
 class Publisher:
     """One model's writes; `published` is the newest version this process published (or resumed from)."""
 
-    def __init__(self, store: Store, model_id: str, full_every: int, workers: int | None = None) -> None:
+    def __init__(
+        self, store: Store, model_id: str, full_every: int, workers: int | None = None, processes: bool = False
+    ) -> None:
         self.store = store
         self.model_id = model_id
         self.full_every = full_every
-        self.workers = workers  # threads of the delta codec (None: every CPU)
+        self.workers = workers  # threads (or forked processes) of the delta codec (None: every CPU)
+        self.processes = processes
         self.base: State = {}  # the published state of the newest version: what the next delta is coded against
         self.published = -1
         self.spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
@@ -74,6 +77,7 @@ class Publisher:
             publisher="trainer",
             force=self._force,
             workers=self.workers,
+            processes=self.processes,
         )
         self._force = False
         self.spare.append(self.base)  # no job reads the old base any more: the next snapshot reuses it

@@ -59,7 +59,10 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     assert trainer["status"] == "ok" and trainer["passed"] is True and trainer["peak_flops"] == 989e12
     (model,) = trainer["models"]
     assert model["model"] == "tiny" and model["status"] == "ok"
-    assert [r["overlap_io"] for r in model["runs"]] == [True, False]
+    assert [(r["overlap_io"], r["publish_processes"]) for r in model["runs"]] == [
+        (True, False), (True, True), (False, False),
+    ]  # fmt: skip
+    assert "behind, processes" in text
     for run in model["runs"]:
         assert run["status"] == "ok" and run["steps"] == 3 and run["loss_finite"] is True
         for key in ("params", "tokens_per_step", "median_step_s", "median_compute_s", "tokens_per_s", "mfu"):

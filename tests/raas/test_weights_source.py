@@ -11,9 +11,10 @@ import pytest
 
 from lakeflow.io import open_mirror, open_store
 from lakeflow.lake import layout
+from lakeflow.raas import service as service_module
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.service import RolloutService
-from lakeflow.weights import load_state, publish
+from lakeflow.weights import codec, load_state, publish
 from lakeflow.weights.mirror import mirror
 from lakeflow.weights.tensors import State
 from tests.weights.sources import http_server
@@ -70,6 +71,33 @@ def test_service_pulls_from_an_http_mirror_and_refuses_a_corrupt_one(tmp_path: P
         assert not service.refresh_weights()  # verification fails on both routes: keep version 1
         assert service.version == 1 and len(engine.loaded) == 2
     service.close()
+
+
+def test_service_decodes_with_its_configured_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "SEGMENT", 1000)  # several segments: work for two forked children
+    lake = open_store(str(tmp_path / "lake"))
+    states = [make_state(seed=3, scale=4)]
+    states.append(adam_step(states[0], 0))
+    publish(lake, "policy", states[0])
+    seen = []
+    real = service_module.pull
+
+    def spy(*args: Any) -> Any:
+        seen.append(args[4])
+        return real(*args)
+
+    monkeypatch.setattr(service_module, "pull", spy)
+    config = RaasConfig(cache_dir=str(tmp_path / "cache"), decode_workers=2, decode_processes=True)
+    engine = LoadOnly()
+    service = RolloutService(lake, "policy", config, engine=engine)  # type: ignore[arg-type]
+    assert service.refresh_weights() and service.version == 0
+    publish(lake, "policy", states[1], base=states[0])
+    assert service.refresh_weights() and service.version == 1
+    assert_same_state(engine.loaded[-1], states[1])
+    assert [(o.workers, o.processes) for o in seen] == [(2, True), (2, True)]
+    service.close()
+    with pytest.raises(ValueError):
+        RaasConfig(decode_workers=0)
 
 
 @pytest.mark.s3

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from lakeflow.cli import main
+from lakeflow.cli import weights as weights_cli
 from lakeflow.cli.weights import bench_weights, weights
 from lakeflow.io import open_store
-from lakeflow.weights import load_state
+from lakeflow.weights import codec, load_state, publish
 from lakeflow.weights.tensors import write_safetensors
 from tests.weights.weight_states import adam_step, assert_same_state, make_state
 
@@ -55,6 +56,33 @@ def test_publish_pull_ls_verify_gc(lake: str, tmp_path: str) -> None:
     assert "version 4 (delta" in run("publish", "--lake", lake, "--model", "m", single)
     assert "deleted 2 version(s): [1, 2]" in run("gc", "--lake", lake, "--model", "m", "--keep", "2")
     assert "deleted 1 version(s): [0]" in run("gc", "--lake", lake, "--model", "m", "--keep", "2", "--drop-base")
+
+
+def test_pull_decodes_with_the_workers_it_is_given(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "SEGMENT", 1000)  # several segments: work for two forked children
+    lake = os.path.join(tmp_path, "lake")
+    states = [make_state(seed=5, scale=4)]
+    states.append(adam_step(states[0], 0))
+    publish(open_store(lake), "m", states[0])
+    dest = os.path.join(tmp_path, "dest")
+    run("pull", "--lake", lake, "--model", "m", "--dest", dest)
+    publish(open_store(lake), "m", states[1], base=states[0])
+    seen = []
+    real = weights_cli.pull
+
+    def spy(*args: object) -> object:
+        seen.append(args[4])
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(weights_cli, "pull", spy)
+    out = run("pull", "--lake", lake, "--model", "m", "--dest", dest, "--workers", "2", "--processes")
+    assert "version 1" in out and "chain [1]" in out
+    assert_same_state(load_state(dest), states[1])
+    assert [(o.workers, o.processes) for o in seen] == [(2, True)]  # type: ignore[attr-defined]
+    result = CliRunner().invoke(
+        main, ["weights", "pull", "--lake", lake, "--model", "m", "--dest", dest, "--workers", "0"]
+    )
+    assert result.exit_code == 2 and "--workers" in result.output
 
 
 def test_pull_of_unknown_model_is_a_clean_error(tmp_path: str) -> None:
