@@ -89,7 +89,10 @@ def encode_delta(
 
     def finish(i: int) -> tuple[np.ndarray, np.ndarray]:  # the ANS coding, with the shared models
         header, writer = results[i][0], results[i][1]
-        return writer.finish([models[segments[i].group][key] for key, hist in _streams_of(header) if hist])
+        coded: tuple[np.ndarray, np.ndarray] = writer.finish(
+            [models[segments[i].group][key] for key, hist in _streams_of(header) if hist]
+        )
+        return coded
 
     # a second parallel pass: forked children read `results` and `models` copy-on-write
     finished = run(finish, range(len(segments)), workers, None, processes)
