@@ -28,6 +28,11 @@ def _jit(fn: F) -> F:
     return cast(F, numba.njit(nogil=True, cache=True)(fn))
 
 
+def _inlined(fn: F) -> F:
+    """As `_jit`, and inlined into its callers by numba (a loop called per group costs no call)."""
+    return cast(F, numba.njit(nogil=True, cache=True, inline="always")(fn))
+
+
 def absmask(bits_dtype: np.dtype) -> int:
     """All bits but the sign bit of an unsigned `bits_dtype`."""
     return (1 << (8 * np.dtype(bits_dtype).itemsize - 1)) - 1
@@ -145,6 +150,23 @@ def events(
 
 
 @_jit
+def mostly_busy(old: np.ndarray, threshold: int) -> bool:
+    """Whether at least 90% of 256 groups spread over `old` hold an element whose pattern without its
+    sign is below `threshold`. Then checking each group before its loop costs more than it saves."""
+    mask = (1 << (8 * old.itemsize - 1)) - 1
+    n_groups = old.size // GROUP
+    step = max(1, n_groups // 256)
+    tried = busy = 0
+    for g in range(0, n_groups, step):
+        tried += 1
+        for i in range(g * GROUP, g * GROUP + GROUP):
+            if (old[i] & mask) < threshold:
+                busy += 1
+                break
+    return tried > 0 and busy * 10 >= tried * 9
+
+
+@_jit
 def apply(
     old: np.ndarray,
     out: np.ndarray,
@@ -163,16 +185,14 @@ def apply(
     `old` and only the changed elements are written (no page of an unchanged region is dirtied). The
     hot elements (context c < flip.size) are ranked as in `scan` (`seen[c]` so far); one is an event
     if its rank is the next of c's `ranks` (from `ev_at[c]`, before `ev_end[c]`), and it changed if
-    event != `flip[c]`: then it moves by the next of c's `values`. Per hot element the loop counts
-    down the elements left before its context's next event; groups with no hot element are only
-    copied. Returns 0, or 1 when a context runs out of values, 2 when a value moves an element
-    outside its dtype's patterns (the caller raises)."""
+    event != `flip[c]`: then it moves by the next of c's `values`. Where most groups of `GROUP`
+    elements hold a hot element, one loop runs over all elements; elsewhere groups with no hot
+    element are only copied. Returns 0, or 1 when a context runs out of values, 2 when a value moves
+    an element outside its dtype's patterns (the caller raises)."""
     mask = (1 << (8 * old.itemsize - 1)) - 1
-    half = mask + 1
     cut = flip.size
     threshold = cut << mbits
-    never = np.int64(1) << 62
-    nxt = np.full(seen.size, never, np.int64)  # rank of each context's next event
+    nxt = np.full(seen.size, _NEVER, np.int64)  # rank of each context's next event
     changes = np.zeros(seen.size, np.bool_)  # flip, for the hot contexts
     for c in range(cut):
         changes[c] = flip[c]
@@ -180,40 +200,74 @@ def apply(
             nxt[c] = ranks[ev_at[c]]
     left = nxt - seen  # elements of c before its next event (cold ones never get there)
     error = 0
-    for start in range(0, old.size, GROUP):
-        end = min(start + GROUP, old.size)
-        busy = False
-        for i in range(start, end):
-            if copy:
-                out[i] = old[i]
-            busy |= (old[i] & mask) < threshold
-        if not busy:
-            continue
-        for i in range(start, end):  # counts cold exponents down too: fewer branches
-            x = int(old[i])
-            c = (x & mask) >> mbits
-            n_left = left[c] - 1
-            left[c] = n_left
-            if n_left < 0 or changes[c]:
-                event = n_left < 0
-                if event:
-                    p = ev_at[c] + 1
-                    ev_at[c] = p
-                    here = nxt[c]
-                    nxt[c] = ranks[p] if p < ev_end[c] else never
-                    left[c] = nxt[c] - here - 1
-                if event != changes[c]:
-                    q = val_at[c]
-                    if q >= val_end[c]:
-                        error = 1
-                        break
-                    val_at[c] = q + 1
-                    key = _key(x, half) + values[q]
-                    if key < 0 or key >= 2 * half:
-                        error = 2
-                        break
-                    out[i] = _from_key(key, half)
-        if error:
-            break
+    if mostly_busy(old, threshold):
+        if copy:
+            out[:] = old
+        error = _apply_span(
+            old, out, 0, old.size, mbits, changes, left, nxt, ranks, ev_at, ev_end, values, val_at, val_end
+        )
+    else:
+        for start in range(0, old.size, GROUP):
+            end = min(start + GROUP, old.size)
+            busy = False
+            for i in range(start, end):
+                if copy:
+                    out[i] = old[i]
+                busy |= (old[i] & mask) < threshold
+            if busy:
+                error = _apply_span(
+                    old, out, start, end, mbits, changes, left, nxt, ranks, ev_at, ev_end, values, val_at, val_end
+                )
+                if error:
+                    break
     seen[:cut] = nxt[:cut] - left[:cut]
     return error
+
+
+_NEVER = 1 << 62  # the next event's rank of a context that has none left
+
+
+@_inlined
+def _apply_span(
+    old: np.ndarray,
+    out: np.ndarray,
+    lo: int,
+    hi: int,
+    mbits: int,
+    changes: np.ndarray,
+    left: np.ndarray,
+    nxt: np.ndarray,
+    ranks: np.ndarray,
+    ev_at: np.ndarray,
+    ev_end: np.ndarray,
+    values: np.ndarray,
+    val_at: np.ndarray,
+    val_end: np.ndarray,
+) -> int:
+    """`apply`'s loop over elements lo..hi: per element, count down the elements left before its
+    context's next event (cold exponents are counted too: fewer branches)."""
+    mask = (1 << (8 * old.itemsize - 1)) - 1
+    half = mask + 1
+    for i in range(lo, hi):
+        x = int(old[i])
+        c = (x & mask) >> mbits
+        n_left = left[c] - 1
+        left[c] = n_left
+        if n_left < 0 or changes[c]:
+            event = n_left < 0
+            if event:
+                p = ev_at[c] + 1
+                ev_at[c] = p
+                here = nxt[c]
+                nxt[c] = ranks[p] if p < ev_end[c] else _NEVER
+                left[c] = nxt[c] - here - 1
+            if event != changes[c]:
+                q = val_at[c]
+                if q >= val_end[c]:
+                    return 1
+                val_at[c] = q + 1
+                key = _key(x, half) + values[q]
+                if key < 0 or key >= 2 * half:
+                    return 2
+                out[i] = _from_key(key, half)
+    return 0
