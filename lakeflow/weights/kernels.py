@@ -76,35 +76,64 @@ def scan(
     exponent ("context") c (`counts[c]` so far). If it changed, c, the rank and the key difference
     are appended to `changes`/`ranks`/`diffs`; a changed "cold" element appends its position (`base`
     + index) and new bits to `cold_pos`/`cold_new`. `found` = [hot changes, cold changes] so far.
-    Groups of `GROUP` elements with nothing hot or changed are passed over by a vectorised check."""
+    Groups of `GROUP` elements with nothing hot or changed are passed over by a vectorised check,
+    unless most groups hold a hot element (`mostly_busy`): then one loop runs over all elements."""
     mask = (1 << (8 * old.itemsize - 1)) - 1
-    half = mask + 1
-    k, m = found[0], found[1]
+    if mostly_busy(old, threshold):
+        _scan_span(
+            old, new, 0, old.size, mbits, threshold, base, counts, changes, ranks, diffs, cold_pos, cold_new, found
+        )
+        return
     for start in range(0, old.size, GROUP):
         end = min(start + GROUP, old.size)
         busy = False
         for i in range(start, end):
             busy |= ((old[i] & mask) < threshold) | (old[i] != new[i])
-        if not busy:
+        if busy:
+            _scan_span(
+                old, new, start, end, mbits, threshold, base, counts, changes, ranks, diffs, cold_pos, cold_new, found
+            )
+
+
+@_inlined
+def _scan_span(
+    old: np.ndarray,
+    new: np.ndarray,
+    lo: int,
+    hi: int,
+    mbits: int,
+    threshold: int,
+    base: int,
+    counts: np.ndarray,
+    changes: np.ndarray,
+    ranks: np.ndarray,
+    diffs: np.ndarray,
+    cold_pos: np.ndarray,
+    cold_new: np.ndarray,
+    found: np.ndarray,
+) -> None:
+    """`scan`'s loop over elements lo..hi (cold exponents are counted too, unused: fewer branches)."""
+    mask = (1 << (8 * old.itemsize - 1)) - 1
+    half = mask + 1
+    k, m = found[0], found[1]
+    for i in range(lo, hi):
+        x = int(old[i])
+        y = int(new[i])
+        a = x & mask
+        c = a >> mbits
+        r = counts[c]
+        counts[c] = r + 1
+        if x == y:
             continue
-        for i in range(start, end):  # counts cold exponents too (unused): fewer branches
-            x = int(old[i])
-            y = int(new[i])
-            a = x & mask
-            c = a >> mbits
-            r = counts[c]
-            counts[c] = r + 1
-            if x == y:
-                continue
-            if a < threshold:
-                changes[k] = c
-                ranks[k] = r
-                diffs[k] = _key(y, half) - _key(x, half)
-                k += 1
-            else:
-                cold_pos[m] = base + i
-                cold_new[m] = new[i]
-                m += 1
+        if a < threshold:
+            changes[k] = c
+            ranks[k] = r
+            diffs[k] = _key(y, half) - _key(x, half)
+            k += 1
+        else:
+            cold_pos[m] = base + i
+            cold_new[m] = new[i]
+            m += 1
     found[0], found[1] = k, m
 
 
