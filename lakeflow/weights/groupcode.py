@@ -106,10 +106,11 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
 
 # --- decoding ------------------------------------------------------------------------------
 #
-# `kernels.apply` writes each element once: the old bits, or for a hot element whose rank is the
-# next event of its context (xor the context's flip), the old bits moved by the next value; in place,
-# it writes only the changed elements. Cold changes go in last, so they cannot move an element into
-# the hot set.
+# A context whose events are its unchanged elements ("flip") has them turned into the gaps between
+# its changes first, so `kernels.apply` sees changes only: it writes each element once, the old bits,
+# or for a hot element whose context's countdown to the next change runs out, the old bits moved by
+# the next value; in place, it writes only the changed elements. Cold changes go in last, so they
+# cannot move an element into the hot set.
 
 
 def decode_group(
@@ -135,18 +136,14 @@ def decode_group(
     exponents = kernels.exponents(bits_dtype, mbits)
     if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= exponents):
         raise ValueError("delta header gives an invalid exponent cut")
-    flip = np.zeros(e_cut, dtype=bool)
     n_ctx = np.zeros(e_cut, dtype=np.int64)
-    ranks: dict[int, np.ndarray] = {}
-    values: dict[int, np.ndarray] = {}
+    changes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # context -> (gaps, values) of its changes
     for c, n_c, f, gap_hist, val_hist in contexts:
-        if not 0 <= c < e_cut or c in ranks or n_c <= 0:
+        if not 0 <= c < e_cut or c in changes or n_c <= 0:
             raise ValueError("delta header lists an invalid context")
-        flip[c], n_ctx[c] = f, n_c
-        ranks[c] = np.cumsum(reader.read(gap_hist, signed=False) + 1) - 1
-        values[c] = reader.read(val_hist, signed=True)
-        if ranks[c].size and ranks[c][-1] >= n_c:
-            raise ValueError("delta ranks an element beyond its exponent's count")
+        n_ctx[c] = n_c
+        gaps = reader.read(gap_hist, signed=False)
+        changes[c] = (_change_gaps(gaps, n_c) if f else gaps, reader.read(val_hist, signed=True))
     cold_pos = np.cumsum(reader.read(cold_hist, signed=False) + 1) - 1
     n_cold = cold_pos.size * bits_dtype.itemsize
     if cold_at + n_cold > len(cold):
@@ -157,7 +154,7 @@ def decode_group(
     if cold_pos.size and cold_pos[-1] >= total:
         raise ValueError("delta changes an element beyond the end of the local state")
     if e_cut:
-        _apply_hot(olds, outs, in_place, mbits, exponents, flip, n_ctx, ranks, values)
+        _apply_hot(olds, outs, in_place, mbits, exponents, n_ctx, changes)
     elif not in_place:
         for old, out in zip(olds, outs, strict=True):
             np.copyto(out, old)
@@ -169,37 +166,49 @@ def decode_group(
     return cold_at + n_cold
 
 
+def _change_gaps(event_gaps: np.ndarray, n_c: int) -> np.ndarray:
+    """Gaps between the changed elements of a context whose events are its unchanged elements."""
+    ranks = np.cumsum(event_gaps + 1) - 1
+    if ranks.size and (ranks[-1] >= n_c or event_gaps.min() < 0):
+        raise ValueError("delta ranks an element beyond its exponent's count")
+    changed = np.ones(n_c, dtype=bool)
+    changed[ranks] = False
+    return np.diff(np.flatnonzero(changed), prepend=-1) - 1
+
+
 def _apply_hot(
     olds: list[np.ndarray],
     outs: list[np.ndarray],
     in_place: bool,
     mbits: int,
     exponents: int,
-    flip: np.ndarray,
     n_ctx: np.ndarray,
-    ranks: dict[int, np.ndarray],
-    values: dict[int, np.ndarray],
+    changes: dict[int, tuple[np.ndarray, np.ndarray]],
 ) -> None:
-    """Write the old bits with the hot changes applied into `outs` (each context's ranks and values
+    """Write the old bits with the hot changes applied into `outs` (each context's gaps and values
     laid end to end, in context order)."""
-    n_ev, n_val = np.zeros_like(n_ctx), np.zeros_like(n_ctx)
-    for c in ranks:
-        n_ev[c], n_val[c] = ranks[c].size, values[c].size
-    empty = [np.zeros(0, np.int64)]
-    all_ranks = np.concatenate([ranks[c] for c in sorted(ranks)] or empty)
-    all_values = np.concatenate([values[c] for c in sorted(values)] or empty)
-    ev_end, val_end = np.cumsum(n_ev), np.cumsum(n_val)
-    ev_at, val_at = ev_end - n_ev, val_end - n_val
-    seen = np.zeros(exponents, np.int64)
-    for old, out in zip(olds, outs, strict=True):
-        error = kernels.apply(
-            old, out, mbits, flip, all_ranks, ev_at, ev_end, all_values, val_at, val_end, seen, not in_place
-        )
-        if error == 1:
+    k_ctx = np.zeros_like(n_ctx)
+    for c, (gaps, values) in changes.items():
+        if gaps.size != values.size:
             raise ValueError("delta does not fit the local state: changed elements per exponent differ")
-        if error == 2:
+        if gaps.size and (gaps.min() < 0 or gaps.sum() + gaps.size > n_ctx[c]):
+            raise ValueError("delta ranks an element beyond its exponent's count")
+        k_ctx[c] = gaps.size
+    empty = [np.zeros(0, np.int64)]
+    order = sorted(changes)
+    all_gaps = np.concatenate([changes[c][0] for c in order] or empty).astype(np.int64)
+    all_values = np.concatenate([changes[c][1] for c in order] or empty).astype(np.int64)
+    end = np.cumsum(k_ctx)
+    first = end - k_ctx
+    at = first.copy()
+    cut = n_ctx.size
+    left = np.full(exponents, kernels.NEVER, np.int64)
+    left[:cut][k_ctx > 0] = all_gaps[first[k_ctx > 0]]
+    for old, out in zip(olds, outs, strict=True):
+        if kernels.apply(old, out, mbits, cut, all_gaps, all_values, at, end, left, not in_place):
             raise ValueError("delta does not fit the local state: it moves a value outside its dtype's bit patterns")
-    if not (
-        np.array_equal(seen[: n_ctx.size], n_ctx) and np.array_equal(ev_at, ev_end) and np.array_equal(val_at, val_end)
-    ):
+    # every change consumed, and as many elements per hot exponent as the encoder counted
+    through = np.concatenate([[0], np.cumsum(all_gaps + 1)])
+    ranked = through[end] - through[first]  # elements up to each context's last change
+    if not (np.array_equal(at, end) and np.array_equal(ranked + kernels.NEVER - left[:cut], n_ctx)):
         raise ValueError("delta does not fit the local state: element counts per exponent differ")

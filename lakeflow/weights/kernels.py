@@ -200,60 +200,41 @@ def apply(
     old: np.ndarray,
     out: np.ndarray,
     mbits: int,
-    flip: np.ndarray,
-    ranks: np.ndarray,
-    ev_at: np.ndarray,
-    ev_end: np.ndarray,
+    cut: int,
+    gaps: np.ndarray,
     values: np.ndarray,
-    val_at: np.ndarray,
-    val_end: np.ndarray,
-    seen: np.ndarray,
+    at: np.ndarray,
+    end: np.ndarray,
+    left: np.ndarray,
     copy: bool,
 ) -> int:
     """Apply side, one piece: `out` = `old` with its hot changes applied; with `copy` False, `out` is
     `old` and only the changed elements are written (no page of an unchanged region is dirtied). The
-    hot elements (context c < flip.size) are ranked as in `scan` (`seen[c]` so far); one is an event
-    if its rank is the next of c's `ranks` (from `ev_at[c]`, before `ev_end[c]`), and it changed if
-    event != `flip[c]`: then it moves by the next of c's `values`. Where most groups of `GROUP`
-    elements hold a hot element, one loop runs over all elements; elsewhere groups with no hot
-    element are only copied. Returns 0, or 1 when a context runs out of values, 2 when a value moves
-    an element outside its dtype's patterns (the caller raises)."""
+    changes of context c (hot: c < `cut`) are `gaps`/`values` from `at[c]` to `end[c]`: a gap counts
+    c's unchanged elements before the change, a value moves the element's key. `left[c]` counts down
+    c's elements before its next change (`NEVER` when none is left; the caller sets it up, and it
+    carries over to the next piece with `at`). Where most groups of `GROUP` elements hold a hot
+    element, one loop runs over all elements; elsewhere groups with no hot element are only copied.
+    Returns 0, or 2 when a value moves an element outside its dtype's patterns (the caller raises)."""
     mask = (1 << (8 * old.itemsize - 1)) - 1
-    cut = flip.size
     threshold = cut << mbits
-    nxt = np.full(seen.size, _NEVER, np.int64)  # rank of each context's next event
-    changes = np.zeros(seen.size, np.bool_)  # flip, for the hot contexts
-    for c in range(cut):
-        changes[c] = flip[c]
-        if ev_at[c] < ev_end[c]:
-            nxt[c] = ranks[ev_at[c]]
-    left = nxt - seen  # elements of c before its next event (cold ones never get there)
-    error = 0
     if mostly_busy(old, threshold):
         if copy:
             out[:] = old
-        error = _apply_span(
-            old, out, 0, old.size, mbits, changes, left, nxt, ranks, ev_at, ev_end, values, val_at, val_end
-        )
-    else:
-        for start in range(0, old.size, GROUP):
-            end = min(start + GROUP, old.size)
-            busy = False
-            for i in range(start, end):
-                if copy:
-                    out[i] = old[i]
-                busy |= (old[i] & mask) < threshold
-            if busy:
-                error = _apply_span(
-                    old, out, start, end, mbits, changes, left, nxt, ranks, ev_at, ev_end, values, val_at, val_end
-                )
-                if error:
-                    break
-    seen[:cut] = nxt[:cut] - left[:cut]
-    return error
+        return _apply_span(old, out, 0, old.size, mbits, gaps, values, at, end, left)
+    for start in range(0, old.size, GROUP):
+        stop = min(start + GROUP, old.size)
+        busy = False
+        for i in range(start, stop):
+            if copy:
+                out[i] = old[i]
+            busy |= (old[i] & mask) < threshold
+        if busy and _apply_span(old, out, start, stop, mbits, gaps, values, at, end, left):
+            return 2
+    return 0
 
 
-_NEVER = 1 << 62  # the next event's rank of a context that has none left
+NEVER = 1 << 62  # `left` of a context with no change left: never reached
 
 
 @_inlined
@@ -263,40 +244,28 @@ def _apply_span(
     lo: int,
     hi: int,
     mbits: int,
-    changes: np.ndarray,
-    left: np.ndarray,
-    nxt: np.ndarray,
-    ranks: np.ndarray,
-    ev_at: np.ndarray,
-    ev_end: np.ndarray,
+    gaps: np.ndarray,
     values: np.ndarray,
-    val_at: np.ndarray,
-    val_end: np.ndarray,
+    at: np.ndarray,
+    end: np.ndarray,
+    left: np.ndarray,
 ) -> int:
-    """`apply`'s loop over elements lo..hi: per element, count down the elements left before its
-    context's next event (cold exponents are counted too: fewer branches)."""
+    """`apply`'s loop over elements lo..hi: per element, count down its context's elements left before
+    the next change (cold contexts too, from `NEVER`: fewer branches); one branch per change."""
     mask = (1 << (8 * old.itemsize - 1)) - 1
     half = mask + 1
     for i in range(lo, hi):
         x = int(old[i])
         c = (x & mask) >> mbits
-        n_left = left[c] - 1
-        left[c] = n_left
-        if n_left < 0 or changes[c]:
-            event = n_left < 0
-            if event:
-                p = ev_at[c] + 1
-                ev_at[c] = p
-                here = nxt[c]
-                nxt[c] = ranks[p] if p < ev_end[c] else _NEVER
-                left[c] = nxt[c] - here - 1
-            if event != changes[c]:
-                q = val_at[c]
-                if q >= val_end[c]:
-                    return 1
-                val_at[c] = q + 1
-                key = _key(x, half) + values[q]
-                if key < 0 or key >= 2 * half:
-                    return 2
-                out[i] = _from_key(key, half)
+        n = left[c] - 1
+        left[c] = n
+        if n < 0:
+            p = at[c]
+            key = _key(x, half) + values[p]
+            if key < 0 or key >= 2 * half:
+                return 2
+            out[i] = _from_key(key, half)
+            p += 1
+            at[c] = p
+            left[c] = gaps[p] if p < end[c] else NEVER
     return 0
