@@ -3,18 +3,16 @@
 Tensors of one dtype are treated as one concatenation (sorted names), cut into segments of `SEGMENT`
 elements (a segment may span small tensors or be part of a large one); each segment is coded on its
 own, so segments are encoded and decoded in parallel (threads: the compiled loops of `kernels.py`,
-zstandard and hashlib release the GIL; constriction's ANS coder does not). For float dtypes the
-receiver's own old weights are the context: an element can only change when the update exceeds half
-its ulp, so its exponent nearly decides whether it changes. Elements whose exponent is below a cut
-(`e_cut`, chosen per segment from a sample) are "hot"; for each exponent, the positions of the rarer
-outcome (changed, or unchanged) among that exponent's elements are coded as gaps, and each change as
-the signed distance between old and new bit patterns in sign-magnitude order (mostly ±1), both
-through `entropy.StreamWriter`. Changes of the remaining "cold" elements (and of integer dtypes) are
-listed by position with their new bits (zstd). The object is a safetensors file: header (zstd JSON),
-ans, bits, cold; a /2 header gives each segment's slices of the three streams and the lengths of its
-integer streams, whose entropy models are shared by the segments of a dtype group (so segments cost
-few bytes). `lakeflow-delta/1` objects (one segment per dtype, one ANS stack for the whole object)
-are still decoded.
+pcodec, zstandard and hashlib release the GIL). For float dtypes the receiver's own old weights are
+the context: an element can only change when the update exceeds half its ulp, so its exponent nearly
+decides whether it changes. Elements whose exponent is below a cut (`e_cut`, chosen per segment from
+a sample) are "hot"; for each exponent, the positions of the rarer outcome (changed, or unchanged)
+among that exponent's elements are coded as gaps, and each change as the signed distance between old
+and new bit patterns in sign-magnitude order (mostly ±1), each such stream by pcodec
+(`pcostreams.py`). Changes of the remaining "cold" elements (and of integer dtypes) are listed by
+position with their new bits (zstd). The object is a safetensors file: header (zstd JSON), streams,
+cold; the header gives each segment's slices of both and, per stream, its bytes and integers.
+`lakeflow-delta/1` and `/2` objects (constriction's ANS coder; `legacy.py`) are still decoded.
 """
 
 from __future__ import annotations
@@ -28,13 +26,15 @@ from typing import Any
 import numpy as np
 import zstandard
 
-from lakeflow.weights.entropy import StreamReader, StreamWriter, merge_models
+from lakeflow.weights.entropy import StreamReader
 from lakeflow.weights.groupcode import decode_group, encode_group
+from lakeflow.weights.legacy import FORMAT_V1, FORMAT_V2, decode_v1, shared_models, v2_segment
+from lakeflow.weights.pcostreams import PcoReader, PcoWriter
 from lakeflow.weights.tensors import State, hash_tensor, parse_safetensors, raw_tensor, safetensors_bytes
 from lakeflow.weights.workers import default_workers, empty_like, in_shared_memory, run
 
-FORMAT = "lakeflow-delta/2"
-FORMAT_V1 = "lakeflow-delta/1"
+FORMAT = "lakeflow-delta/3"
+_STREAMS = {FORMAT: ("streams", "cold"), FORMAT_V2: ("ans", "bits", "cold"), FORMAT_V1: ("ans", "bits", "cold")}
 SEGMENT = 1 << 24  # elements per independently coded segment (32 MB of bf16)
 _ZSTD_LEVEL = 9
 __all__ = ["FORMAT", "SEGMENT", "EncodedDelta", "decode_delta", "default_workers", "encode_delta"]
@@ -69,45 +69,25 @@ def encode_delta(
     _check_same_layout(old, new)
     groups, segments = _plan(new)
 
-    def encode(seg: _Segment) -> tuple[dict[str, Any], StreamWriter, bytes, int]:
-        writer = StreamWriter()
+    def encode(seg: _Segment) -> tuple[dict[str, Any], np.ndarray, bytes, int]:
+        writer = PcoWriter()
         olds = [old[n].bits[lo:hi] for n, lo, hi in seg.pieces]
         news = [new[n].bits[lo:hi] for n, lo, hi in seg.pieces]
         header, cold, n_changed = encode_group(groups[seg.group][0], olds, news, writer)
-        return header, writer, _zstd(cold).tobytes() if cold else b"", n_changed
+        return header, writer.finish(), _zstd(cold).tobytes() if cold else b"", n_changed
 
     digest = hashlib.sha256() if sha256 else None
     results = run(encode, segments, workers, (lambda wait: _hash_all(digest, new)) if digest else None, processes)
-    # one model per (group, stream kind, exponent, flip), shared by the group's segments: a segment's
-    # header then holds only its streams' lengths, so cutting a group into segments costs few bytes
-    found: list[dict[tuple[str, int, int], list[list[list[int]]]]] = [{} for _ in groups]
-    for seg, (header, _, _, _) in zip(segments, results, strict=True):
-        for key, hist in _streams_of(header):
-            if hist:
-                found[seg.group].setdefault(key, []).append(hist)
-    models = [{key: merge_models(hists) for key, hists in sorted(g.items())} for g in found]
-
-    def finish(i: int) -> tuple[np.ndarray, np.ndarray]:  # the ANS coding, with the shared models
-        header, writer = results[i][0], results[i][1]
-        coded: tuple[np.ndarray, np.ndarray] = writer.finish(
-            [models[segments[i].group][key] for key, hist in _streams_of(header) if hist]
-        )
-        return coded
-
-    # a second parallel pass: forked children read `results` and `models` copy-on-write
-    finished = run(finish, range(len(segments)), workers, None, processes)
     heads: list[list[dict[str, object]]] = [[] for _ in groups]
-    ans, bit_parts, cold_parts = [], [], []
-    at = [0, 0, 0]
+    stream_parts, cold_parts = [], []
+    at = [0, 0]
     changed = 0
-    for seg, (header, _, cold, n_changed), (words, bits) in zip(segments, results, finished, strict=True):
-        header = _with_lengths(header, [sum(hist[1]) if hist else 0 for _, hist in _streams_of(header)])
-        sizes = [words.size, bits.size, len(cold)]
-        streams = [[a, n] for a, n in zip(at, sizes, strict=True)]  # (offset, length) in ans, bits, cold
-        heads[seg.group].append({"start": seg.start, "size": seg.size, "streams": streams, **header})
-        at = [a + s for a, s in zip(at, sizes, strict=True)]
-        ans.append(words)
-        bit_parts.append(bits)
+    for seg, (header, streams, cold, n_changed) in zip(segments, results, strict=True):
+        sizes = [streams.size, len(cold)]
+        spans = [[a, n] for a, n in zip(at, sizes, strict=True)]  # (offset, length) in streams, cold
+        heads[seg.group].append({"start": seg.start, "size": seg.size, "streams": spans, **header})
+        at = [a + n for a, n in zip(at, sizes, strict=True)]
+        stream_parts.append(streams)
         cold_parts.append(cold)
         changed += n_changed
     params = sum(t.bits.size for t in new.values())
@@ -117,23 +97,16 @@ def encode_delta(
         "changed": changed,
         "segment": SEGMENT,
         "groups": [
-            {
-                "dtype": d,
-                "tensors": [[n, int(new[n].bits.size)] for n in names],
-                "models": [[*key, *hist] for key, hist in m.items()],
-                "segments": s,
-            }
-            for (d, names), s, m in zip(groups, heads, models, strict=True)
+            {"dtype": d, "tensors": [[n, int(new[n].bits.size)] for n in names], "segments": s}
+            for (d, names), s in zip(groups, heads, strict=True)
         ],
     }
     header_z = _zstd(json.dumps(head, separators=(",", ":")).encode())
-    words_all = np.concatenate(ans) if ans else np.zeros(0, np.uint32)
-    bits_all = np.concatenate(bit_parts) if bit_parts else np.zeros(0, np.uint8)
+    streams_all = np.concatenate(stream_parts) if stream_parts else np.zeros(0, np.uint8)
     cold_all = np.frombuffer(b"".join(cold_parts), dtype=np.uint8)
     tensors = {
         "header": raw_tensor("U8", [header_z.size], header_z),
-        "ans": raw_tensor("U32", [words_all.size], words_all),
-        "bits": raw_tensor("U8", [bits_all.size], bits_all),
+        "streams": raw_tensor("U8", [streams_all.size], streams_all),
         "cold": raw_tensor("U8", [cold_all.size], cold_all),
     }
     data = b"".join(bytes(c) for c in safetensors_bytes(tensors, {"format": FORMAT}))
@@ -163,8 +136,9 @@ def decode_delta_sha256(
 
 def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes: bool, in_place: bool) -> State:
     parts, meta = parse_safetensors(data, "delta object")
-    if meta.get("format") not in (FORMAT, FORMAT_V1) or set(parts) != {"header", "ans", "bits", "cold"}:
-        raise ValueError(f"not a {FORMAT} or {FORMAT_V1} object (format {meta.get('format')!r})")
+    fmt = meta.get("format")
+    if fmt not in _STREAMS or set(parts) != {"header", *_STREAMS[fmt]}:
+        raise ValueError(f"not a {FORMAT} (or /2, /1) object (format {fmt!r})")
     try:
         head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
         groups = [(str(g["dtype"]), [(str(n), int(s)) for n, s in g["tensors"]]) for g in head["groups"]]
@@ -177,8 +151,8 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
                 raise ValueError(f"delta does not fit the local state: tensor {name!r} differs or is missing")
     if sum(len(t) for _, t in groups) != len(old):
         raise ValueError("delta does not fit the local state: the local state has extra tensors")
-    if meta["format"] == FORMAT_V1:
-        new = _decode_v1(old, head, parts)
+    if fmt == FORMAT_V1:
+        new = decode_v1(old, head, parts)
         if digest is not None:
             _hash_all(digest, new)
         return new
@@ -196,13 +170,8 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         segments, specs = _segments_of(head, groups)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"delta segment table is malformed: {e}") from e
-    streams = {k: parts[k].bits for k in ("ans", "bits", "cold")}
-    try:
-        shared = [
-            {(str(k), int(c), int(f)): [list(p), list(n)] for k, c, f, p, n in g["models"]} for g in head["groups"]
-        ]
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"delta stream models are malformed: {e}") from e
+    streams = {k: parts[k].bits for k in _STREAMS[fmt]}
+    models = shared_models(head) if fmt == FORMAT_V2 else []
 
     def decode(seg: _Segment) -> None:
         spec = specs[id(seg)]
@@ -217,9 +186,12 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         old_pieces = [old[n].bits[lo:hi] for n, lo, hi in seg.pieces]
         pieces = None if in_place else [outs[n][lo:hi] for n, lo, hi in seg.pieces]
         cold = zstandard.ZstdDecompressor().decompress(got["cold"].tobytes()) if got["cold"].size else b""
-        reader = StreamReader(got["ans"], got["bits"])
-        full_spec = {"dtype": groups[seg.group][0], **_with_models(spec, shared[seg.group])}
-        if decode_group(full_spec, old_pieces, pieces, reader, cold, 0) != len(cold):
+        reader: PcoReader | StreamReader
+        if fmt == FORMAT:
+            reader = PcoReader(got["streams"], seg.size)
+        else:
+            reader, spec = v2_segment(got, spec, models[seg.group], seg.size)
+        if decode_group({**spec, "dtype": groups[seg.group][0]}, old_pieces, pieces, reader, cold, 0) != len(cold):
             raise ValueError("delta cold stream holds more data than its header says")
         reader.check_done()
 
@@ -229,57 +201,11 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
     return new
 
 
-def _decode_v1(old: State, head: dict[str, Any], parts: State) -> State:
-    reader = StreamReader(parts["ans"].bits, parts["bits"].bits)
-    cold = zstandard.ZstdDecompressor().decompress(parts["cold"].bits.tobytes())
-    new: State = {}
-    cold_pos = 0
-    for group in head["groups"]:
-        names = [n for n, _ in group["tensors"]]
-        outs = [np.empty_like(old[n].bits) for n in names]
-        cold_pos = decode_group(group, [old[n].bits for n in names], outs, reader, cold, cold_pos)
-        for name, bits in zip(names, outs, strict=True):
-            new[name] = raw_tensor(group["dtype"], old[name].shape, bits)
-    reader.check_done()
-    return new
-
-
 # --- segments ---------------------------------------------------------------------------
 #
-# A segment header lists, per context, [c, n_c, flip, gap stream, value stream], then its cold gap
-# stream: while encoding, each stream is its histogram; in a /2 object, its length (the model is the
-# group's, keyed by (kind, c, flip)); `_with_models` turns the second back into what `_decode_group` reads.
-
-
-def _streams_of(header: dict[str, Any]) -> list[tuple[tuple[str, int, int], Any]]:
-    """(model key, stream) of a segment header, in the order the segment's writer queued them."""
-    out: list[tuple[tuple[str, int, int], Any]] = []
-    for c, _, flip, gaps, values in header["contexts"]:
-        out += [(("g", int(c), int(bool(flip))), gaps), (("v", int(c), 0), values)]
-    return [*out, (("c", 0, 0), header["cold"])]
-
-
-def _with_lengths(header: dict[str, Any], lengths: list[int]) -> dict[str, Any]:
-    it = iter(lengths)
-    contexts = [[c, n, f, next(it), next(it)] for c, n, f, _, _ in header["contexts"]]
-    return {**header, "contexts": contexts, "cold": next(it)}
-
-
-def _with_models(spec: dict[str, Any], models: dict[tuple[str, int, int], list[list[int]]]) -> dict[str, Any]:
-    def stream(key: tuple[str, int, int], n: Any) -> list[Any]:
-        if not isinstance(n, int) or n < 0:
-            raise ValueError("delta segment gives an invalid stream length")
-        if n == 0:
-            return []
-        if key not in models:
-            raise ValueError(f"delta has no model for stream {key}")
-        return [*models[key], n]
-
-    contexts = [
-        [c, n_c, f, stream(("g", int(c), int(bool(f))), g), stream(("v", int(c), 0), v)]
-        for c, n_c, f, g, v in spec["contexts"]
-    ]
-    return {**spec, "contexts": contexts, "cold": stream(("c", 0, 0), spec["cold"])}
+# A /3 segment header lists its spans of the streams and cold parts, its exponent cut, per context
+# [c, n_c, flip, gap stream, value stream], then its cold gap stream; a stream is [bytes, integers]
+# (`pcostreams.py`).
 
 
 def _plan(state: State) -> tuple[list[tuple[str, list[str]]], list[_Segment]]:

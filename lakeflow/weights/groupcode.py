@@ -1,25 +1,35 @@
-"""The coding of one run of same-dtype elements (a dtype group of /1, a segment of /2) against the old state.
+"""The coding of one run of same-dtype elements (a dtype group of /1, a segment of /2 and /3) against the old state.
 
 Hot elements (exponent below the cut) are coded per exponent as gaps between the rarer outcome and
-as signed bit-pattern distances of the changes, through `entropy.StreamWriter`; cold changes are
+as signed bit-pattern distances of the changes, through a stream writer (`pcostreams.PcoWriter`;
+/1 and /2 objects are read by `entropy.StreamReader`); cold changes are
 listed by position with their new bits. The passes over the elements are `kernels.py`'s compiled
 loops; `codec.py` wraps this into delta objects.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from lakeflow.weights import kernels
-from lakeflow.weights.entropy import StreamReader, StreamWriter
 from lakeflow.weights.kernels import absmask
 from lakeflow.weights.tensors import BITS_DTYPE
 
 MANTISSA_BITS = {"BF16": 7, "F16": 10, "F32": 23}  # exponent = (bits & ~sign) >> mantissa
 _SAMPLE_BLOCK, _SAMPLE_EVERY = 1024, 32 * 1024  # e_cut is chosen from 1/32 of the elements
 _HOT_PENALTY = 0.002  # bits charged per hot element, trading a little size for speed
+
+
+class Writer(Protocol):  # `pcostreams.PcoWriter`
+    def add(self, values: np.ndarray, signed: bool) -> Any:
+        """Code a stream of integers; returns what the header keeps to read it back."""
+
+
+class Reader(Protocol):  # `pcostreams.PcoReader`, `entropy.StreamReader` (/1 and /2 objects)
+    def read(self, entry: Any, signed: bool) -> np.ndarray:
+        """The next stream, as int64, given what `Writer.add` returned for it."""
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -31,7 +41,7 @@ _HOT_PENALTY = 0.002  # bits charged per hot element, trading a little size for 
 
 
 def encode_group(
-    dtype: str, olds: list[np.ndarray], news: list[np.ndarray], writer: StreamWriter
+    dtype: str, olds: list[np.ndarray], news: list[np.ndarray], writer: Writer
 ) -> tuple[dict[str, object], bytes, int]:
     mbits = MANTISSA_BITS.get(dtype)
     e_cut = _choose_cut(olds, news, mbits) if mbits is not None else 0
@@ -61,7 +71,7 @@ def encode_group(
 
 
 def _encode_hot(
-    n_ctx: np.ndarray, changes: np.ndarray, ranks: np.ndarray, diffs: np.ndarray, writer: StreamWriter
+    n_ctx: np.ndarray, changes: np.ndarray, ranks: np.ndarray, diffs: np.ndarray, writer: Writer
 ) -> list[list[object]]:
     k_ctx = np.bincount(changes, minlength=n_ctx.size)
     flip = k_ctx * 2 > n_ctx  # code the unchanged ones where most elements changed
@@ -117,7 +127,7 @@ def decode_group(
     group: dict[str, Any],
     olds: list[np.ndarray],
     outs: list[np.ndarray] | None,
-    reader: StreamReader,
+    reader: Reader,
     cold: bytes,
     cold_at: int,
 ) -> int:
@@ -136,10 +146,11 @@ def decode_group(
     exponents = kernels.exponents(bits_dtype, mbits)
     if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= exponents):
         raise ValueError("delta header gives an invalid exponent cut")
+    size = sum(o.size for o in olds)
     n_ctx = np.zeros(e_cut, dtype=np.int64)
     changes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # context -> (gaps, values) of its changes
     for c, n_c, f, gap_hist, val_hist in contexts:
-        if not 0 <= c < e_cut or c in changes or n_c <= 0:
+        if not 0 <= c < e_cut or c in changes or not 0 < n_c <= size:
             raise ValueError("delta header lists an invalid context")
         n_ctx[c] = n_c
         gaps = reader.read(gap_hist, signed=False)
@@ -150,8 +161,7 @@ def decode_group(
         raise ValueError("delta cold stream is shorter than its header says")
     in_place = outs is None
     outs = olds if outs is None else outs
-    total = sum(o.size for o in outs)
-    if cold_pos.size and cold_pos[-1] >= total:
+    if cold_pos.size and cold_pos[-1] >= size:
         raise ValueError("delta changes an element beyond the end of the local state")
     if e_cut:
         _apply_hot(olds, outs, in_place, mbits, exponents, n_ctx, changes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from lakeflow.weights.tensors import (
 from lakeflow.weights.workers import empty_like, in_shared_memory
 from tests.weights.weight_states import adam_step, assert_same_state, make_state, to_bf16
 
+DATA = Path(__file__).parent / "data"
 SPECIAL16 = [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8001, 0x7F7F, 0xFF7F]
 SPECIAL_F16 = [0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x0001, 0x8001, 0x7BFF, 0xFBFF]
 SPECIAL32 = [0x0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x1, 0x80000001, 0x7F7FFFFF]
@@ -135,7 +137,7 @@ def test_delta_for_same_layout_other_values_is_refused() -> None:
 def test_format_1_objects_still_decode() -> None:
     """A delta written by lakeflow-delta/1 (tests/weights/data, made from these seeds) stays readable."""
     old = make_state(seed=7, scale=3)
-    data = (Path(__file__).parent / "data" / "delta-v1.safetensors").read_bytes()
+    data = (DATA / "delta-v1.safetensors").read_bytes()
     assert b"lakeflow-delta/1" in data[:4096]
     assert_same_state(decode_delta(old, data), adam_step(old, 7))
 
@@ -197,21 +199,55 @@ def test_forked_processes_give_the_same_bytes_and_state(monkeypatch: pytest.Monk
         decode_delta(old, bytes(broken), workers=2, processes=True)
 
 
-def test_the_compiled_codec_writes_the_bytes_of_the_numpy_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The format is the bytes: these digests were written by the codec before its loops were compiled
-    (numpy, lakeflow 0.x up to the numba kernels), for a model-like state cut into small segments and for
-    a state where most of some exponents change (contexts that code their unchanged elements)."""
+def test_the_format_is_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lakeflow-delta/3 objects, pinned: a model-like state cut into small segments, and a state where
+    most of some exponents change (contexts that code their unchanged elements). A change of these
+    bytes (the coder, the cut, pcodec's version) needs a new format name, since old readers decode
+    only what they know."""
     monkeypatch.setattr(codec, "SEGMENT", 50_000)
     old = make_state(seed=5, scale=40)
     data = encode_delta(old, adam_step(old, 5)).data
-    assert hashlib.sha256(data).hexdigest() == "79e6675c71cd36316d613a403e088bcda1486421677d599bc4715947a8dd0c86"
+    assert hashlib.sha256(data).hexdigest() == "4a2bb7a797abfb86d4a2714b6775598cf0f74c51012062ee102777f323bf7873"
     rng = np.random.default_rng(9)
     b = (((rng.standard_normal(1 << 20).astype(np.float32) * 0.02).view(np.uint32)) >> 16).astype(np.uint16)
     nb = b.copy()
     nb[::2] ^= np.uint16(1)
     nb[1::7] += np.uint16(2)
     data = encode_delta({"a": raw_tensor("BF16", (b.size,), b)}, {"a": raw_tensor("BF16", (b.size,), nb)}).data
-    assert hashlib.sha256(data).hexdigest() == "010fed441807d3fae5deec7924317c284c05181465afc2abf38a1844d0573d9f"
+    assert hashlib.sha256(data).hexdigest() == "3218e28822536c1eaf95003d7b1565992d14ffe860c2b986aa981f36b76a8d24"
+
+
+def test_format_2_objects_still_decode_and_format_3_codes_the_same_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lakeflow-delta/2 object (tests/weights/data, written by the codec before /3 with SEGMENT 5000
+    from these seeds) decodes; a /3 object of the same step lists the same segments, exponent cuts,
+    contexts and stream lengths: only the entropy coder changed."""
+    old = make_state(seed=7, scale=3)
+    new = adam_step(old, 7)
+    v2 = (DATA / "delta-v2.safetensors").read_bytes()
+    assert b"lakeflow-delta/2" in v2[:4096]
+    assert_same_state(decode_delta(old, v2, workers=2), new)
+    monkeypatch.setattr(codec, "SEGMENT", 5000)
+    v3 = encode_delta(old, new).data
+    assert b"lakeflow-delta/3" in v3[:4096]
+
+    def outline(data: bytes) -> list[list[object]]:
+        head = json.loads(zstandard.ZstdDecompressor().decompress(parse_safetensors(data)[0]["header"].bits.tobytes()))
+
+        def count(stream: Any) -> int:  # /3: [bytes, integers]; /2: integers
+            return int(stream[1] if isinstance(stream, list) else stream)
+
+        return [
+            [
+                s["start"],
+                s["e_cut"],
+                [[c, n, f, count(g), count(v)] for c, n, f, g, v in s["contexts"]],
+                count(s["cold"]),
+            ]
+            for g in head["groups"]
+            for s in g["segments"]
+        ]
+
+    assert outline(v3) == outline(v2)
 
 
 @pytest.mark.parametrize(("dtype", "e_cut"), [("F16", 256), ("F16", 33), ("I32", 3), ("BF16", -1)])
@@ -276,42 +312,62 @@ def test_writable_states_load_from_files(tmp_path: Path) -> None:
     )
 
 
-def test_damaged_deltas_raise_value_error_and_never_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+HOSTILE = [0, 1, 3, 255, 5000, 10**6, 1 << 20, 1 << 40, -1, -3]
+
+
+def _damage_header(head: dict[str, Any], rng: np.random.Generator) -> None:
+    """Put a hostile number somewhere in a delta header: a /2 model's counts, a context's fields or
+    streams, a /3 stream entry, or an exponent cut."""
+    group = head["groups"][int(rng.integers(len(head["groups"])))]
+    seg = group["segments"][int(rng.integers(len(group["segments"])))]
+    kind = int(rng.integers(3))
+    if kind == 0 and group.get("models"):
+        model = group["models"][int(rng.integers(len(group["models"])))]
+        counts = model[3 + int(rng.integers(2))]
+        counts[int(rng.integers(len(counts)))] = int(rng.choice(HOSTILE))
+    elif kind == 1 and isinstance(seg["cold"], list):
+        seg["cold"][int(rng.integers(2))] = int(rng.choice(HOSTILE))
+    elif seg["contexts"]:
+        ctx = seg["contexts"][int(rng.integers(len(seg["contexts"])))]
+        i = int(rng.integers(5))
+        if isinstance(ctx[i], list):
+            ctx[i][int(rng.integers(2))] = int(rng.choice(HOSTILE))
+        else:
+            ctx[i] = int(rng.choice(HOSTILE))
+    else:
+        seg["e_cut"] = int(rng.choice([1, 50, 255, 256]))
+
+
+@pytest.mark.parametrize("written", ["now", "format 2"])
+def test_damaged_deltas_raise_value_error_and_never_crash(monkeypatch: pytest.MonkeyPatch, written: str) -> None:
     """The compiled loops do not check bounds, so every index they take from an object must be
     checked before: flipped bytes anywhere past the header and hostile numbers in the header's models,
-    contexts and exponent cuts give ValueError or some state (which `pull` then rejects by its hash),
-    never another exception or a crash."""
-    monkeypatch.setattr(codec, "SEGMENT", 20_000)
-    old = make_state(seed=3, scale=10)
-    old["f16"] = raw_tensor("F16", (3000,), (np.arange(3000) * 7 % 30000).astype(np.uint16))
-    noise = np.random.default_rng(0).standard_normal(3000).astype(np.float32) * 0.01
-    old["f32"] = raw_tensor("F32", (3000,), noise.view(np.uint32))
-    new = adam_step(old, 3)
-    data = encode_delta(old, new).data
+    stream entries, contexts and exponent cuts give ValueError or some state (which `pull` then
+    rejects by its hash), never another exception or a crash; for this codec's objects and for
+    lakeflow-delta/2 ones (tests/weights/data)."""
+    if written == "now":
+        monkeypatch.setattr(codec, "SEGMENT", 20_000)
+        old = make_state(seed=3, scale=10)
+        old["f16"] = raw_tensor("F16", (3000,), (np.arange(3000) * 7 % 30000).astype(np.uint16))
+        noise = np.random.default_rng(0).standard_normal(3000).astype(np.float32) * 0.01
+        old["f32"] = raw_tensor("F32", (3000,), noise.view(np.uint32))
+        data = encode_delta(old, adam_step(old, 3)).data
+    else:
+        old = make_state(seed=7, scale=3)
+        data = (DATA / "delta-v2.safetensors").read_bytes()
     parts, meta = parse_safetensors(data)
     head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
     rng = np.random.default_rng(7)
     refused = 0
     for _ in range(300):
-        kind = int(rng.integers(3))
-        if kind == 0:
+        if rng.random() < 1 / 3:
             damaged = bytearray(data)
             for _ in range(int(rng.integers(1, 4))):
                 damaged[int(rng.integers(len(data) // 3, len(data)))] ^= int(rng.integers(1, 256))
             blob = bytes(damaged)
         else:
             h = json.loads(json.dumps(head))
-            group = h["groups"][int(rng.integers(len(h["groups"])))]
-            seg = group["segments"][int(rng.integers(len(group["segments"])))]
-            if kind == 1 and group["models"]:
-                model = group["models"][int(rng.integers(len(group["models"])))]
-                counts = model[3 + int(rng.integers(2))]
-                counts[int(rng.integers(len(counts)))] = int(rng.choice([0, 1, 5000, 1 << 20, -3, 4095]))
-            elif seg["contexts"]:
-                ctx = seg["contexts"][int(rng.integers(len(seg["contexts"])))]
-                ctx[int(rng.integers(5))] = int(rng.choice([0, 1, 3, 255, 10**6, -1]))
-            else:
-                seg["e_cut"] = int(rng.choice([1, 50, 255, 256]))
+            _damage_header(h, rng)
             z = np.frombuffer(zstandard.ZstdCompressor().compress(json.dumps(h).encode()), np.uint8)
             blob = b"".join(
                 bytes(c) for c in safetensors_bytes({**parts, "header": raw_tensor("U8", [z.size], z)}, meta)
