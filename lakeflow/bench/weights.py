@@ -160,13 +160,14 @@ def scaling(old: State, new: State, workers: int) -> list[dict[str, Any]]:
 def projection(runs: list[dict[str, Any]], params: float = 8.2e9, cores: int = 32) -> list[dict[str, Any]]:
     """Encode/apply seconds of a `params` bf16 state on `cores` cores, per parallel mode, from Amdahl's
     law fitted to the measured speed-up at the largest measured worker count (serial share
-    f = (n/S - 1)/(n - 1)); an estimate, not a measurement."""
+    f = (n/S - 1)/(n - 1), 0 where the speed-up reaches n): an upper bound that knows nothing of the
+    larger node's memory bandwidth; an estimate, not a measurement."""
     base = runs[0]
     out = []
     for r in runs[1:]:
         n = r["workers"]
         row: dict[str, Any] = {"mode": "processes" if r["processes"] else "threads", "cores": cores, "params": params}
-        for op in ("encode", "apply"):
+        for op in ("encode", "apply", "apply_in_place"):
             speedup = r[f"{op}_gbps"] / base[f"{op}_gbps"]
             serial = min(1.0, max(0.0, (n / speedup - 1) / (n - 1)))
             at_cores = 1 / (serial + (1 - serial) / cores)
@@ -344,10 +345,10 @@ def render(result: dict[str, Any]) -> str:
     for p in result["projection"]:
         lines.append(
             f"projection, {p['params'] / 1e9:.1f}B bf16 on {p['cores']} cores with {p['mode']} (Amdahl from the "
-            f"measured speed-up; serial share encode {p['encode_serial_share']:.2f}, "
-            f"apply {p['apply_serial_share']:.2f}): "
+            f"measured speed-up, an upper bound; serial share encode {p['encode_serial_share']:.2f}, "
+            f"apply {p['apply_serial_share']:.2f}, in place {p['apply_in_place_serial_share']:.2f}): "
             f"encode {p['encode_gbps']:.2f} GB/s ({p['encode_s']:.1f} s), apply {p['apply_gbps']:.2f} GB/s "
-            f"({p['apply_s']:.1f} s)"
+            f"({p['apply_s']:.1f} s), in place {p['apply_in_place_gbps']:.2f} GB/s ({p['apply_in_place_s']:.1f} s)"
         )
     lines += [
         f"link model: {LINK['rate_bps'] / 1e9:.0f} Gbit/s, {LINK['rtt_s'] * 1000:.0f} ms RTT, "

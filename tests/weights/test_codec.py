@@ -162,6 +162,33 @@ def test_segments_across_and_within_tensors(monkeypatch: pytest.MonkeyPatch, wor
     assert max(len(g["segments"]) for g in head["groups"]) > 3
 
 
+@pytest.mark.parametrize(
+    ("field", "change", "error"),
+    [
+        (1, 1, "another number of integers"),
+        (1, -1, "another number of integers"),
+        (1, 10**12, "invalid length"),
+        (0, 1, "corrupt|another number|more data"),
+        (0, 10**9, "shorter than"),
+    ],
+)
+def test_stream_entries_that_lie_are_refused(field: int, change: int, error: str) -> None:
+    """A /3 stream entry is [bytes, integers]: one that claims more or fewer integers than its pcodec
+    stream holds, more than the segment has elements, or bytes that the segment lacks, is refused
+    before anything is allocated or written."""
+    old = make_state(seed=2, scale=10)
+    new = adam_step(old, 2)
+    parts, meta = parse_safetensors(encode_delta(old, new).data)
+    head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
+    seg = next(s for g in head["groups"] for s in g["segments"] if s["contexts"])
+    entry = next(e for ctx in seg["contexts"] for e in ctx[3:] if e[1] > 1)
+    entry[field] += change
+    z = np.frombuffer(zstandard.ZstdCompressor().compress(json.dumps(head).encode()), np.uint8)
+    data = b"".join(bytes(c) for c in safetensors_bytes({**parts, "header": raw_tensor("U8", [z.size], z)}, meta))
+    with pytest.raises(ValueError, match=error):
+        decode_delta(old, data)
+
+
 def test_bad_segment_tables_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(codec, "SEGMENT", 50_000)
     old = make_state(seed=6, scale=20)
