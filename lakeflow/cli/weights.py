@@ -81,7 +81,7 @@ def publish_cmd(
 @click.option(
     "--workers", type=click.IntRange(min=1), default=None, help="Delta decoding workers (default: every CPU)."
 )
-@click.option("--processes", is_flag=True, help="Decode in forked processes instead of threads (many-core hosts).")
+@click.option("--processes", is_flag=True, help="Decode in forked processes instead of threads.")
 def pull_cmd(
     lake_url: str | None,
     endpoint_url: str | None,

@@ -130,8 +130,8 @@ class RaasConfig(_Strict):
     decode_processes: bool = Field(
         False,
         description=(
-            "Apply weight deltas in forked processes instead of threads: scales with cores where threads stop "
-            "(the ANS decoder holds Python's GIL), at the cost of a fork per pull. Linux; for many-core hosts."
+            "Apply weight deltas in forked processes instead of threads, at the cost of a fork per pull (Linux): "
+            "for hosts whose own Python work contends for the GIL with the codec's threads."
         ),
     )
     id: str | None = Field(None, description="Rollout service id (default: raas-<12 hex>); unique per instance.")

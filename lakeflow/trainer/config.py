@@ -94,7 +94,8 @@ class TrainerConfig(_Strict):
     publish_processes: bool = Field(
         False,
         description="Run the delta codec's workers as forked processes (Linux): they leave Python's GIL to the "
-        "training loop, which codec threads share (the ANS coder holds it). The children touch no accelerator.",
+        "training loop entirely (codec threads release it in their loops but take it between calls). The "
+        "children touch no accelerator.",
     )
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")
