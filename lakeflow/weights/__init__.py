@@ -3,8 +3,8 @@
 `publish` writes version N (delta against N-1, full every K); `pull` brings a local Hugging
 Face directory to any version, from the lake or a read-only source; `mirror` copies the weights to
 such a source (LATEST last); `retention.collect` drops versions no chain needs. Layer
-rule: imports lakeflow.io, lakeflow.lake.layout, numpy, safetensors, zstandard, constriction;
-never torch.
+rule: imports lakeflow.io, lakeflow.lake.layout, numpy, numba, safetensors, zstandard, pcodec
+(and constriction, to read /1 and /2 deltas); never torch.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Running the codec's segments on several cores: threads (default) or forked processes.
 
-Threads share everything and cost nothing to start; the codec's compiled loops release the GIL, but
-constriction's ANS coder and the Python glue around it hold it (on the apply side about 40% of a
-segment's time on a harsh synthetic update, much less on real ones), which caps their scaling.
-Processes (`processes=True`, Linux: fork) run the segments truly in parallel: the children read the
+Threads share everything and cost nothing to start; the codec's compiled loops, pcodec, zstandard and
+hashlib release the GIL, and only the Python glue between their calls holds it, so threads scale on
+their own. Processes (`processes=True`, Linux: fork) suit a host whose own Python work contends for
+the GIL (a training loop): they run the segments truly in parallel; the children read the
 caller's states copy-on-write and decode into outputs allocated in a shared anonymous mapping, so
 nothing large is copied back; only small encoded segments are pickled. Fork copies the caller's page
 tables (milliseconds per GB of memory) and only the calling thread, so a child runs nothing but the
-compiled loops, numpy, zstandard and constriction on its segments.
+compiled loops, numpy, pcodec and zstandard on its segments.
 """
 
 from __future__ import annotations
