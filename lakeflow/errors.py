@@ -90,3 +90,9 @@ class SkippedError(LakeflowError):
 class TableConflictError(LakeflowError):
     """The compacted table moved on since this committer read it (another committer wrote): nothing was
     committed; read it again (only the process holding the dataflow lease should compact)."""
+
+
+class PluginError(ConfigError):
+    """A config names an extension (workflow, environment, reward, dataset loader, loss, engine, actuator)
+    that is not shipped, not importable as `package.module:attr`, not registered by an installed package,
+    or not of the right shape; the message names the key, the name and what is known."""

@@ -14,6 +14,7 @@ ALLOWED = {
     "errors": set(),
     "text": set(),
     "configfile": {"errors"},
+    "plugins": {"errors"},
     "humaneval": {"errors"},
     "io": {"text", "errors"},
     "lake": {"text", "io", "errors"},
@@ -77,6 +78,21 @@ ALLOWED = {
         "errors",
     },
 }
+# Extension points (lakeflow/plugins.py) resolve names for every layer that has a registry.
+for _layer_name in (
+    "tracking",
+    "dataflow",
+    "models",
+    "raas",
+    "trainer",
+    "evaluation",
+    "run",
+    "autoscale",
+    "launch",
+    "bench",
+    "cli",
+):
+    ALLOWED[_layer_name].add("plugins")
 STORAGE_SDKS = {"boto3", "botocore", "fsspec", "s3fs", "moto", "aiobotocore"}
 # Table formats bring their own object-store client: only the module that owns the table imports one.
 TABLE_FORMATS = {"deltalake": ROOT / "lake" / "table.py"}
