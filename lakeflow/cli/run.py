@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from pathlib import Path
 from types import FrameType
@@ -82,6 +83,8 @@ def run(
         while not interrupted and outcome is None:
             time.sleep(1.0)
             outcome = launcher.poll()
+            while launcher.notices:
+                tqdm.write(launcher.notices.pop(0), file=sys.stderr)
             for model_id, p in launcher.progress().items():
                 bar = bars[model_id]
                 bar.n = min(config.steps, p.version or 0)

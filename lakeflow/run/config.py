@@ -144,6 +144,14 @@ class RunConfig(_Strict):
     tracker: TrackerConfig | None = Field(
         None, description="Log trainers, rollout pools and evaluations to this tracker too (`--tracker`)."
     )
+    restarts: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="Times `lakeflow run` starts a process again after a signal killed it (the kernel's OOM "
+        "killer sends SIGKILL), saying why, before it stops the run; a process that exits with an error "
+        "code stops the run at once.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:

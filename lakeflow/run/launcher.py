@@ -105,6 +105,7 @@ class Component:
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
     done: bool = False  # exited 0 (trainers: reached `steps`)
+    restarts: int = 0  # times started again after a signal killed it
 
 
 @dataclass
@@ -134,6 +135,7 @@ class Launcher:
         self.run_dir = run_dir
         self.endpoint_url = endpoint_url
         self.components: list[Component] = []
+        self.notices: list[str] = []  # one line per process started again after a signal killed it
         self._stopping = False
 
     def _write(self, name: str, data: dict[str, Any]) -> Path:
@@ -202,6 +204,16 @@ class Launcher:
                 continue
             if code == 0 and c.name.startswith(("train-", "eval-")):
                 c.done = True
+            elif code < 0 and not self._stopping and c.restarts < self.config.restarts:
+                # killed by a signal we did not send (SIGKILL: usually the kernel's OOM killer): every process
+                # resumes from the lake, so start it again, and say so
+                c.restarts += 1
+                self.notices.append(
+                    f"{c.name} was killed by {_signal_name(-code)}"
+                    f"{' (out of memory?)' if -code == signal.SIGKILL else ''}; "
+                    f"starting it again ({c.restarts}/{self.config.restarts}), log {c.log_path}"
+                )
+                self.restart(c)
             elif failure is None and not self._stopping:
                 failure = f"failed: {c.name} exited with {code}; last lines of {c.log_path}:\n{_tail(c.log_path)}"
         finishers = [c for c in self.components if c.name.startswith(("train-", "eval-"))]  # evals: version `steps`
@@ -242,6 +254,13 @@ class Launcher:
                 c.process.wait()
             if c.log:
                 c.log.close()
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _tail(path: Path, lines: int = 15) -> str:

@@ -44,3 +44,37 @@ def test_a_process_dying_before_is_a_failure_and_restart_brings_it_back(tmp_path
         assert time.monotonic() < deadline
         time.sleep(0.05)
     launcher.stop()
+
+
+def test_a_process_killed_by_a_signal_is_started_again_with_the_reason_said(tmp_path: Path) -> None:
+    # First start: the process SIGKILLs itself (as the OOM killer would); the second start finishes.
+    marker = tmp_path / "started-once"
+    code = (
+        f"import os, pathlib, signal; m = pathlib.Path({str(marker)!r})\n"
+        "if not m.exists():\n    m.touch(); os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    launcher = _launcher(tmp_path, {"train-policy": code})
+    assert launcher.poll() is None  # not a failure: started again
+    log = tmp_path / "train-policy.log"
+    assert launcher.notices == [
+        f"train-policy was killed by SIGKILL (out of memory?); starting it again (1/3), log {log}"
+    ]
+    deadline = time.monotonic() + 60  # a guard against a hang, not a timing check
+    while launcher.poll() != "done":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    launcher.stop()
+
+
+def test_restarts_are_bounded_then_the_run_fails(tmp_path: Path) -> None:
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    launcher = _launcher(tmp_path, {"train-policy": kill})
+    launcher.config = launcher.config.model_copy(update={"restarts": 1})
+    assert launcher.poll() is None
+    trainer = launcher.components[0]
+    assert trainer.process is not None
+    trainer.process.wait(timeout=60)
+    outcome = launcher.poll()
+    assert outcome is not None and outcome.startswith("failed: train-policy exited with -9")
+    assert len(launcher.notices) == 1
+    launcher.stop()
