@@ -33,6 +33,7 @@ COMMANDS = {
     "infra": "lakeflow.cli.infra:infra",
     "eval": "lakeflow.cli.evaluate:evaluate",
     "export-metrics": "lakeflow.cli.metrics:export_metrics",
+    "models": "lakeflow.cli.models:models",
 }
 
 # One line each in `lakeflow --help`, so listing the commands imports none of them.
@@ -55,6 +56,7 @@ SUMMARIES = {
     "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, eval, analyst).",
     "eval": "Evaluate a model's published versions on held-out prompts (the eval table).",
     "export-metrics": "Replay a lake's metric tables into W&B, TensorBoard or MLflow.",
+    "models": "Prepare a model directory (from a GGUF file, a wheel holding one, a hub id).",
 }
 
 
