@@ -29,6 +29,7 @@ ALLOWED = {
     "evaluation": {"configfile", "text", "raas", "dataflow", "tracking", "weights", "lake", "io", "errors"},
     "report": {"configfile", "text", "catalog", "weights", "lake", "io", "errors"},
     "run": {
+        "models",
         "configfile",
         "text",
         "raas",

@@ -19,6 +19,7 @@ from typing import Any
 from lakeflow.errors import MissingExtraError
 
 TINY_PREFIX = "tiny:"
+TINY_VOCAB = 512  # rows of the tiny recipe's embedding (its tokenizer has at most this many tokens)
 TINY_VERSION = 2  # of the recipe (corpus, shapes): part of the cache path, so a changed recipe is rebuilt
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -41,7 +42,9 @@ def _corpus(n: int, seed: int) -> list[str]:
     return lines
 
 
-def build_tiny_model(dest: str | Path, vocab_size: int = 512, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def build_tiny_model(
+    dest: str | Path, vocab_size: int = TINY_VOCAB, hidden: int = 64, layers: int = 2, seed: int = 0
+) -> Path:
     """Write a tiny randomly initialised Qwen2 + tokenizer to `dest` (a Hugging Face directory)."""
     try:
         import torch

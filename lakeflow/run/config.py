@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from lakeflow.configfile import load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
 from lakeflow.evaluation.config import EvalConfig
+from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
@@ -81,7 +82,10 @@ class RunModel(_Strict):
     """One model of the run: how its data flows, how it trains, who rolls it out."""
 
     id: str = Field(description="Model id.")
-    dataflow: dict[str, Any] = Field(description="lakeflow.dataflow.config.ModelConfig fields, without `id`.")
+    dataflow: dict[str, Any] = Field(
+        description="lakeflow.dataflow.config.ModelConfig fields, without `id`; `vocab_size` may be left out "
+        "when the trainer's model says it (tiny models, local directories, hub ids in the local cache)."
+    )
     trainer: TrainerConfig = Field(description="The model's trainer.")
     raas: PoolConfig = Field(default_factory=PoolConfig, description="The model's (home) rollout pool.")
     regions: list[RegionPool] = Field(
@@ -90,7 +94,23 @@ class RunModel(_Strict):
     eval: EvalConfig | None = Field(None, description="Held-out evaluation of each version (`lakeflow eval`).")
 
     def dataflow_config(self) -> ModelConfig:
-        return ModelConfig.model_validate({"id": self.id, **self.dataflow})
+        """The model's dataflow section, its vocabulary size taken from the trainer's model where it can be read."""
+        fields = {"id": self.id, **self.dataflow}
+        derived = model_vocab_size(self.trainer.model)
+        given = fields.get("vocab_size")
+        if given is None and derived is None:
+            raise ValueError(
+                f"model {self.id}: dataflow.vocab_size is not set and the vocabulary of {self.trainer.model!r} "
+                "cannot be read here (not a local directory, not in the Hugging Face cache): set it"
+            )
+        if given is not None and derived is not None and given != derived:
+            raise ValueError(
+                f"model {self.id}: dataflow.vocab_size {given} contradicts {self.trainer.model!r}, whose vocabulary "
+                f"is {derived}: remove the key (it is read from the model) or fix it"
+            )
+        if given is None:
+            fields["vocab_size"] = derived
+        return ModelConfig.model_validate(fields)
 
     def pools(self) -> list[tuple[str, PoolConfig]]:
         """(region name, pool) of every rollout pool: the home pool ("") first, then the regions."""
