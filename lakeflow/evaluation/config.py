@@ -31,9 +31,7 @@ class EvalConfig(BaseModel):
         "published, the newest one (versions published meanwhile are skipped).",
     )
     n_samples: int = Field(1, ge=1, description="Completions per prompt (pass@k uses k = n_samples).")
-    temperature: float = Field(
-        0.0, ge=0, description="0: greedy decoding (sampling at T = 1e-4, see docs/metrics.md); > 0: sampling."
-    )
+    temperature: float = Field(0.0, ge=0, description="0: greedy decoding; > 0: sampling at this temperature.")
     threshold: float = Field(1.0, description="A completion passes when its reward is at least this.")
     max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
     reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this score 0 ('overlong').")

@@ -26,15 +26,13 @@ from lakeflow.lake import layout
 from lakeflow.lake.metrics import read_metrics
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import HFEngineConfig
-from lakeflow.raas.engines import Engine, build_engine
+from lakeflow.raas.engines import Completion, Engine, build_engine
+from lakeflow.raas.episodes import task_messages
 from lakeflow.raas.rewards import build_reward
-from lakeflow.raas.workflows import POLICY, Sampling, rlvr
 from lakeflow.tracking import MetricSink
 from lakeflow.weights import TransferOptions, latest_version, pull
 
 log = logging.getLogger("lakeflow.eval")
-
-GREEDY_TEMPERATURE = 1e-4  # both engines sample at T > 0; at this T the top token wins unless logits tie
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -127,30 +125,51 @@ class EvalService:
         )
         return row
 
-    def _score(self, version: int, started: float) -> dict[str, Any]:
-        c = self.config
-        temperature = c.temperature if c.temperature > 0 else GREEDY_TEMPERATURE
-        sampling = Sampling(c.max_new_tokens, temperature, None)
-        n = c.n_samples
-        passes, rewards, lengths, cut = [], [], [], 0
-        for i, p in enumerate(self.prompts):
-            task = Task(
+    def _tasks(self) -> list[Task]:
+        return [
+            Task(
                 task_id=f"eval-{i}",
                 model_id=self.model_id,
                 prompt_id=str(p["prompt_id"]),
                 prompt=str(p["prompt"]),
                 answer=str(p["answer"]),
-                n_samples=n,
+                n_samples=self.config.n_samples,
                 task_type=str(p["task_type"]),
                 dataset=self.dataset,
                 issued_at=datetime.now(UTC),
             )
+            for i, p in enumerate(self.prompts)
+        ]
+
+    def _generate(self, tasks: list[Task]) -> list[list[Completion] | None]:
+        """The completions of every task, in as few engine calls as the prompts' lengths allow (one, when
+        every prompt leaves room for max_new_tokens); None for a prompt that leaves no room at all."""
+        c, engine = self.config, self.engine
+        prompts = [engine.encode_chat(task_messages(t)) for t in tasks]
+        by_room: dict[int, list[int]] = {}  # max_tokens -> indices of the prompts generated with it
+        for i, ids in enumerate(prompts):
+            room = min(c.max_new_tokens, engine.max_model_len - len(ids))
+            if room >= 1:
+                by_room.setdefault(room, []).append(i)
+        out: list[list[Completion] | None] = [None] * len(tasks)
+        for max_tokens, indices in sorted(by_room.items(), reverse=True):
+            results = engine.generate([prompts[i] for i in indices], c.n_samples, max_tokens, c.temperature)
+            for i, completions in zip(indices, results, strict=True):
+                out[i] = completions
+        return out
+
+    def _score(self, version: int, started: float) -> dict[str, Any]:
+        c = self.config
+        n = c.n_samples
+        tasks = self._tasks()
+        passes, rewards, lengths, cut = [], [], [], 0
+        for task, completions in zip(tasks, self._generate(tasks), strict=True):
             reward = build_reward(task.task_type, c.reward_max_chars)
-            trajectories = rlvr(task, {POLICY: self.engine}, reward, sampling)
-            passes.append(sum(t.reward >= c.threshold for t in trajectories))
-            rewards += [float(t.reward) for t in trajectories]
-            lengths += [len(t.response_ids) for t in trajectories]
-            cut += sum(t.finish_reason == "length" for t in trajectories)
+            scores = [0.0] * n if completions is None else [reward(x.text, task.answer).value for x in completions]
+            passes.append(sum(r >= c.threshold for r in scores))
+            rewards += [float(r) for r in scores]
+            lengths += [0] * n if completions is None else [len(x.token_ids) for x in completions]
+            cut += 0 if completions is None else sum(x.finish_reason == "length" for x in completions)
         count = max(len(rewards), 1)
         prompts = max(len(passes), 1)
         return {

@@ -45,6 +45,11 @@ class VLLMEngineConfig(_Strict):
     max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion in tokens.")
     gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="Share of accelerator memory vLLM may take.")
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / compilation (faster start, slower decode).")
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = Field(
+        None,
+        description="Compute dtype ('auto': the model's own). None: float32 on CPU (behaviour logprobs closest to "
+        "the trainer's float32 forward), the model's own on accelerators.",
+    )
 
 
 EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig, Field(discriminator="type")]

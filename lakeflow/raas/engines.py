@@ -78,9 +78,10 @@ def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
 
 
 def check_sampling(n: int, max_tokens: int, temperature: float) -> None:
-    """ValueError for sampling arguments no engine accepts."""
-    if n < 1 or max_tokens < 1 or temperature <= 0:
-        raise ValueError(f"need n >= 1, max_tokens >= 1, temperature > 0; got {n}, {max_tokens}, {temperature}")
+    """ValueError for sampling arguments no engine accepts. Temperature 0 is greedy decoding (evaluation):
+    the logprobs are then those of the untempered distribution, log softmax(logits)."""
+    if n < 1 or max_tokens < 1 or temperature < 0:
+        raise ValueError(f"need n >= 1, max_tokens >= 1, temperature >= 0; got {n}, {max_tokens}, {temperature}")
 
 
 class TokenizedEngine:
@@ -196,13 +197,14 @@ class HFEngine(TokenizedEngine):
             raise ValueError(f"prompt of {len(ids)} tokens + {max_tokens} new exceeds {self.max_model_len} tokens")
         x = torch.tensor([ids], device=self.config.device)
         # top_k=0, top_p=1: sample from the whole tempered distribution, the one the logprobs describe.
+        greedy = temperature == 0
         gen = GenerationConfig(  # type: ignore[no-untyped-call]
-            do_sample=True,
-            temperature=temperature,
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
             top_k=0,
             top_p=1.0,
             max_new_tokens=max_tokens,
-            num_return_sequences=n,
+            num_return_sequences=1 if greedy else n,  # greedy: one decode, copied n times below
             output_logits=True,
             return_dict_in_generate=True,
             eos_token_id=sorted(self._stop_ids) or None,
@@ -212,7 +214,8 @@ class HFEngine(TokenizedEngine):
             out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gen)
             new = out.sequences[:, len(ids) :]  # (n, steps)
             logits = torch.stack(out.logits, dim=1).float()  # (n, steps, vocab): raw, before any processor
-            logprobs = torch.log_softmax(logits / temperature, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+            scaled = logits if greedy else logits / temperature
+            logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
         completions = []
         for row, lp in zip(new.tolist(), logprobs.tolist(), strict=True):
             end = next((i + 1 for i, t in enumerate(row) if t in self._stop_ids), None)
@@ -220,7 +223,7 @@ class HFEngine(TokenizedEngine):
             completions.append(
                 Completion(list(ids), tokens, lp[: len(tokens)], reason, self.decode(tokens))  # type: ignore[arg-type]
             )
-        return completions
+        return completions * n if greedy else completions
 
 
 def _read_config(model_dir: str) -> str | None:

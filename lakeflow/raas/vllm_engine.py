@@ -56,7 +56,7 @@ def _import_vllm() -> Any:
 
 
 class VLLMEngine(TokenizedEngine):
-    """vLLM's `LLM`: float32 on CPU, the model's dtype elsewhere."""
+    """vLLM's `LLM`: float32 on CPU, the model's dtype elsewhere, unless the config names a dtype."""
 
     def __init__(self, config: VLLMEngineConfig | None = None, seed: int | None = None) -> None:
         self.vllm: Any = _import_vllm()
@@ -95,7 +95,7 @@ class VLLMEngine(TokenizedEngine):
             "model": model_dir,
             "max_model_len": max_len,
             "enforce_eager": self.config.enforce_eager,
-            "dtype": "float32" if on_cpu else "auto",
+            "dtype": self.config.dtype or ("float32" if on_cpu else "auto"),
             "seed": self.seed,
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": f"{__name__}.WorkerExtension",
@@ -135,8 +135,9 @@ class VLLMEngine(TokenizedEngine):
         if not all_ids:
             return []
         # top_k/top_p/min_p and penalties left neutral: the whole tempered distribution is sampled.
+        greedy = temperature == 0  # vLLM decodes greedily once; the completion is copied n times below
         params = self.vllm.SamplingParams(
-            n=n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, logprobs=0
+            n=1 if greedy else n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, logprobs=0
         )
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in all_ids], params, use_tqdm=False)
         results = []
@@ -150,7 +151,7 @@ class VLLMEngine(TokenizedEngine):
                 if c.finish_reason not in ("stop", "length"):
                     raise RuntimeError(f"vLLM finished a completion with {c.finish_reason!r}")
                 completions.append(Completion(list(ids), tokens, logprobs, c.finish_reason, self.decode(tokens)))
-            results.append(completions)
+            results.append(completions * n if greedy else completions)
         return results
 
 

@@ -37,7 +37,7 @@ class Scripted:
     def __init__(self, answers: dict[int, str]) -> None:
         self.answers = answers
         self.version = -1
-        self.calls: list[float] = []
+        self.calls: list[tuple[float, int]] = []  # (temperature, prompts) of each generate call
 
     def load(self, model_dir: str) -> None:
         marker = local_version(model_dir) or {}
@@ -52,7 +52,7 @@ class Scripted:
     def generate(
         self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
     ) -> list[list[Completion]]:
-        self.calls.append(temperature)
+        self.calls.append((temperature, len(prompts)))
         text = self.answers[self.version]
         return [[Completion([1, 2, 3], [5, 6], [-0.1, -0.2], "stop", text) for _ in range(n)] for _ in prompts]
 
@@ -74,7 +74,7 @@ def test_follows_versions_and_writes_the_eval_table(tmp_path: Path) -> None:
     assert service.due(3) == 0
     service.run(until_version=3)  # versions 0 and 2 (every 2), then 3 (the last one of the run)
     service.close()
-    assert engine.calls and all(t == pytest.approx(1e-4) for t in engine.calls)  # temperature 0: greedy
+    assert engine.calls == [(0.0, 4)] * 3  # greedy (temperature 0), every prompt of a version in one call
     lake = connect_lake(store)
     rows = lake.sql("SELECT policy_version, pass_at_1, reward_mean, prompts FROM eval ORDER BY 1").to_pylist()
     assert [(r["policy_version"], r["pass_at_1"], r["prompts"]) for r in rows] == [

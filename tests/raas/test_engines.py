@@ -74,9 +74,21 @@ def test_pace_pauses_per_decoding_step_of_each_prompt(engine: HFEngine, monkeypa
 
 def test_bad_arguments_are_refused(engine: HFEngine) -> None:
     with pytest.raises(ValueError, match="temperature"):
-        engine.generate([[1, 2]], n=1, max_tokens=4, temperature=0)
+        engine.generate([[1, 2]], n=1, max_tokens=4, temperature=-1.0)
     with pytest.raises(ValueError, match="exceeds"):
         engine.generate([[1] * 500], n=1, max_tokens=64, temperature=1.0)
+
+
+def test_temperature_zero_decodes_greedily(engine: HFEngine) -> None:
+    prompt = engine.encode_chat([{"role": "user", "content": "What is 3 + 4?"}])
+    (completions,) = engine.generate([prompt], n=2, max_tokens=6, temperature=0.0)
+    assert completions[0].token_ids == completions[1].token_ids
+    with torch.no_grad():
+        logits = engine.model(torch.tensor([prompt + completions[0].token_ids])).logits[0, len(prompt) - 1 :]
+    steps = len(completions[0].token_ids)
+    assert completions[0].token_ids == logits[:steps].argmax(-1).tolist()  # the top token at every step
+    expected = torch.log_softmax(logits[:steps].float(), -1).gather(-1, torch.tensor(completions[0].token_ids)[:, None])
+    torch.testing.assert_close(torch.tensor(completions[0].logprobs), expected[:, 0], rtol=0, atol=1e-4)
 
 
 def test_reloading_copies_new_weights_into_the_live_model(tiny_dir: str, tmp_path: str) -> None:

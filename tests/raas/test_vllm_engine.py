@@ -57,6 +57,16 @@ def _reference_logprobs(model_dir: str, completion: Completion, temperature: flo
     return lp.gather(-1, torch.tensor(completion.token_ids).unsqueeze(-1)).squeeze(-1).tolist()
 
 
+def _top_tokens(model_dir: str, completion: Completion) -> list[int]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.inference_mode():
+        logits = model(torch.tensor([completion.prompt_ids + completion.token_ids])).logits[0]
+    start = len(completion.prompt_ids) - 1
+    return [int(t) for t in logits[start : start + len(completion.token_ids)].argmax(-1)]
+
+
 def _swap_in_perturbed(model_dir: Path) -> None:
     """Replace the directory atomically (as a weight-store pull does) with one holding perturbed weights."""
     from safetensors.torch import load_file, save_file
@@ -118,5 +128,15 @@ def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: 
         stale = _max_error(str(old_dir), new_groups)  # the old weights do not explain them: the reload took
         print(f"max |logprob error| after the reload: {error:.3g} (against the old weights: {stale:.3g})")
         assert error < TOL < stale
+
+        # temperature 0 decodes greedily: the top token of the transformers forward at every step
+        (greedy,) = engine.generate(prompts[:1], n=2, max_tokens=8, temperature=0.0)
+        assert greedy[0].token_ids == greedy[1].token_ids
+        reference = _reference_logprobs(model_dir, greedy[0], 1.0)
+        top = _top_tokens(model_dir, greedy[0])
+        assert (
+            greedy[0].token_ids == top
+            and max(abs(a - b) for a, b in zip(greedy[0].logprobs, reference, strict=True)) < TOL
+        )
     finally:
         engine.close()  # type: ignore[attr-defined]
