@@ -152,7 +152,13 @@ class Launcher:
         """The local command line of `spec`, its config file written under `<run dir>/configs/`."""
         if not spec.config_name:
             return [*self._cmd(*spec.verb.split()), *spec.flags]
-        path = self._write(spec.config_name, spec.config)
+        config = spec.config
+        one_process = spec.role == "eval" or (spec.role == "raas" and config.get("id") is not None)
+        if one_process and config.get("cache_dir") is None:
+            # a weights cache of its own under the run directory: a restarted service (or a rerun of the
+            # command) pulls only the versions it lacks instead of the whole chain
+            config = {**config, "cache_dir": str((self.run_dir / "cache" / spec.name).resolve())}
+        path = self._write(spec.config_name, config)
         return [*self._cmd(*spec.verb.split()), *spec.flags, "--config", str(path)]
 
     def plan(self) -> list[Component]:

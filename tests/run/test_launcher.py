@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
 from lakeflow.io import open_store
 from lakeflow.run import load_run_config
 from lakeflow.run.launcher import Component, Launcher
@@ -78,3 +80,14 @@ def test_restarts_are_bounded_then_the_run_fails(tmp_path: Path) -> None:
     assert outcome is not None and outcome.startswith("failed: train-policy exited with -9")
     assert len(launcher.notices) == 1
     launcher.stop()
+
+
+def test_each_rollout_service_and_evaluation_keeps_its_weights_cache_in_the_run_directory(tmp_path: Path) -> None:
+    launcher = Launcher(load_run_config(CONFIG), open_store(str(tmp_path / "lake")), str(tmp_path / "lake"), tmp_path)
+    caches = {}
+    for c in launcher.plan():
+        config_path = Path(c.argv[c.argv.index("--config") + 1])
+        caches[c.name] = yaml.safe_load(config_path.read_text()).get("cache_dir")
+    assert caches["raas-policy-0"] == str((tmp_path / "cache" / "raas-policy-0").resolve())
+    assert caches["eval-policy"] == str((tmp_path / "cache" / "eval-policy").resolve())
+    assert caches["train-policy"] is None  # the trainer keeps no pull cache
