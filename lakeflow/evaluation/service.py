@@ -53,6 +53,8 @@ class EvalService:
         self.config = config
         self.engine = engine if engine is not None else build_engine(config.engine or HFEngineConfig(), config.seed)
         self.prompts = load_prompts(config.dataset).to_pylist()[: config.limit]
+        for task_type in sorted({str(p["task_type"]) for p in self.prompts}):  # PluginError now, not a silent 0
+            build_reward(task_type, config.reward_max_chars, config.reward)
         self.dataset = config.name or (self.prompts[0]["dataset"] if self.prompts else "heldout")
         self._own_cache = config.cache_dir is None
         self.cache_dir = config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-eval-")
@@ -145,7 +147,7 @@ class EvalService:
                 dataset=self.dataset,
                 issued_at=datetime.now(UTC),
             )
-            reward = build_reward(task.task_type, c.reward_max_chars)
+            reward = build_reward(task.task_type, c.reward_max_chars, c.reward)
             trajectories = rlvr(task, {POLICY: self.engine}, reward, sampling)
             passes.append(sum(t.reward >= c.threshold for t in trajectories))
             rewards += [float(t.reward) for t in trajectories]

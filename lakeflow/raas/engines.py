@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from lakeflow.errors import MissingExtraError
-from lakeflow.raas.config import EngineConfig, HFEngineConfig, VLLMEngineConfig
+from lakeflow.errors import MissingExtraError, PluginError
+from lakeflow.plugins import call_problem, resolve
+from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +245,21 @@ def _hf_engine(config: HFEngineConfig, seed: int | None) -> Engine:
 ENGINES: dict[str, Callable[[Any, int | None], Engine]] = {"hf": _hf_engine, "vllm": _vllm_engine}
 
 
+def engine_factory(config: FactoryEngineConfig, key: str = "engine.factory") -> Callable[..., Engine]:
+    """The factory a `type: factory` engine names, checked to take `seed` and the options; PluginError naming `key`."""
+    if config.factory in ENGINES:
+        raise PluginError(f"{key}: engine {config.factory!r} is shipped: give it as `type: {config.factory}`")
+    options = dict(config.options)
+    what = f"factory(seed, {', '.join(options)})" if options else "factory(seed)"
+    return resolve(
+        "engine", config.factory, {}, key=key, check=lambda f: call_problem(f, seed=None, what=what, **options)
+    )
+
+
 def build_engine(config: EngineConfig, seed: int | None = None) -> Engine:
-    """The engine named by `config.type`, without weights (call `load`)."""
+    """The engine `config` describes (a shipped `type`, or a user's factory), without weights (call `load`)."""
+    if isinstance(config, FactoryEngineConfig):
+        return engine_factory(config)(seed=seed, **config.options)
     try:
         factory = ENGINES[config.type]
     except KeyError as e:
