@@ -259,7 +259,16 @@ def engine_factory(config: FactoryEngineConfig, key: str = "engine.factory") -> 
 def build_engine(config: EngineConfig, seed: int | None = None) -> Engine:
     """The engine `config` describes (a shipped `type`, or a user's factory), without weights (call `load`)."""
     if isinstance(config, FactoryEngineConfig):
-        return engine_factory(config)(seed=seed, **config.options)
+        engine = engine_factory(config)(seed=seed, **config.options)
+        missing = [m for m in ("load", "encode_chat", "decode", "generate") if not callable(getattr(engine, m, None))]
+        if not isinstance(getattr(engine, "max_model_len", None), int):
+            missing.append("an int max_model_len")
+        if missing:
+            what = type(engine).__name__
+            raise PluginError(
+                f"engine.factory: {config.factory!r} built a {what}, not an Engine: it lacks {', '.join(missing)}"
+            )
+        return engine
     try:
         factory = ENGINES[config.type]
     except KeyError as e:
