@@ -68,7 +68,8 @@ def _from_file(dataset: FileDataset) -> pa.Table:
             raise ConfigError(f"dataset {path}: prompt_id values are not unique")
     else:
         ids = [hashlib.sha1(p.encode()).hexdigest()[:16] + f"-{i}" for i, p in enumerate(prompts)]
-    task_type = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else ["math"] * len(prompts)
+    given = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else [None] * len(prompts)
+    task_type = ["math" if t is None else t for t in given]  # a row without one is math, as a file without any
     return _table(ids, prompts, answers, task_type, dataset.name or path.stem)
 
 
