@@ -44,42 +44,27 @@ def plugin_env(site: Path) -> dict[str, str]:
 
 
 def write_config(path: Path, steps: int) -> Path:
-    config = {
-        "name": "plugin",
-        "steps": steps,
-        "models": [
-            {
-                "id": "policy",
-                "dataflow": {
-                    "vocab_size": 512,
-                    "n_samples": 2,
-                    "prompts_per_step": 4,
-                    "max_staleness": 2,
-                    "dataset": {"type": "loader", "loader": "example_sums", "args": {"count": 32}},
-                },
-                "trainer": {
-                    "model": "tiny:plugin",
-                    "model_cache_dir": str(path.parent / "models"),
-                    "lr": 1e-3,
-                    "poll_s": 0.1,
-                    "max_poll_s": 0.5,
-                },
-                "raas": {
-                    "replicas": 1,
-                    "config": {
-                        "workflow": "example_single_turn",
-                        "max_new_tokens": 4,
-                        "poll_s": 0.1,
-                        "heartbeat_s": 1,
-                        "engine": {"type": "hf", "threads": 1},
-                    },
-                },
-            }
-        ],
-        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3},
-    }
+    """The example's own run.yaml, made small: `steps` steps of 4 groups of 2, the tiny model built under `path`."""
+    config = yaml.safe_load((EXAMPLE / "run.yaml").read_text())
+    config["steps"] = steps
+    (model,) = config["models"]
+    model["dataflow"].update(n_samples=2, prompts_per_step=4)
+    model["dataflow"]["dataset"]["args"]["count"] = 32
+    model["trainer"].update(
+        model="tiny:plugin", model_cache_dir=str(path.parent / "models"), poll_s=0.1, max_poll_s=0.5
+    )
+    model["raas"]["config"].update(poll_s=0.1, heartbeat_s=1)
+    config["loop"] = {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3}
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def test_the_example_config_parses_and_names_the_plugin() -> None:
+    from lakeflow.run import load_run_config
+
+    assert (EXAMPLE / "run.yaml").read_text().startswith("# lakeflow run ")
+    config = load_run_config(EXAMPLE / "run.yaml")
+    assert config.models[0].raas.config.workflow == "example_single_turn"
 
 
 @pytest.mark.slow
