@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
+from lakeflow.cli.common import lake_options, open_lake, refuse
 from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError
 
 if TYPE_CHECKING:
@@ -141,11 +141,13 @@ def _local(
     """The local actuator and each pool's size to start at: its `replicas` in the run config."""
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.run import Launcher, load_run_config
+    from lakeflow.run.check import check_run_config
     from lakeflow.run.launcher import raas_spec
 
     if config_path is None:
         raise ConfigError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
     config = load_run_config(config_path)
+    refuse(check_run_config(config))  # the services it starts would refuse it one by one
     directory = Path(run_dir or Path("runs") / config.name)
     launcher = Launcher(config, store, lake_url, directory, endpoint_url)
     models = {m.id: m for m in config.models if m.raas.replicas > 0}

@@ -106,7 +106,7 @@ def _from_loader(dataset: LoaderDataset) -> pa.Table:
         answer = row.get("answer", "")
         answers.append(answer if isinstance(answer, str) else json.dumps(answer, default=str))
         ids.append(str(row["prompt_id"]) if "prompt_id" in row else "")
-        types.append(str(row.get("task_type", "math")))
+        types.append(str(row.get("task_type") or "math"))
     if all(ids):
         if len(set(ids)) != len(ids):
             raise ConfigError(f"{where}: prompt_id values are not unique")

@@ -170,3 +170,14 @@ def test_each_process_checks_its_own_config(tmp_path: Path, command: list[str], 
     lines = refused(*command, "--lake", str(lake), "--config", write(tmp_path, "config.yaml", config))
     assert len(lines) == 1 and lines[0].startswith(line), lines
     assert not lake.exists()
+
+
+def test_autoscale_checks_its_actuator_and_the_run_it_starts(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    (line,) = refused("autoscale", "--lake", lake, "--actuator", "nomad", "--model", "policy")
+    assert line.startswith("Error: --actuator: unknown actuator 'nomad'; known: k8s, local, skypilot")
+    config = str(run_config(tmp_path, {"workflow": "rvlr"}))
+    run_dir = str(tmp_path / "run")
+    (line,) = refused("autoscale", "--lake", lake, "--actuator", "local", "--config", config, "--run-dir", run_dir)
+    assert line.startswith("Error: models[0].raas.config.workflow: unknown workflow 'rvlr'")
+    assert not (tmp_path / "run").exists()  # no rollout service was started, no log written
