@@ -1,7 +1,8 @@
 """An example lakeflow plugin: a dataset loader, a reward and a workflow, none of them inside lakeflow.
 
-- `sums(count, total, seed)`: prompt rows "What is a + b?" whose answer is always `total` (a task a tiny
-  model learns from scratch in a few dozen steps), each row of task_type `example_exact`;
+- `sums(count, total, seed)`: prompt rows "What is a + b?" whose answer is always `total` (the shape of
+  the sevens task of jobs/examples/tiny-math.yaml, small enough for the tiny model), each row of task_type
+  `example_exact`;
 - `exact(text, answer)`: 1.0 when the first whole number in the completion is the answer; its reasons
   start with "example:" so a query over the lake shows which reward scored a sample;
 - `single_turn(task, engines, reward, sampling)`: one prompt, n sampled completions, each scored.
