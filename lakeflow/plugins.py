@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -92,3 +93,19 @@ def resolve(
     if problem:
         raise PluginError(f"{where}{kind} {name!r} is {problem}")
     return obj  # type: ignore[no-any-return]
+
+
+def call_problem(obj: Any, *args: Any, what: str = "", **kwargs: Any) -> str | None:
+    """None when `obj` is callable as `obj(*args, **kwargs)` (by its signature, without calling it), else what
+    is wrong, for `resolve`'s `check`. `what` names the call in the message, e.g. "(text, answer)"."""
+    if not callable(obj):
+        return "not callable"
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return None
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        return f"not callable as {what or 'expected'}: {e}"
+    return None

@@ -6,6 +6,8 @@
 - `k8s`: a Deployment's `spec.replicas` through the official client's scale subresource; Kubernetes then
   sends SIGTERM to the pods it removes and waits terminationGracePeriodSeconds (`lakeflow launch` sizes it).
 - `skypilot`: one cluster per service, `sky launch` / `sky down` as subprocesses.
+An actuator of the user's own is a class or factory named by `package.module:attr` or an entry point in
+`lakeflow.actuators`, called with keyword options, returning an object with the `Actuator` methods.
 No cluster is reachable from the machines this project is tested on: `k8s` is tested against a fake API
 object and `skypilot` up to its command lines.
 """
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError
+from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError
+from lakeflow.plugins import call_problem, resolve
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +209,15 @@ ACTUATORS: dict[str, Callable[..., Actuator]] = {
 }
 
 
-def build_actuator(kind: str, **options: Any) -> Actuator:
-    if kind not in ACTUATORS:
-        raise ConfigError(f"unknown actuator {kind!r}; actuators: {', '.join(ACTUATORS)}")
-    return ACTUATORS[kind](**options)
+def build_actuator(kind: str, config_key: str = "--actuator", **options: Any) -> Actuator:
+    """The actuator `kind` names (shipped, `package.module:attr`, entry point) built with `options`;
+    PluginError naming `config_key` when it does not resolve or does not take them."""
+    what = f"actuator({', '.join(options)})"
+    factory = resolve(
+        "actuator", kind, ACTUATORS, key=config_key, check=lambda f: call_problem(f, what=what, **options)
+    )
+    actuator = factory(**options)
+    missing = [m for m in ("replicas", "scale", "check", "close") if not callable(getattr(actuator, m, None))]
+    if missing:
+        raise PluginError(f"{config_key}: actuator {kind!r} built an object without {', '.join(missing)}")
+    return actuator

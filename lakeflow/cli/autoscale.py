@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake
-from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError
+from lakeflow.cli.common import lake_options, open_lake, refuse
+from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError
 
 if TYPE_CHECKING:
     from lakeflow.autoscale.actuators import Actuator
@@ -24,14 +24,22 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     for value in values:
         key, sep, item = value.partition("=")
         if not sep or not key or not item:
-            raise click.BadParameter(f"{value!r}: expected MODEL=VALUE", param_hint=option)
+            raise click.BadParameter(
+                f"{value!r}: expected {'KEY' if option == '--option' else 'MODEL'}=VALUE", param_hint=option
+            )
         out[key] = item
     return out
 
 
 @click.command()
 @lake_options
-@click.option("--actuator", required=True, type=click.Choice(["local", "k8s", "skypilot"]), help="What scales.")
+@click.option(
+    "--actuator",
+    required=True,
+    help="What scales: local, k8s, skypilot, or an actuator of your own ('package.module:attr' or an entry-point "
+    "name in 'lakeflow.actuators', built with --option and sizing the pools of --model).",
+)
+@click.option("--option", "actuator_options", multiple=True, metavar="KEY=VALUE", help="Your actuator's options.")
 @click.option("--min", "min_", type=click.IntRange(min=0), default=1, show_default=True, help="Services per pool.")
 @click.option("--max", "max_", type=click.IntRange(min=1), default=4, show_default=True, help="Services per pool.")
 @click.option("--model", "models", multiple=True, help="Pools to size (default: every pool of --config / mapping).")
@@ -51,6 +59,7 @@ def autoscale(
     lake_url: str,
     endpoint_url: str | None,
     actuator: str,
+    actuator_options: tuple[str, ...],
     min_: int,
     max_: int,
     models: tuple[str, ...],
@@ -88,16 +97,22 @@ def autoscale(
         elif actuator == "k8s":
             mapping = _pairs(deployments, "--deployment")
             act, pools = build_actuator("k8s", deployments=mapping, namespace=namespace), list(mapping)
-        else:
+        elif actuator == "skypilot":
             mapping = _pairs(tasks, "--task")
             act, pools = build_actuator("skypilot", tasks=mapping, prefix=cluster_prefix), list(mapping)
+        else:
+            act, pools = build_actuator(actuator, **_pairs(actuator_options, "--option")), list(models)
+    except PluginError as e:  # an actuator name that does not resolve: one line, exit code 1
+        raise click.ClickException(str(e)) from e
     except (ValueError, ConfigError) as e:
         raise click.UsageError(str(e)) from e
     except MissingExtraError as e:
         raise click.ClickException(str(e)) from e
     pools = [p for p in pools if not models or p in models]
     if not pools:
-        raise click.UsageError("no pool to size: give --config (local), --deployment (k8s) or --task (skypilot)")
+        raise click.UsageError(
+            "no pool to size: give --config (local), --deployment (k8s), --task (skypilot) or --model (your actuator)"
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -126,11 +141,13 @@ def _local(
     """The local actuator and each pool's size to start at: its `replicas` in the run config."""
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.run import Launcher, load_run_config
+    from lakeflow.run.check import check_run_config
     from lakeflow.run.launcher import raas_spec
 
     if config_path is None:
         raise ConfigError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
     config = load_run_config(config_path)
+    refuse(check_run_config(config))  # the services it starts would refuse it one by one
     directory = Path(run_dir or Path("runs") / config.name)
     launcher = Launcher(config, store, lake_url, directory, endpoint_url)
     models = {m.id: m for m in config.models if m.raas.replicas > 0}

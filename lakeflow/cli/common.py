@@ -59,3 +59,22 @@ def tracker_options(func: click.decorators.FC) -> click.decorators.FC:
         default=None,
         help="Also log metrics to this tracker (the lake's metric tables have them anyway).",
     )(func)
+
+
+class ConfigProblems(click.ClickException):
+    """The problems a config check found (names that do not resolve, roles that do not match): one line each on
+    stderr, exit code 1, before anything starts."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+    def show(self, file: Any = None) -> None:
+        for problem in self.problems:
+            click.echo(f"Error: {problem}", err=True)
+
+
+def refuse(problems: list[str]) -> None:
+    """Raise ConfigProblems when a config check found any."""
+    if problems:
+        raise ConfigProblems(problems)

@@ -10,7 +10,8 @@ import click
 
 from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import KINDS, load_policy
-from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
+from lakeflow.cli.common import lake_options, open_existing_lake, open_lake, refuse
+from lakeflow.dataflow.check import check_dataflow_config
 from lakeflow.dataflow.config import load_config
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.dataflow.status import lake_status, render_status
@@ -36,6 +37,7 @@ def dataflow(
         config = load_config(config_path)
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
+    refuse(check_dataflow_config(config))
     store = open_lake(lake_url, endpoint_url)
     service = DataflowService(store, config, catalog_path)
     stopping = []

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, tracker_options
+from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
 from lakeflow.errors import ConfigError
 from lakeflow.tracking.config import parse_tracker
 
@@ -51,6 +51,7 @@ def evaluate(
     reward on held-out prompts to the lake's `eval` table. Never blocks the trainer; SIGTERM stops it
     after the version in progress."""
     from lakeflow.evaluation import EvalService
+    from lakeflow.evaluation.check import check_eval_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     overrides = {
@@ -63,6 +64,7 @@ def evaluate(
         "tracker": parse_tracker(tracker, tracker_dir),
     }
     config = _config(config_path, {k: v for k, v in overrides.items() if v is not None})
+    refuse(check_eval_config(config))
     store = open_lake(lake_url, endpoint_url)
     service = EvalService(store, model_id, config)
 

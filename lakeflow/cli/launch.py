@@ -60,14 +60,20 @@ def launch(
 ) -> None:
     """Render CONFIG (the file `lakeflow run` takes) as TARGET's objects, one per lakeflow process, and print
     where they are; with --apply, hand them to the target's client (which must be installed and configured)."""
+    from lakeflow.cli.common import refuse
     from lakeflow.launch.render import LaunchOptions
     from lakeflow.launch.targets import apply, launch
     from lakeflow.run import load_run_config
+    from lakeflow.run.check import check_run_config
 
     try:
         config = load_run_config(config_path)
         if engine is not None:
             config = config.with_engine(engine)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from e
+    refuse(check_run_config(config))  # one line per name that does not resolve, exit code 1
+    try:
         options = LaunchOptions(
             lake=lake_url,
             endpoint_url=endpoint_url,

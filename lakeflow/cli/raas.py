@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, tracker_options
+from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
 from lakeflow.errors import ConfigError, MissingExtraError, UnsupportedStoreError
 from lakeflow.tracking.config import parse_tracker
 
@@ -59,9 +59,11 @@ def raas(
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        from lakeflow.raas.check import check_raas_config
         from lakeflow.raas.service import RolloutService
 
         config = _config(config_path, engine, region, raas_id, weights_url)
+        refuse(check_raas_config(config))
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_lake(lake_url, endpoint_url)

@@ -10,7 +10,7 @@ from types import FrameType
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, tracker_options
+from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
 from lakeflow.errors import ConfigError, WeightsConflictError
 from lakeflow.tracking.config import parse_tracker
 
@@ -51,12 +51,14 @@ def train(
     cleanly (exit 0): the step in progress is finished if it is publishing, else abandoned.
     """
     from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
+    from lakeflow.trainer.check import check_trainer_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         config = load_config(config_path)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
+    refuse(check_trainer_config(config))
     if tracker is not None:
         config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
     store = open_lake(lake_url, endpoint_url)

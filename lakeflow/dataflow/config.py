@@ -72,8 +72,22 @@ class HumanEvalDataset(_Strict):
     limit: int | None = Field(None, ge=1, description="The first N problems only (default: all 164).")
 
 
+class LoaderDataset(_Strict):
+    """Prompts from a function of the user's own, called as `loader(**args)`: it returns (or yields) rows, each a
+    mapping with `prompt` (text, or a list of chat messages) and optionally `answer`, `prompt_id`, `task_type`."""
+
+    type: Literal["loader"] = "loader"
+    loader: str = Field(
+        description="The function: 'package.module:attr' or a name registered in the entry-point group "
+        "'lakeflow.datasets'."
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the loader.")
+    name: str = Field("", description="Dataset name stamped on samples; defaults to the loader's name.")
+
+
 Dataset = Annotated[
-    SyntheticDataset | FileDataset | ReasoningGymDataset | HumanEvalDataset, Field(discriminator="type")
+    SyntheticDataset | FileDataset | ReasoningGymDataset | HumanEvalDataset | LoaderDataset,
+    Field(discriminator="type"),
 ]
 
 

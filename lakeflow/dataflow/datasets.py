@@ -1,6 +1,7 @@
 """The prompts a run rolls out: a JSONL or Parquet file of {prompt, answer}, generated arithmetic,
 a reasoning-gym generator (its answer column carries the entry its scorer needs, as JSON), or
-HumanEval (its answer column carries the hidden tests and the canonical solution, as JSON).
+HumanEval (its answer column carries the hidden tests and the canonical solution, as JSON), or the rows
+a user's loader function returns (`{type: loader, loader: "package.module:attr", args: {...}}`).
 
 Loaded once into the catalog's `prompts` table; curation policies choose among them.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,11 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from lakeflow.dataflow.config import Dataset, FileDataset, HumanEvalDataset, ReasoningGymDataset
+from lakeflow.dataflow.config import Dataset, FileDataset, HumanEvalDataset, LoaderDataset, ReasoningGymDataset
 from lakeflow.errors import ConfigError, MissingExtraError
 from lakeflow.humaneval import TASK_TYPE as HUMANEVAL_TASK_TYPE
 from lakeflow.humaneval import humaneval_rows
+from lakeflow.plugins import call_problem, resolve
 
 PROMPT_COLUMNS = ("prompt_id", "prompt_order", "prompt", "answer", "task_type", "dataset")
 
@@ -36,6 +39,8 @@ def load_prompts(dataset: Dataset) -> pa.Table:
         return _table(ids, prompts, answers, HUMANEVAL_TASK_TYPE, "humaneval")
     if isinstance(dataset, ReasoningGymDataset):
         return _from_reasoning_gym(dataset)
+    if isinstance(dataset, LoaderDataset):
+        return _from_loader(dataset)
     rng = np.random.default_rng(dataset.seed)
     a, b, c = (rng.integers(1, 100, dataset.prompts) for _ in range(3))
     prompts = [f"What is {x} + {y} * {z}? Answer with the number only." for x, y, z in zip(a, b, c, strict=True)]
@@ -63,8 +68,70 @@ def _from_file(dataset: FileDataset) -> pa.Table:
             raise ConfigError(f"dataset {path}: prompt_id values are not unique")
     else:
         ids = [hashlib.sha1(p.encode()).hexdigest()[:16] + f"-{i}" for i, p in enumerate(prompts)]
-    task_type = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else ["math"] * len(prompts)
+    given = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else [None] * len(prompts)
+    task_type = ["math" if t is None else t for t in given]  # a row without one is math, as a file without any
     return _table(ids, prompts, answers, task_type, dataset.name or path.stem)
+
+
+ROW_KEYS = ("prompt", "answer", "prompt_id", "task_type")  # what a loader's rows may hold
+
+
+def dataset_loader(dataset: LoaderDataset, key: str = "dataset.loader") -> Callable[..., Any]:
+    """The loader function a `type: loader` dataset names, checked to take its args; PluginError naming `key`."""
+    args = dict(dataset.args)
+    what = f"loader({', '.join(args)})"
+    return resolve("dataset", dataset.loader, {}, key=key, check=lambda f: call_problem(f, what=what, **args))
+
+
+def _from_loader(dataset: LoaderDataset) -> pa.Table:
+    loader = dataset_loader(dataset)
+    where = f"dataset loader {dataset.loader!r}"
+    try:
+        rows = loader(**dataset.args)
+        rows = list(rows) if isinstance(rows, Iterable) and not isinstance(rows, str | bytes | Mapping) else rows
+    except Exception as e:  # the user's code: report it as the dataset's problem, with its cause chained
+        raise ConfigError(f"{where} failed: {type(e).__name__}: {e}") from e
+    if not isinstance(rows, list):
+        raise ConfigError(f"{where} returned {type(rows).__name__}; it must return (or yield) rows (mappings)")
+    if not rows:
+        raise ConfigError(f"{where} returned no rows")
+    ids, prompts, answers, types = [], [], [], []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or "prompt" not in row:
+            raise ConfigError(f"{where}: row {i} is not a mapping with a 'prompt' ({row!r:.80})")
+        if extra := sorted(set(row) - set(ROW_KEYS)):
+            raise ConfigError(f"{where}: row {i} has keys {extra}; rows hold {', '.join(ROW_KEYS)}")
+        prompt = row["prompt"]
+        prompts.append(prompt if isinstance(prompt, str) else json.dumps(prompt))  # chat messages as JSON
+        answer = row.get("answer", "")
+        answers.append(answer if isinstance(answer, str) else json.dumps(answer, default=str))
+        ids.append(str(row["prompt_id"]) if "prompt_id" in row else "")
+        types.append(str(row.get("task_type") or "math"))
+    if all(ids):
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"{where}: prompt_id values are not unique")
+    elif any(ids):
+        raise ConfigError(f"{where}: give every row a prompt_id, or none")
+    else:
+        ids = [hashlib.sha1(p.encode()).hexdigest()[:16] + f"-{i}" for i, p in enumerate(prompts)]
+    name = dataset.name or dataset.loader.rpartition(":")[2].rpartition(".")[2]
+    return _table(ids, prompts, answers, types, name)
+
+
+def task_types(dataset: Dataset) -> set[str] | None:
+    """The task types of a dataset's rows, when known without running user code (a file is read when it is
+    here); None when not (a loader, a file on another machine)."""
+    if isinstance(dataset, HumanEvalDataset):
+        return {HUMANEVAL_TASK_TYPE}
+    if isinstance(dataset, ReasoningGymDataset):
+        return {f"reasoning_gym:{dataset.name}"}
+    if isinstance(dataset, LoaderDataset):
+        return None
+    if isinstance(dataset, FileDataset):
+        if "://" in dataset.path or not Path(dataset.path).is_file():
+            return None
+        return set(_from_file(dataset).column("task_type").to_pylist())
+    return {"math"}
 
 
 def _from_reasoning_gym(dataset: ReasoningGymDataset) -> pa.Table:

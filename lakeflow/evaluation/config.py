@@ -35,6 +35,11 @@ class EvalConfig(BaseModel):
     threshold: float = Field(1.0, description="A completion passes when its reward is at least this.")
     max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
     reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this score 0 ('overlong').")
+    reward: str | None = Field(
+        None,
+        description="The reward function of every prompt (a shipped name, 'package.module:attr' or an entry-point "
+        "name in 'lakeflow.rewards'). None: by each prompt's task_type (in a run: the model's pool's `reward`).",
+    )
     engine: EngineConfig | None = Field(None, description="Inference engine (default: transformers on CPU).")
     seed: int | None = Field(0, description="Sampler seed.")
     poll_s: float = Field(2.0, gt=0, description="Seconds between checks for a newly published version.")

@@ -51,6 +51,8 @@ class EvalService:
         self.config = config
         self.engine = engine if engine is not None else build_engine(config.engine or HFEngineConfig(), config.seed)
         self.prompts = load_prompts(config.dataset).to_pylist()[: config.limit]
+        for task_type in sorted({str(p["task_type"]) for p in self.prompts}):  # PluginError now, not a silent 0
+            build_reward(task_type, config.reward_max_chars, config.reward)
         self.dataset = config.name or (self.prompts[0]["dataset"] if self.prompts else "heldout")
         self._own_cache = config.cache_dir is None
         self.cache_dir = config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-eval-")
@@ -164,7 +166,7 @@ class EvalService:
         tasks = self._tasks()
         passes, rewards, lengths, cut = [], [], [], 0
         for task, completions in zip(tasks, self._generate(tasks), strict=True):
-            reward = build_reward(task.task_type, c.reward_max_chars)
+            reward = build_reward(task.task_type, c.reward_max_chars, c.reward)
             scores = [0.0] * n if completions is None else [reward(x.text, task.answer).value for x in completions]
             passes.append(sum(r >= c.threshold for r in scores))
             rewards += [float(r) for r in scores]

@@ -91,7 +91,10 @@ def pool_gpus(config: RunConfig, pool: PoolConfig, options: LaunchOptions) -> in
 
 
 def engine_gpus(config: RunConfig, engine: EngineConfig) -> int:
-    """1 for an hf engine on cuda, or a vLLM engine in a run whose trainers train on cuda, else 0."""
+    """1 for an hf engine on cuda, or a vLLM engine in a run whose trainers train on cuda, a factory engine's
+    `gpus`, else 0."""
+    if engine.type == "factory":
+        return engine.gpus
     if engine.type == "hf":
         return 1 if engine.device.startswith("cuda") else 0
     return 1 if any(x.trainer.device.startswith("cuda") for x in config.models) else 0

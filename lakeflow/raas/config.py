@@ -52,7 +52,20 @@ class VLLMEngineConfig(_Strict):
     )
 
 
-EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig, Field(discriminator="type")]
+class FactoryEngineConfig(_Strict):
+    """An engine of the user's own: a factory called as `factory(seed=seed, **options)` that returns an object
+    with the `Engine` interface (lakeflow.raas.engines.Engine)."""
+
+    type: Literal["factory"] = "factory"
+    factory: str = Field(
+        description="The factory: 'package.module:attr' or a name registered in the entry-point group "
+        "'lakeflow.engines'."
+    )
+    options: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the factory.")
+    gpus: int = Field(0, ge=0, description="Accelerators one rollout service of this engine uses (`lakeflow launch`).")
+
+
+EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig | FactoryEngineConfig, Field(discriminator="type")]
 
 
 class RaasConfig(_Strict):
@@ -66,7 +79,21 @@ class RaasConfig(_Strict):
             "Hugging Face hub id; frozen, stamped version 0. None (default): pull weights/<model>/ and follow LATEST."
         ),
     )
-    workflow: str = Field("rlvr", description="Workflow name in lakeflow.raas.workflows.WORKFLOWS.")
+    workflow: str = Field(
+        "rlvr",
+        description=(
+            "The workflow: a shipped name (lakeflow.raas.workflows.WORKFLOWS), 'package.module:attr', or a name "
+            "registered in the entry-point group 'lakeflow.workflows' (docs/extending.md)."
+        ),
+    )
+    reward: str | None = Field(
+        None,
+        description=(
+            "The reward function of every task, a `(text, answer) -> Reward` given as a shipped name "
+            "(lakeflow.raas.rewards.REWARDS), 'package.module:attr' or a name registered in 'lakeflow.rewards'. "
+            "None (default): chosen by each task's task_type; a task_type with no reward is refused."
+        ),
+    )
     roles: dict[str, str] = Field(
         default_factory=dict,
         description=(

@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from lakeflow.errors import MissingExtraError
-from lakeflow.raas.config import EngineConfig, HFEngineConfig, VLLMEngineConfig
+from lakeflow.errors import MissingExtraError, PluginError
+from lakeflow.plugins import call_problem, resolve
+from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, VLLMEngineConfig
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,30 @@ def _hf_engine(config: HFEngineConfig, seed: int | None) -> Engine:
 ENGINES: dict[str, Callable[[Any, int | None], Engine]] = {"hf": _hf_engine, "vllm": _vllm_engine}
 
 
+def engine_factory(config: FactoryEngineConfig, key: str = "engine.factory") -> Callable[..., Engine]:
+    """The factory a `type: factory` engine names, checked to take `seed` and the options; PluginError naming `key`."""
+    if config.factory in ENGINES:
+        raise PluginError(f"{key}: engine {config.factory!r} is shipped: give it as `type: {config.factory}`")
+    options = dict(config.options)
+    what = f"factory(seed, {', '.join(options)})" if options else "factory(seed)"
+    return resolve(
+        "engine", config.factory, {}, key=key, check=lambda f: call_problem(f, seed=None, what=what, **options)
+    )
+
+
 def build_engine(config: EngineConfig, seed: int | None = None) -> Engine:
-    """The engine named by `config.type`, without weights (call `load`)."""
+    """The engine `config` describes (a shipped `type`, or a user's factory), without weights (call `load`)."""
+    if isinstance(config, FactoryEngineConfig):
+        engine = engine_factory(config)(seed=seed, **config.options)
+        missing = [m for m in ("load", "encode_chat", "decode", "generate") if not callable(getattr(engine, m, None))]
+        if not isinstance(getattr(engine, "max_model_len", None), int):
+            missing.append("an int max_model_len")
+        if missing:
+            what = type(engine).__name__
+            raise PluginError(
+                f"engine.factory: {config.factory!r} built a {what}, not an Engine: it lacks {', '.join(missing)}"
+            )
+        return engine
     try:
         factory = ENGINES[config.type]
     except KeyError as e:

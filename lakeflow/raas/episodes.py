@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import ChatMessage, Engine
@@ -43,6 +43,24 @@ class Trajectory:
 
 
 Workflow = Callable[[Task, Mapping[str, Engine], RewardFn, Sampling], list[Trajectory]]
+W = TypeVar("W", bound=Callable[..., Any])
+
+
+def plays(*roles: str) -> Callable[[W], W]:
+    """Declare the roles a workflow plays (its `roles` attribute): a pool whose `roles` are not these (or a
+    'policy' role playing the ones it lacks) is refused when the config is checked."""
+
+    def mark(fn: W) -> W:
+        fn.roles = roles  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def workflow_roles(workflow: object) -> tuple[str, ...] | None:
+    """The roles a workflow declares (`roles` attribute), or None when it declares none."""
+    roles = getattr(workflow, "roles", None)
+    return None if roles is None else tuple(roles)
 
 
 def task_messages(task: Task) -> list[ChatMessage]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, task_messages
+from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, plays, task_messages
 from lakeflow.raas.outcome import Reward, RewardFn
 
 SOLVER, VERIFIER, SELECTOR, TESTGEN = "solver", "verifier", "selector", "testgen"
@@ -193,6 +193,7 @@ def parse_verdict(text: str) -> Verdict:
     return Verdict(False, False, "no-verdict")
 
 
+@plays(SOLVER, VERIFIER)
 def solve_verify(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
     """The solver answers; the verifier reads the problem and that answer and says yes or no (and why);
     on a no (or a reply that says neither) the solver answers once more with the verifier's reply as

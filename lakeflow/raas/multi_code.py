@@ -14,7 +14,7 @@ from typing import Any
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.code import ProgramReport, extract_program, humaneval_program, run_cases
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
-from lakeflow.raas.episodes import Sampling, Trajectory, task_messages
+from lakeflow.raas.episodes import Sampling, Trajectory, plays, task_messages
 from lakeflow.raas.multi import (
     SELECTOR,
     SOLVER,
@@ -107,6 +107,7 @@ def parse_choice(text: str) -> Choice:
     return Choice("A", False, "no-choice")
 
 
+@plays(SOLVER, SELECTOR)
 def code_select(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
     """The solver writes two programs (two samples, each its own trajectory scored by `reward`, the hidden
     tests); the selector sees the problem and both programs and picks A or B. Selector reward (our rule;
@@ -178,6 +179,7 @@ def _failures(report: ProgramReport, cases: list[str]) -> str:
     return "Your program fails these tests:\n" + "\n".join(failed[:_FAILURES_SHOWN]) + FIX_REQUEST
 
 
+@plays(SOLVER, TESTGEN)
 def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
     """The solver writes a program; the test generator, shown the problem only, writes `assert` lines;
     the program runs against them, and when it fails, the solver rewrites it once with the failures as a

@@ -6,6 +6,12 @@ sample's `extra`. Math answers are checked with `math-verify` when it is install
 the fallback: the last number in the text compared numerically (relative tolerance 1e-6).
 Task types `reasoning_gym:<generator>` are scored by that reasoning-gym generator's own
 `score_answer` (reasoning-gym is imported on first use).
+
+Which function scores a task: the config's `reward` when set (a name in `REWARDS`, an import path
+`package.module:attr` or an entry-point name in `lakeflow.rewards`), else the task's `task_type`
+(a name in `REWARDS`, its family before ':', or an entry-point name). A task type that matches
+none is a `PluginError`, never a silent 0. A plugin's function `(text, answer) -> Reward` (or a
+number) is wrapped so it too never raises on bad output.
 """
 
 from __future__ import annotations
@@ -17,13 +23,24 @@ import math
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from lakeflow.errors import MissingExtraError
+from lakeflow.errors import MissingExtraError, PluginError
+from lakeflow.plugins import GROUPS, call_problem, entry_point_names, resolve
 from lakeflow.raas.code import code_reward
 from lakeflow.raas.outcome import Reward, RewardFn
 
-__all__ = ["REWARDS", "Reward", "RewardFn", "build_reward", "last_number_reward", "math_reward", "reasoning_gym_reward"]
+__all__ = [
+    "REWARDS",
+    "PluginReward",
+    "Reward",
+    "RewardFn",
+    "build_reward",
+    "last_number_reward",
+    "math_reward",
+    "reasoning_gym_reward",
+]
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +166,66 @@ REWARDS: dict[str, RewardFn] = {"math": math_reward, "reasoning_gym": reasoning_
 _TAKE_MAX_CHARS = (math_reward, reasoning_gym_reward)
 
 
-def build_reward(task_type: str, max_chars: int = 8192) -> RewardFn:
-    """The reward function of a task type ('' means math; 'family:variant' falls back to 'family');
-    an unknown type scores 0 with a reason."""
-    fn = REWARDS.get(task_type or "math") or REWARDS.get(task_type.partition(":")[0])
-    if fn is None:
-        known = ", ".join(sorted(REWARDS))
-        return lambda text, answer: Reward(0.0, f"no reward function for task_type {task_type!r} (known: {known})")
+def _shape(obj: object) -> str | None:
+    return call_problem(obj, "", "", what="(text, answer)")
+
+
+@dataclass(frozen=True)
+class PluginReward:
+    """A user's reward function, made to behave like the shipped ones: overlong completions score 0
+    unseen, an exception scores 0 with the reason, a number becomes a Reward; anything else it returns
+    is a PluginError (a broken plugin stops the service rather than scoring every sample 0)."""
+
+    fn: Callable[[str, str], object]
+    name: str
+    max_chars: int = 8192
+
+    def __call__(self, text: str, answer: str) -> Reward:
+        if len(text) > self.max_chars:
+            return Reward(0.0, "overlong")
+        try:
+            out = self.fn(text, answer)
+        except _CHECKER_ERRORS as e:  # the plugin's bug on one completion costs that sample's reward
+            return Reward(0.0, f"checker-error: {type(e).__name__}: {str(e)[:200]}")
+        if isinstance(out, Reward):
+            value, reason = out.value, out.reason
+        elif isinstance(out, int | float):
+            value, reason = float(out), "scored"
+        else:
+            raise PluginError(f"reward {self.name!r} returned {type(out).__name__}, not a Reward or a number")
+        if not math.isfinite(value):
+            return Reward(0.0, f"checker-error: reward {self.name!r} returned {value}")
+        return out if isinstance(out, Reward) else Reward(value, reason)
+
+
+@functools.lru_cache(maxsize=256)
+def _function(task_type: str, reward: str | None, key: str) -> tuple[RewardFn, str]:
+    """(the scoring function, its name) for a task type or an explicit reward name; cached per process."""
+    if reward is not None:
+        return resolve("reward", reward, REWARDS, key=key, check=_shape), reward
+    name = task_type or "math"
+    family = name.partition(":")[0]
+    for candidate in (name, family):
+        if candidate in REWARDS:
+            return REWARDS[candidate], candidate
+    registered = entry_point_names("reward")
+    for candidate in (name, family):
+        if candidate in registered:
+            return resolve("reward", candidate, REWARDS, key=key, check=_shape), candidate
+    known = ", ".join(sorted(REWARDS) + [n for n in registered if n not in REWARDS])
+    raise PluginError(
+        f"no reward for task_type {task_type!r} (known: {known}): set `reward` in the rollout config (a shipped "
+        f"name, 'package.module:attr' or a name registered in {GROUPS['reward']!r}), or give the dataset's rows "
+        "a task_type that has one"
+    )
+
+
+def build_reward(task_type: str, max_chars: int = 8192, reward: str | None = None, key: str = "reward") -> RewardFn:
+    """The reward function of a task: `reward` when given, else the task type's ('' means math,
+    'family:variant' falls back to 'family', else an entry-point name). PluginError when there is none."""
+    fn, name = _function(task_type, reward, key)
     if fn in _TAKE_MAX_CHARS:
         return functools.partial(fn, max_chars=max_chars)
-    return fn
+    if fn in REWARDS.values():
+        return fn
+    return PluginReward(fn, name, max_chars)

@@ -287,7 +287,7 @@ class RolloutService:
         the commit window, and the window is committed when due."""
         task = held.task
         self.state = "generating"
-        reward = build_reward(task.task_type, self.config.reward_max_chars)
+        reward = build_reward(task.task_type, self.config.reward_max_chars, self.config.reward)  # PluginError: stop
         started = time.monotonic()
         engines = {role: self.engines[model_id] for role, model_id in self.roles.items()}
         trajectories = self.workflow(task, engines, reward, self.sampling)

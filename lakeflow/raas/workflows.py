@@ -1,4 +1,5 @@
-"""Workflows: what one task becomes (prompts to engines, rewards), by name in `WORKFLOWS`.
+"""Workflows: what one task becomes (prompts to engines, rewards): a name in `WORKFLOWS`, an import path
+`package.module:attr` or an entry-point name in `lakeflow.workflows` (`lakeflow.plugins`).
 
 A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`:
 - `engines` maps a role to the engine that plays it ("policy" for single-policy workflows;
@@ -12,6 +13,8 @@ A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`
 - Bad model output is scored, never raised: the reward function returns 0 and a reason.
 - With `Sampling.truncated_reward` set, a completion cut off by max_tokens (finish_reason
   'length') gets that reward and the reason 'truncated' instead of the checker's score.
+- It may declare the roles it plays (`roles` attribute, `episodes.plays`); a pool's `roles` are
+  checked against them when the config loads (`roles_problem`).
 """
 
 from __future__ import annotations
@@ -20,15 +23,29 @@ import uuid
 from collections.abc import Mapping
 
 from lakeflow.lake.tasks import Task
+from lakeflow.plugins import call_problem, resolve
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, task_messages
+from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, plays, task_messages, workflow_roles
 from lakeflow.raas.multi import solve_verify
 from lakeflow.raas.multi_code import code_select, code_testgen
 from lakeflow.raas.outcome import Reward, RewardFn
 
-__all__ = ["POLICY", "WORKFLOWS", "Sampling", "Trajectory", "Workflow", "build_workflow", "rlvr", "task_messages"]
+__all__ = [
+    "POLICY",
+    "WORKFLOWS",
+    "Sampling",
+    "Trajectory",
+    "Workflow",
+    "build_workflow",
+    "plays",
+    "rlvr",
+    "roles_problem",
+    "task_messages",
+    "workflow_roles",
+]
 
 
+@plays(POLICY)
 def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
     """One policy: the prompt, n sampled completions, a verifiable reward for each."""
     engine = engines[POLICY]
@@ -76,9 +93,37 @@ WORKFLOWS: dict[str, Workflow] = {
 }
 
 
-def build_workflow(name: str) -> Workflow:
-    """The workflow registered under `name`."""
-    try:
-        return WORKFLOWS[name]
-    except KeyError as e:
-        raise ValueError(f"unknown workflow {name!r}; known: {', '.join(sorted(WORKFLOWS))}") from e
+def _shape(obj: object) -> str | None:
+    if (problem := call_problem(obj, None, None, None, None, what="(task, engines, reward, sampling)")) is not None:
+        return problem
+    roles = getattr(obj, "roles", None)
+    if roles is not None and not (isinstance(roles, tuple | list) and roles and all(isinstance(r, str) for r in roles)):
+        return f"declaring roles {roles!r}: `roles` must be a non-empty tuple of role names"
+    return None
+
+
+def build_workflow(name: str, key: str = "workflow") -> Workflow:
+    """The workflow `name` names (shipped, `package.module:attr`, entry point), checked; PluginError naming `key`."""
+    return resolve("workflow", name, WORKFLOWS, key=key, check=_shape)
+
+
+def roles_problem(workflow: Workflow, name: str, pool_roles: Mapping[str, str]) -> str | None:
+    """What is wrong with a pool's `roles` for a workflow that declares its roles (None: they match).
+
+    The pool's roles (`{policy: <own model>}` when empty) must be roles the workflow plays, and cover all of
+    them unless a 'policy' role is given, which plays the roles that have no model of their own."""
+    declared = workflow_roles(workflow)
+    if declared is None:
+        return None
+    pool = set(pool_roles) or {POLICY}
+    unknown = sorted(pool - set(declared) - {POLICY})
+    missing = sorted(set(declared) - pool)
+    plays_list = ", ".join(declared)
+    if unknown:
+        return f"roles {unknown} are not played by workflow {name!r} (it plays: {plays_list})"
+    if missing and POLICY not in pool:
+        return (
+            f"workflow {name!r} plays {plays_list}, but roles gives no model to {', '.join(missing)} "
+            f"(name a model for each, or add a {POLICY!r} role that plays the rest)"
+        )
+    return None

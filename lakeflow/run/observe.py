@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def eval_specs(config: RunConfig) -> list[ProcessSpec]:
     """One `lakeflow eval` process per model with an `eval:` section: it follows the model's versions and
     exits once version `steps` is evaluated (the run waits for it, as for the trainers). Its engine is the
-    model's rollout pool's unless the section names one."""
+    model's rollout pool's unless the section names one, and so is its reward."""
     from lakeflow.run.launcher import ProcessSpec  # the launcher imports this module
 
     out = []
@@ -24,6 +24,8 @@ def eval_specs(config: RunConfig) -> list[ProcessSpec]:
         if m.eval is None:
             continue
         section = m.eval if m.eval.engine is not None else m.eval.model_copy(update={"engine": m.raas.config.engine})
+        if section.reward is None:
+            section = section.model_copy(update={"reward": m.raas.config.reward})
         flags = ("--model", m.id, "--until-version", str(config.steps))
         data = section.model_dump(mode="json")
         out.append(ProcessSpec(f"eval-{m.id}", "eval", m.id, "eval", flags, f"eval-{m.id}.yaml", data))

@@ -1,13 +1,14 @@
 """The trainer's configuration: typed, validated, unknown keys refused with the key and the file named.
 
 One YAML or JSON file per trainer (`lakeflow train --config FILE`). The objective is a union
-told apart by `type` (`grpo`, `m2po`, `sft`); advantages and the KL penalty are shared.
+told apart by `type` (`grpo`, `m2po`, `sft`, or `function`: a loss function named by import path or
+entry point, with its params); advantages and the KL penalty are shared.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,7 +45,20 @@ class SftLoss(_Strict):
     type: Literal["sft"] = "sft"
 
 
-LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss, Field(discriminator="type")]
+class FunctionLoss(_Strict):
+    """A loss function named by path: `function(inputs: LossInputs, **params) -> LossOutput` (the types of
+    lakeflow.trainer.losses; a [B, T] per-token tensor is taken as the LossOutput's per_token)."""
+
+    type: Literal["function"] = "function"
+    function: str = Field(
+        description="The function: a shipped name (grpo, m2po, sft), 'package.module:attr' or a name registered "
+        "in the entry-point group 'lakeflow.losses'."
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the function.")
+
+
+LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss | FunctionLoss, Field(discriminator="type")]
+SHIPPED_LOSSES = ("grpo", "m2po", "sft")  # the names of lakeflow.trainer.losses.LOSSES (no torch import here)
 
 
 class KlConfig(_Strict):

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lakeflow.trainer.config import GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
+from lakeflow.errors import PluginError
+from lakeflow.trainer.check import resolve_loss
+from lakeflow.trainer.config import FunctionLoss, GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
 
 
 @dataclass
@@ -195,8 +197,24 @@ def diagnostics(inputs: LossInputs, entropy: torch.Tensor | None = None) -> dict
 LOSSES: dict[str, Callable[..., LossOutput]] = {"grpo": grpo_loss, "m2po": m2po_loss, "sft": sft_loss}
 
 
+def _function_objective(
+    fn: Callable[..., object], name: str, params: dict[str, object], inputs: LossInputs
+) -> LossOutput:
+    out = fn(inputs, **params)
+    if isinstance(out, LossOutput):
+        return out
+    if isinstance(out, torch.Tensor) and out.shape == inputs.mask.shape:
+        return LossOutput(out * inputs.mask)
+    shape = f" of shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else ""
+    raise PluginError(
+        f"loss {name!r} returned {type(out).__name__}{shape}: return a LossOutput or a [B, T] per-token tensor "
+        f"(mask shape {tuple(inputs.mask.shape)})"
+    )
+
+
 def build_loss(config: LossConfig, kl: KlConfig | None = None) -> Objective:
-    """The objective for a loss config (looked up in LOSSES by `type`), with the KL term when coef > 0."""
+    """The objective for a loss config (looked up in LOSSES by `type`, or the function a `function` loss names),
+    with the KL term when coef > 0."""
     params: dict[str, float | None]
     if isinstance(config, GrpoLoss):
         params = {"clip_eps": config.clip_eps, "clip_eps_high": config.clip_eps_high}
@@ -204,9 +222,16 @@ def build_loss(config: LossConfig, kl: KlConfig | None = None) -> Objective:
         params = {"m2_threshold": config.m2_threshold}
     elif isinstance(config, SftLoss):
         params = {}
+    elif isinstance(config, FunctionLoss):
+        fn = resolve_loss(config, LOSSES)
+        objective: Objective = functools.partial(_function_objective, fn, config.function, dict(config.params))
+        return _with_kl(objective, kl)
     else:
         raise ValueError(f"unknown loss config {config!r}; known types: {sorted(LOSSES)}")
-    objective: Objective = functools.partial(LOSSES[config.type], **params)
+    return _with_kl(functools.partial(LOSSES[config.type], **params), kl)
+
+
+def _with_kl(objective: Objective, kl: KlConfig | None) -> Objective:
     if kl is not None and kl.coef > 0:
         return functools.partial(with_kl, objective, kl.coef, kl.estimator)
     return objective

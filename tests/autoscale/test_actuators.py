@@ -149,6 +149,35 @@ def test_skypilot_actuator_launches_and_downs_one_cluster_per_service(
 
 
 def test_unknown_actuator() -> None:
-    with pytest.raises(ConfigError, match="local, k8s, skypilot"):
+    with pytest.raises(ConfigError, match=r"--actuator: unknown actuator 'nomad'; known: k8s, local, skypilot"):
         build_actuator("nomad")
     assert set(ACTUATORS) == {"local", "k8s", "skypilot"}
+
+
+class Counted:
+    """An actuator of a user's own, named by import path: it only counts."""
+
+    def __init__(self, start: str = "0") -> None:
+        self.n = int(start)
+
+    def replicas(self, pool: str) -> int:
+        return self.n
+
+    def scale(self, pool: str, n: int) -> None:
+        self.n = n
+
+    def check(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_actuator_by_import_path_is_built_with_its_options() -> None:
+    act = build_actuator(f"{__name__}:Counted", start="2")
+    act.scale("policy", 3)
+    assert isinstance(act, Counted) and act.replicas("policy") == 3
+    with pytest.raises(ConfigError, match=r"is not callable as actuator\(colour\)"):
+        build_actuator(f"{__name__}:Counted", colour="red")
+    with pytest.raises(ConfigError, match="built an object without replicas, scale, check, close"):
+        build_actuator("builtins:dict")

@@ -13,6 +13,7 @@ import pytest
 
 from lakeflow.dataflow.config import ReasoningGymDataset
 from lakeflow.dataflow.datasets import load_prompts
+from lakeflow.errors import PluginError
 from lakeflow.raas import rewards
 from lakeflow.raas.rewards import Reward, build_reward, last_number_reward, math_reward, reasoning_gym_reward
 
@@ -94,8 +95,8 @@ def test_math_verify_works_outside_the_main_thread() -> None:
 def test_reward_functions_are_chosen_by_task_type() -> None:
     assert build_reward("")("42", "42").value == 1.0
     assert build_reward("math", max_chars=3)("42 is it", "42").reason == "overlong"
-    r = build_reward("poetry")("42", "42")
-    assert r.value == 0.0 and "no reward function for task_type 'poetry'" in r.reason
+    with pytest.raises(PluginError, match=r"no reward for task_type 'poetry' \(known: code, math, reasoning_gym"):
+        build_reward("poetry")  # never a silent 0
 
 
 @pytest.fixture
@@ -177,4 +178,5 @@ def test_reasoning_gym_missing_is_a_reason_naming_the_extra(
 def test_task_types_with_a_variant_fall_back_to_their_family() -> None:
     assert build_reward("math:gsm8k")("it is 42", "42").value == 1.0
     assert build_reward("reasoning_gym:chain_sum", max_chars=3)("1234", "{}").reason == "overlong"
-    assert "no reward function for task_type 'poetry:haiku'" in build_reward("poetry:haiku")("42", "42").reason
+    with pytest.raises(PluginError, match="no reward for task_type 'poetry:haiku'"):
+        build_reward("poetry:haiku")

@@ -1,0 +1,46 @@
+"""The check of a trainer config before `lakeflow train` starts: a `type: function` loss resolves and takes
+its params. Shipped names are checked against their typed configs, so the check imports no torch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from lakeflow.errors import PluginError
+from lakeflow.plugins import call_problem, resolve
+from lakeflow.trainer.config import SHIPPED_LOSSES, FunctionLoss, LossConfig, TrainerConfig
+
+_LOSS: TypeAdapter[Any] = TypeAdapter(LossConfig)
+
+
+def resolve_loss(config: FunctionLoss, shipped: Mapping[str, Any], key: str = "loss.function") -> Callable[..., Any]:
+    """The function a `type: function` loss names (in `shipped`, by import path or entry point), checked to take
+    (inputs, **params); PluginError naming `key`."""
+    params = dict(config.params)
+    what = f"function(inputs{''.join(', ' + k for k in params)})"
+    fn: Callable[..., Any] = resolve(
+        "loss", config.function, shipped, key=key, check=lambda f: call_problem(f, None, what=what, **params)
+    )
+    return fn
+
+
+def check_trainer_config(config: TrainerConfig, key: str = "") -> list[str]:
+    """Problems of `config` (empty: it can start), each one line beginning with its key under `key`."""
+    loss = config.loss
+    prefix = f"{key}." if key else ""
+    if not isinstance(loss, FunctionLoss):
+        return []
+    if loss.function in SHIPPED_LOSSES:
+        try:
+            _LOSS.validate_python({"type": loss.function, **loss.params})
+        except ValidationError as e:
+            bad = "; ".join(f"{'.'.join(str(p) for p in err['loc'][1:])}: {err['msg']}" for err in e.errors())
+            return [f"{prefix}loss.params: {bad}"]
+        return []
+    try:  # the user's loss module is imported here (and torch with it, if it imports torch)
+        resolve_loss(loss, dict.fromkeys(SHIPPED_LOSSES), key=f"{prefix}loss.function")
+    except PluginError as e:
+        return [str(e)]
+    return []
