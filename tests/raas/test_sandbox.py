@@ -220,8 +220,8 @@ def test_network(mode: str) -> None:
 
 def test_limits_without_prlimit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "_PRLIMIT", "no-such-prlimit")  # limits set in preexec_fn instead
-    assert run_python("while True: pass", mode="rlimit", limits=FAST).limit == "cpu"
-    assert run_python("hog = bytearray(1 << 30)", mode="rlimit", limits=FAST).limit == "memory"
+    assert run_python("while True: pass", mode="rlimit", limits=SLOW_WALL).limit == "cpu"
+    assert run_python("hog = bytearray(1 << 30)", mode="rlimit", limits=SLOW_WALL).limit == "memory"
 
 
 def test_work_dir_is_removed(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
