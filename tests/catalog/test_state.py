@@ -12,7 +12,8 @@ from lakeflow.catalog.state import SAFE_REWARD_STD
 
 
 def _std(rewards: list[float]) -> float:
-    return float(duckdb.sql(f"SELECT {SAFE_REWARD_STD} FROM (SELECT {rewards}::DOUBLE[] AS rewards)").fetchone()[0])
+    (value,) = duckdb.sql(f"SELECT {SAFE_REWARD_STD} FROM (SELECT {rewards}::DOUBLE[] AS rewards)").fetchall()[0]
+    return float(value)
 
 
 def test_group_std_of_huge_finite_rewards_does_not_overflow() -> None:
@@ -24,5 +25,5 @@ def test_group_std_of_huge_finite_rewards_does_not_overflow() -> None:
 
 def test_group_std_of_ordinary_rewards_is_the_sample_std() -> None:
     for rewards in ([1.0, 0.0, 1.0, 0.0], [0.1, 0.2, 0.7], [3.0, 3.0], [0.0, 0.0], [-5.0, 2.5, 1e-3]):
-        expected = duckdb.sql(f"SELECT list_stddev_samp({rewards}::DOUBLE[])").fetchone()[0]
+        (expected,) = duckdb.sql(f"SELECT list_stddev_samp({rewards}::DOUBLE[])").fetchall()[0]
         assert _std(rewards) == pytest.approx(expected, rel=1e-12, abs=0)

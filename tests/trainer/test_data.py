@@ -154,7 +154,7 @@ def test_rows_the_lake_rules_refuse_are_left_out_of_the_step(tmp_path: Path) -> 
         "missing column(s) ['loss_mask']",
     ):
         assert why in reasons, reasons
-    assert torch.isfinite(b.old_logp).all() and set(b.mask.unique().tolist()) <= {0.0, 1.0}
+    assert torch.isfinite(b.old_logp).all() and set(torch.unique(b.mask).tolist()) <= {0.0, 1.0}
 
 
 def test_a_batch_whose_every_row_is_refused_trains_nothing(tmp_path: Path) -> None:

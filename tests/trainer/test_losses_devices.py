@@ -19,7 +19,13 @@ DEVICES = [
         ],
     ),
 ]
-CONFIGS = [GrpoLoss(), GrpoLoss(clip_eps_high=0.28), M2poLoss(), M2poLoss(m2_threshold=1e-4), SftLoss()]
+CONFIGS: list[GrpoLoss | M2poLoss | SftLoss] = [
+    GrpoLoss(),
+    GrpoLoss(clip_eps_high=0.28),
+    M2poLoss(),
+    M2poLoss(m2_threshold=1e-4),
+    SftLoss(),
+]
 
 
 def _inputs(device: str, b: int = 3, t: int = 7) -> LossInputs:
@@ -35,10 +41,10 @@ def _inputs(device: str, b: int = 3, t: int = 7) -> LossInputs:
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.type}-{c.model_dump_json()}")
-def test_every_loss_runs_on_the_device_of_its_inputs(device: str, config: object) -> None:
+def test_every_loss_runs_on_the_device_of_its_inputs(device: str, config: GrpoLoss | M2poLoss | SftLoss) -> None:
     for kl in (None, KlConfig(coef=0.1, estimator="k3")):
         x = _inputs(device)
-        out = build_loss(config, kl)(x)  # type: ignore[arg-type]
+        out = build_loss(config, kl)(x)
         assert out.per_token.device.type == device and out.per_token.shape == x.logp.shape
         assert all(torch.as_tensor(v).device.type == device for v in out.totals.values())
         assert all(v.device.type == device for v in diagnostic_totals(x, -x.logp.detach()).values())
@@ -47,6 +53,6 @@ def test_every_loss_runs_on_the_device_of_its_inputs(device: str, config: object
         assert x.logp.grad is not None and x.logp.grad.device.type == device
         if device != "meta":  # values exist: finite, and the same as on the CPU
             cpu = _inputs("cpu")
-            expected = token_mean(build_loss(config, kl)(cpu).per_token, cpu.mask)  # type: ignore[arg-type]
+            expected = token_mean(build_loss(config, kl)(cpu).per_token, cpu.mask)
             assert float(loss) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
     assert set(LOSSES) == {c.type for c in CONFIGS}
