@@ -105,9 +105,7 @@ def bad_logprobs(table: pa.Table) -> Violation | None:
         return None
     return _list_rule(
         table["response_logprobs"],
-        lambda v: pc.invert(
-            pc.and_(pc.is_finite(v), pc.and_(pc.greater_equal(v, LOGPROB_MIN), pc.less_equal(v, LOGPROB_MAX)))
-        ),
+        lambda v: (v >= LOGPROB_MIN) & (v <= LOGPROB_MAX),  # False for NaN (and null); infinities are outside
         "response_logprobs",
         f"has values that are NaN, infinite or outside [{LOGPROB_MIN:g}, {LOGPROB_MAX:g}]",
     )
@@ -117,10 +115,7 @@ def bad_loss_mask(table: pa.Table) -> Violation | None:
     """Rows whose loss_mask holds a value other than 0 and 1 (it selects tokens; it never weights them)."""
     if "loss_mask" not in table.column_names:
         return None
-    def outside(v: pa.Array) -> pa.Array:
-        return pc.or_(pc.less(v, 0), pc.greater(v, 1))
-
-    return _list_rule(table["loss_mask"], outside, "loss_mask", "has values other than 0 and 1")
+    return _list_rule(table["loss_mask"], lambda v: (v == 0) | (v == 1), "loss_mask", "has values other than 0 and 1")
 
 
 def empty_prompt(table: pa.Table) -> Violation | None:
@@ -188,17 +183,21 @@ def value_violations(table: pa.Table, reward_bound: float = MAX_REWARD_BOUND) ->
     return [v for rule in rules if (v := rule(table)) is not None]
 
 
-def _list_rule(column: pa.ChunkedArray, bad: Callable[[pa.Array], pa.Array], field: str, why: str) -> Violation | None:
-    """The rows of a list column with at least one element `bad` flags (a null element counts as bad)."""
+def _list_rule(
+    column: pa.ChunkedArray, ok: Callable[[np.ndarray], np.ndarray], field: str, why: str
+) -> Violation | None:
+    """The rows of a list column with at least one element that `ok` (on the elements as numpy, nulls as
+    NaN) does not pass: one vectorised pass over the elements, then the rows of the few bad ones from the
+    list offsets."""
     rows = np.zeros(len(column), dtype=bool)
-    offset = 0
+    start = 0
     for chunk in column.chunks:
-        values = pc.list_flatten(chunk)
-        if len(values):
-            parents = pc.list_parent_indices(chunk).to_numpy()
-            flagged = np.asarray(pc.fill_null(bad(values), True).to_numpy(zero_copy_only=False), dtype=bool)
-            rows[offset + parents[flagged]] = True
-        offset += len(chunk)
+        offsets = chunk.offsets.to_numpy()  # into chunk.values, also for a sliced chunk
+        bad = np.flatnonzero(~ok(chunk.values.to_numpy(zero_copy_only=False)))
+        if bad.size:
+            row = np.searchsorted(offsets, bad, side="right") - 1
+            rows[start + row[(row >= 0) & (row < len(chunk))]] = True
+        start += len(chunk)
     return _field_rule(field, why, pa.array(rows))
 
 
