@@ -160,4 +160,3 @@ class Ingestor:
             stats.quarantined[reason.split(":")[0]] += max(rows, 1)
         self.catalog.quarantine(source, rows, reason, now)
         write_quarantine(self.store, source, rows, reason, now, sample_ids, positions or [])
-
