@@ -52,6 +52,11 @@ class WeightsIntegrityError(LakeflowError):
     """Downloaded weight objects or a rebuilt state do not match their manifest; nothing was loaded."""
 
 
+class WeightsChainError(WeightsIntegrityError):
+    """A version's chain of manifests is not one lakeflow publishes (it loops, skips a version, points
+    forward, names another version or model, or starts with a delta): refused, nothing was loaded."""
+
+
 class ConfigError(LakeflowError, ValueError):
     """A config file is missing, malformed, or has unknown or invalid keys; the message names them."""
 

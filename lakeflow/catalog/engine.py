@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -21,6 +22,7 @@ from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
+from lakeflow.lake.checks import schema_problem
 from lakeflow.lake.quarantine import Exclusions, exclusions, read_quarantine
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
@@ -182,6 +184,10 @@ def _register_arrow(
         except (pa.ArrowInvalid, OSError) as e:
             skipped.append((key, f"cannot be read as Parquet: {e}"))
             continue
+        problem = schema_problem(table.schema)
+        if problem is not None:
+            skipped.append((key, f"schema does not match the sample schema: {problem}"))
+            continue
         table = table.append_column("filename", pa.array([key] * table.num_rows, pa.string()))
         tables.append(table.append_column("file_row_number", pa.array(range(table.num_rows), pa.int64())))
     if tables:
@@ -191,20 +197,75 @@ def _register_arrow(
 def _drop_unreadable(
     con: duckdb.DuckDBPyConnection, urls: list[str], keys: list[str], skipped: list[tuple[str, str]]
 ) -> list[str]:
-    """Try the whole list once; on failure check each shard's footer and leave out the broken ones."""
+    """The tail's shards the view can read: one scan of every footer (`parquet_schema`; per shard only
+    when that fails), leaving out a shard that cannot be read or whose schema lacks a column of the view
+    or has one of another type (one such file would fail every query, or, read first, retype a column
+    for everyone). Each one left out is named once in `skipped`."""
+    expected = _view_types(con)
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    unreadable: dict[str, str] = {}
     try:
-        con.sql(f"SELECT count(*) FROM read_parquet({_list(urls)})").fetchall()
-        return urls
+        for row in con.sql(f"SELECT {_FOOTER} FROM parquet_schema({_list(urls)})").fetchall():
+            found.setdefault(row[0], []).append(row)
     except duckdb.Error:
-        pass
+        for url in urls:
+            try:
+                found[url] = con.sql(f"SELECT {_FOOTER} FROM parquet_schema({_list([url])})").fetchall()
+            except duckdb.Error as e:
+                unreadable[url] = str(CorruptShardError(f"cannot be read: {str(e).splitlines()[0]}"))
     good = []
     for url, key in zip(urls, keys, strict=True):
-        try:
-            con.sql(f"SELECT count(*) FROM read_parquet({_list([url])})").fetchall()
+        problem = unreadable.get(url)
+        if problem is None and (mismatch := _schema_problem(found.get(url, []), expected)) is not None:
+            problem = f"schema does not match the sample schema: {mismatch}"
+        if problem is None:
             good.append(url)
-        except duckdb.Error as e:
-            skipped.append((key, str(CorruptShardError(f"cannot be read: {str(e).splitlines()[0]}"))))
+        else:
+            skipped.append((key, problem))
     return good
+
+
+# parquet_schema's columns that describe a column's type, in schema order per file.
+_FOOTER = "file_name, name, num_children, converted_type, duckdb_type, repetition_type"
+
+
+def _view_types(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """The trajectories view's column types as DuckDB names them (from trajectories.sql)."""
+    con.sql(read_sql("trajectories.sql").replace("CREATE TABLE trajectories", "CREATE TABLE IF NOT EXISTS _empty"))
+    return {r[0]: r[1] for r in con.sql("DESCRIBE _empty").fetchall()}
+
+
+def _schema_problem(footer: list[tuple[Any, ...]], expected: dict[str, str]) -> str | None:
+    """Why a file whose `parquet_schema` rows are `footer` cannot be read into the view, or None."""
+    if not footer:
+        return "its footer lists no columns"
+    types: dict[str, str] = {}
+    position = 1
+    for _ in range(int(footer[0][2] or 0)):  # the root's children are the columns
+        name = str(footer[position][1])
+        types[name], position = _parquet_type(footer, position)
+    for name, wanted in expected.items():
+        if name in types and types[name] != wanted:
+            return f"column {name!r} has type {types[name]}, expected {wanted}"
+    missing = [n for n in expected if n not in types]
+    return f"missing column(s) {missing}" if missing else None
+
+
+def _parquet_type(footer: list[tuple[Any, ...]], i: int) -> tuple[str, int]:
+    """The DuckDB type of the schema element at `i` (a leaf, a list, or another group) and the index
+    after its subtree."""
+    _, _, children, converted, duck, repetition = footer[i]
+    if not children:
+        return (f"{duck}[]" if repetition == "REPEATED" else str(duck)), i + 1  # a repeated leaf: a bare list
+    parts, j = [], i + 1
+    for _ in range(int(children)):
+        part, j = _parquet_type(footer, j)
+        parts.append(part)
+    if converted == "LIST" and len(parts) == 1:
+        return f"{parts[0]}[]", j
+    if repetition == "REPEATED" and len(parts) == 1:  # the repeated group inside a LIST: its element
+        return parts[0], j
+    return f"STRUCT({', '.join(parts)})", j
 
 
 def _create_views(
@@ -214,9 +275,8 @@ def _create_views(
     compacted: Exclusions | None,
     by_id: bool = True,
 ) -> None:
-    con.sql(read_sql("trajectories.sql").replace("CREATE TABLE trajectories", "CREATE TABLE _empty"))
-    names = [r[0] for r in con.sql("DESCRIBE _empty").fetchall()]
-    types = {r[0]: r[1] for r in con.sql("DESCRIBE _empty").fetchall()}
+    types = _view_types(con)
+    names = list(types)
     columns = ", ".join(f"t.{n}" for n in names)
     parts = []
     if urls:

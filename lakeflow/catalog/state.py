@@ -32,6 +32,13 @@ _REFS = "sample_ids, shard_idx, rows, rewards"
 # magnitude (at least 1): rewards that differ only by float rounding ([0.1 + 0.2, 0.3, …]) would
 # otherwise give advantages of ~1e-11 that fill a batch slot and teach nothing.
 ZERO_ADV_TOLERANCE = 1e-9
+# The sample standard deviation of a group's rewards, scaled by their largest magnitude s first
+# (std(r) = s * std(r / s), with every r / s in [-1, 1]) so that no finite reward can overflow it:
+# DuckDB's stddev_samp raises on overflow, which would stop the dataflow loop. 0 when every reward is 0.
+SAFE_REWARD_STD = (
+    "coalesce(list_max(list_transform(rewards, r -> abs(r))) * list_stddev_samp(list_transform(rewards, "
+    "r -> r / nullif(list_max(list_transform(rewards, x -> abs(x))), 0))), 0)"
+)
 
 
 @dataclass
@@ -253,7 +260,7 @@ class Catalog:
             CREATE OR REPLACE TEMP TABLE _complete AS
             SELECT model_id, group_id, prompt_id, task_id, n,
                    list_avg(rewards) AS reward_mean,
-                   CASE WHEN n > 1 THEN coalesce(list_stddev_samp(rewards), 0) ELSE 1.0 END AS reward_std,
+                   CASE WHEN n > 1 THEN {SAFE_REWARD_STD} ELSE 1.0 END AS reward_std,
                    list_max(rewards) - list_min(rewards)
                        <= {ZERO_ADV_TOLERANCE} * greatest(1.0, abs(list_max(rewards)), abs(list_min(rewards)))
                        AS zero_adv,

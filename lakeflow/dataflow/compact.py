@@ -1,7 +1,8 @@
 """The committer's compaction step: committed, ingested shards folded into the lake's Delta table.
 
 One step = one Delta commit: the commits after the table's watermark (and before a bound the dataflow
-has ingested up to), at most `file_rows` rows, read and checked like the ingest reads them, less
+has ingested up to), at most `file_rows` rows, read and checked like the ingest reads them (a shard
+that cannot be read or whose schema is not the sample schema is left out, never cast in), less
 what the dataflow quarantined, sorted, written as one large Parquet file, committed with the new
 watermark. A crash anywhere before the commit leaves the table as it was (the file it wrote is
 unreferenced until `vacuum`); after it, the watermark moved with the rows: every committed row ends up
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 from lakeflow.errors import CorruptShardError
 from lakeflow.io import Store
 from lakeflow.lake import CommitRecord, LakeReader, layout
+from lakeflow.lake.checks import schema_problem
 from lakeflow.lake.quarantine import GROUP_SOURCE, QuarantineRecord, exclusions, read_quarantine
 from lakeflow.lake.schema import SAMPLE_SCHEMA
 from lakeflow.lake.table import (
@@ -144,6 +146,9 @@ class Compactor:
         def read(commit: CommitRecord) -> pa.Table | str:
             try:
                 table = self.reader.read_shard(commit)
+                problem = schema_problem(table.schema)  # the ingest's check: never cast a mismatch in
+                if problem is not None:
+                    return f"shard {commit.shard} does not have the sample schema: {problem}"
                 return table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
             except CorruptShardError as e:
                 return str(e)

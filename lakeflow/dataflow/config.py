@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lakeflow.configfile import load_config_file
+from lakeflow.lake.rules import MAX_REWARD_BOUND, REWARD_BOUND
 
 
 class _Strict(BaseModel):
@@ -129,6 +130,12 @@ class ModelConfig(_Strict):
         0.95, ge=0, le=1, description="skip_solved: pass-rate EMA above which a prompt is skipped."
     )
     pass_rate_decay: float = Field(0.5, gt=0, lt=1, description="Weight of history in the pass-rate EMA.")
+    reward_bound: float = Field(
+        REWARD_BOUND,
+        gt=0,
+        le=MAX_REWARD_BOUND,
+        description="Samples whose reward is above this in absolute value are quarantined at ingest.",
+    )
     policies: Policies = Field(default_factory=Policies)
     greso: Greso = Field(default_factory=Greso)
     dataset: Dataset | None = Field(

@@ -1,7 +1,9 @@
 """Ingest: new commit records → validated sample metadata in the catalog; bad input → quarantine.
 
 Each committed shard is read once (whole, with its checksum verified, when
-`verify_payload`; else only the metadata columns, and payload checks are skipped). Rows that
+`verify_payload`; else only the metadata columns and the footer's schema, and the checks on payload
+values are skipped). A shard whose schema lacks a column or has one of another type is refused
+whole (a trainer, a policy or `lakeflow sql` would fail on it). Rows that
 fail a check are quarantined with the reason; the others are ingested. Nothing here
 raises on bad input: every problem becomes a quarantine record and a counter.
 """
@@ -25,8 +27,9 @@ from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, CommitRecord, LakeReader
 from lakeflow.lake.checks import row_problems, schema_problem
 from lakeflow.lake.quarantine import write_quarantine
-from lakeflow.lake.schema import METADATA_COLUMNS
+from lakeflow.lake.schema import METADATA_COLUMNS, SAMPLE_SCHEMA
 
+_METADATA = pa.schema([SAMPLE_SCHEMA.field(n) for n in METADATA_COLUMNS])
 INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward"]
 
 
@@ -89,12 +92,21 @@ class Ingestor:
         return poll.cursor, stats
 
     def _read(self, commit: CommitRecord) -> tuple[pa.Table | None, str | None]:
+        """The shard's table (whole, or its metadata columns), or why it cannot be read; a table whose
+        file's schema does not match is returned with that schema's problem."""
         try:
             if self.config.loop.verify_payload:
-                return self.reader.read_shard(commit), None
-            return self.reader.read_shard(commit, list(METADATA_COLUMNS), verify=False), None
+                table = self.reader.read_shard(commit)
+                schema = table.schema
+            else:
+                schema = self.reader.shard_schema(commit)
+                problem = schema_problem(schema)
+                if problem is not None:
+                    return None, f"shard {commit.shard}: {problem}"
+                table = self.reader.read_shard(commit, list(METADATA_COLUMNS), verify=False)
         except CorruptShardError as e:
             return None, str(e)
+        return table, None
 
     def _check(
         self,
@@ -107,7 +119,8 @@ class Ingestor:
         """The shard's rows that pass every check (with their positions in the shard, `row`), or None when
         the whole shard is refused; what is refused is quarantined here. `versions`: each model's newest
         weights version, as the catalog knew it when the call began."""
-        problem = schema_problem(table)
+        # without verify_payload only the metadata was read (the file's whole schema was checked in `_read`)
+        problem = schema_problem(table.schema, SAMPLE_SCHEMA if self.config.loop.verify_payload else _METADATA)
         if problem is None and table.num_rows != commit.rows:
             problem = f"shard has {table.num_rows} rows, its commit record says {commit.rows}"
         if problem is None:
@@ -123,7 +136,7 @@ class Ingestor:
         newest = versions.get(commit.model_id)
         bad = np.zeros(table.num_rows, dtype=bool)
         ids = table.column("sample_id").to_numpy(zero_copy_only=False)
-        for reason, mask in row_problems(table, model.vocab_size, newest):
+        for reason, mask in row_problems(table, model.vocab_size, newest, model.reward_bound):
             rows = np.flatnonzero(mask).tolist()
             self.quarantine(commit.shard, len(rows), reason, now, list(ids[mask]), stats, positions=rows)
             bad |= mask

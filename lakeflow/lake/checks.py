@@ -2,8 +2,8 @@
 
 Unlike `schema.validate_table` (which raises on the first problem, for writers), these let
 a consumer keep the good rows of a shard and quarantine the bad ones with their reasons. The
-rules both share are `lake/rules.py`'s; the token vocabulary and the newest published version
-are known only to the consumer, and are checked here.
+rules both share are `lake/rules.py`'s; the token vocabulary, the newest published version and the
+run's reward bound are known only to the consumer, and are checked here.
 """
 
 from __future__ import annotations
@@ -12,31 +12,33 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeflow.lake.rules import column_type_problem, nulls, value_violations
+from lakeflow.lake.rules import REWARD_BOUND, column_type_problem, nulls, value_violations
 from lakeflow.lake.schema import SAMPLE_SCHEMA
 
 
-def schema_problem(table: pa.Table) -> str | None:
-    """Why the table as a whole cannot be ingested (missing column, wrong type), or None."""
-    for field in SAMPLE_SCHEMA:
-        if field.name not in table.column_names:
-            continue  # payload columns may be left unread on purpose
-        problem = column_type_problem(table, field)
-        if problem is not None:
-            return problem
-    missing = [
-        n for n in ("sample_id", "model_id", "group_id", "reward", "policy_version") if n not in table.column_names
-    ]
+def schema_problem(schema: pa.Schema, fields: pa.Schema = SAMPLE_SCHEMA) -> str | None:
+    """Why a shard whose file has `schema` cannot be ingested, or None: every column of `fields` (by
+    default the whole sample schema: the catalog reads the metadata, a trainer the payload, `lakeflow
+    sql` both) must be there with its type; nullability may differ, extra columns are ignored."""
+    for field in fields:
+        if field.name in schema.names:
+            problem = column_type_problem(schema, field)
+            if problem is not None:
+                return problem
+    missing = [n for n in fields.names if n not in schema.names]
     return f"missing column(s) {missing}" if missing else None
 
 
 def row_problems(
-    table: pa.Table, vocab_size: int | None = None, newest_version: int | None = None
+    table: pa.Table,
+    vocab_size: int | None = None,
+    newest_version: int | None = None,
+    reward_bound: float = REWARD_BOUND,
 ) -> list[tuple[str, np.ndarray]]:
     """(reason, mask of offending rows) for every check that some row fails."""
     n = table.num_rows
     shared = [v for name in SAMPLE_SCHEMA.names if (v := nulls(table, name)) is not None]
-    problems = [(v.reason, v.rows) for v in shared + value_violations(table)]
+    problems = [(v.reason, v.rows) for v in shared + value_violations(table, reward_bound)]
 
     def add(reason: str, mask: pa.ChunkedArray | np.ndarray) -> None:
         values = np.asarray(mask if isinstance(mask, np.ndarray) else mask.to_numpy(zero_copy_only=False), dtype=bool)

@@ -215,6 +215,11 @@ class LakeReader:
             )
         return _parse(commit.shard, lambda: _read_bounded(commit.shard, data, columns))
 
+    def shard_schema(self, commit: CommitRecord) -> pa.Schema:
+        """The Arrow schema in a committed shard's footer (ranged reads; nothing else is decoded)."""
+        path = self.store.local_path(commit.shard)
+        return _parse(commit.shard, lambda: pq.read_schema(path or self.store.open_read(commit.shard)))
+
     def read_samples(self, refs: Sequence[SampleRef], columns: Sequence[str] | None = None) -> pa.Table:
         """The samples `refs` point to, in that order, reading only their row groups and `columns`."""
         wanted = list(columns) if columns is not None else None

@@ -115,7 +115,7 @@ def validate_table(table: pa.Table) -> None:
     if missing:
         raise SampleValidationError(f"missing column(s) {missing}")
     for field in SAMPLE_SCHEMA:
-        problem = column_type_problem(table, field)
+        problem = column_type_problem(table.schema, field)
         if problem is not None:
             raise SampleValidationError(problem)
         null = nulls(table, field.name)

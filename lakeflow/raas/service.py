@@ -116,6 +116,7 @@ class RolloutService:
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
         self._newest: dict[str, int | None] = {}  # newest version per model, found by the watcher thread
+        self._refused: dict[str, int] = {}  # the version whose pull last failed, per model (logged once)
         self._held: _Held | None = None  # the task being generated
         self._pending: list[_Done] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
@@ -240,7 +241,9 @@ class RolloutService:
             options = TransferOptions(workers=self.config.decode_workers, processes=self.config.decode_processes)
             result = pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), latest, options)
         except (WeightsIntegrityError, OSError) as e:  # broken, collected, not yet mirrored, unreachable: try later
-            log.warning("cannot pull %s version %s: %s", model_id, latest, e)
+            if self._refused.get(model_id) != latest:  # one line per version, not one per group
+                log.warning("cannot pull %s version %s (keeping the loaded weights): %s", model_id, latest, e)
+            self._refused[model_id] = latest
             return False
         engine.load(result.path)
         pull_s = time.monotonic() - pulling

@@ -4,22 +4,39 @@ A row is prompt + response, right-padded. Per-token tensors are aligned to the t
 score: position t holds what concerns token t (its behaviour logprob, whether it is trained),
 so the model's prediction for token t comes from its logits at t - 1. Position 0 is never
 trained (nothing predicts it), which is why a prompt must have at least one token.
+
+The loader checks every row it reads with the lake's own rules (`lake/rules.py`, `lake/checks.py`:
+the ones the writer raises on and the ingest quarantines by), so a row that reached a batch without
+passing them (ingest without `verify_payload`, a shard that cannot be read or lacks a column) is left
+out of the step with a logged reason instead of stopping the trainer or reaching the loss.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
+from lakeflow.errors import CorruptShardError
 from lakeflow.io import Store
 from lakeflow.lake import LakeReader, SampleRef
 from lakeflow.lake.batch import read_batch
+from lakeflow.lake.checks import row_problems, schema_problem
+from lakeflow.lake.rules import non_finite_reward
+from lakeflow.lake.schema import SAMPLE_SCHEMA
 from lakeflow.trainer.config import AdvantageConfig
 from lakeflow.trainer.losses import batch_normalize, group_advantages
 
+log = logging.getLogger("lakeflow.trainer.data")
+
 PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask"]
+PAYLOAD_SCHEMA = pa.schema([SAMPLE_SCHEMA.field(n) for n in PAYLOAD])
 
 
 @dataclass
@@ -65,19 +82,68 @@ class StepBatch:
 def load_batch(
     store: Store, model_id: str, step: int, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
 ) -> tuple[StepBatch, dict[str, object]]:
-    """Batch `step` with its payload read from the shards; FileNotFoundError while it is not written."""
+    """Batch `step` with its payload read from the shards; FileNotFoundError while it is not written.
+    Rows the lake's rules refuse are left out (logged; `meta["refused"]`: rows per reason)."""
     table, meta = read_batch(store, model_id, step)
+    payload, refused = read_payload(LakeReader(store), table, vocab_size)
+    keep = pa.array(np.array([r is None for r in refused], dtype=bool))
+    counts = Counter(r for r in refused if r is not None)
+    for reason, rows in counts.items():
+        log.warning("batch %d of %s: %d row(s) left out: %s", step, model_id, rows, reason)
+    meta = {**meta, "refused": dict(counts)}
+    return build_batch(table.filter(keep), payload.filter(keep), advantages, pad_id, vocab_size), meta
+
+
+def read_payload(
+    reader: LakeReader, batch: pa.Table, vocab_size: int | None = None
+) -> tuple[pa.Table, list[str | None]]:
+    """The payload rows of `batch` in its order (PAYLOAD_SCHEMA; a refused row is there, empty) and, per
+    row, why it is refused (None: it may be trained). Shards are read concurrently, each on its own, so
+    one that cannot be read or has another schema refuses only its own rows."""
     refs = [
         SampleRef(shard, row, sid)
         for shard, row, sid in zip(
-            table.column("shard").to_pylist(),
-            table.column("row").to_pylist(),
-            table.column("sample_id").to_pylist(),
+            batch.column("shard").to_pylist(),
+            batch.column("row").to_pylist(),
+            batch.column("sample_id").to_pylist(),
             strict=True,
         )
     ]
-    payload = LakeReader(store).read_samples(refs, columns=PAYLOAD)
-    return build_batch(table, payload, advantages, pad_id, vocab_size), meta
+    by_shard: dict[str, list[int]] = {}
+    for i, ref in enumerate(refs):
+        by_shard.setdefault(ref.shard, []).append(i)
+
+    def read(positions: list[int]) -> pa.Table | str:
+        try:
+            part = reader.read_samples([refs[i] for i in positions], columns=PAYLOAD)
+        except CorruptShardError as e:
+            return str(e)
+        return schema_problem(part.schema, PAYLOAD_SCHEMA) or part.select(PAYLOAD).cast(PAYLOAD_SCHEMA)
+
+    refused: list[str | None] = [None] * len(refs)
+    parts, order = [], []
+    with ThreadPoolExecutor(max(1, min(16, len(by_shard)))) as pool:
+        for positions, part in zip(by_shard.values(), pool.map(read, by_shard.values()), strict=True):
+            if isinstance(part, str):
+                for i in positions:
+                    refused[i] = part
+                empty = {n: pa.array([[]] * len(positions), PAYLOAD_SCHEMA.field(n).type) for n in PAYLOAD}
+                part = pa.table(empty, schema=PAYLOAD_SCHEMA)
+            parts.append(part)
+            order += positions
+    payload = (
+        pa.concat_tables(parts).take(pa.array(np.argsort(np.array(order, dtype=np.int64))))
+        if parts
+        else PAYLOAD_SCHEMA.empty_table()
+    )
+    checks = [(v.reason, v.rows) for v in [non_finite_reward(batch)] if v is not None]
+    stats = pc.or_(pc.invert(pc.is_finite(batch["group_mean"])), pc.invert(pc.is_finite(batch["group_std"])))
+    checks.append(("group statistics are NaN or infinite", np.asarray(pc.fill_null(stats, True), dtype=bool)))
+    checks += row_problems(payload, vocab_size)
+    for reason, rows in checks:
+        for i in np.flatnonzero(rows):
+            refused[i] = refused[i] or reason
+    return payload, refused
 
 
 def build_batch(
@@ -88,11 +154,9 @@ def build_batch(
     responses = payload.column("response_ids").to_pylist()
     logprobs = payload.column("response_logprobs").to_pylist()
     loss_masks = payload.column("loss_mask").to_pylist()
-    n = len(prompts)
-    if n == 0:
-        raise ValueError("the batch has no samples")
+    n = len(prompts)  # 0 when every row was refused: the step trains nothing
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
-    width = max(lengths)
+    width = max(lengths, default=0)
     input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
     attention = torch.zeros((n, width), dtype=torch.int64)
     mask = torch.zeros((n, width), dtype=torch.float32)
@@ -111,7 +175,7 @@ def build_batch(
         if r:
             mask[i, p : p + r] = torch.tensor(lm, dtype=torch.float32)
             old_logp[i, p : p + r] = torch.tensor(lp, dtype=torch.float32)
-    if vocab_size is not None and int(input_ids.max()) >= vocab_size:
+    if vocab_size is not None and n and int(input_ids.max()) >= vocab_size:
         raise ValueError(f"token id {int(input_ids.max())} is outside the model's vocabulary ({vocab_size})")
     reward = torch.tensor(batch.column("reward").to_pylist(), dtype=torch.float32)
     adv = group_advantages(

@@ -69,6 +69,7 @@ from lakeflow.trainer import distributed
 from lakeflow.trainer.background import Prefetch, Writer
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, load_batch, microbatches, minibatches
+from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, build_loss, diagnostics
 from lakeflow.trainer.metrics import step_row
 from lakeflow.trainer.model import load_model, side_files, to_state, token_logprobs, token_logprobs_entropy
@@ -364,6 +365,7 @@ class Trainer:
         sums: dict[str, float] = {}
         norms: list[float] = []
         scale = float(self.world.size) if self.world else 1.0  # FSDP2 averages gradients over ranks: undo it
+        guard = StepGuard(self.world)
         for rows in minibatches(batch.rows, c.minibatches):
             stop = self._stop.is_set()
             if distributed.any_rank(stop) if self.world else stop:
@@ -393,16 +395,22 @@ class Trainer:
                     sums[name] = sums.get(name, 0.0) + value * weight
             params = [p for g in optimizer.param_groups for p in g["params"]]
             max_norm = c.grad_clip if c.grad_clip is not None else math.inf
-            norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
             self._await_snapshot()
-            optimizer.step()
-            losses.append(total)
+            if guard.allows(total, norm):  # a non-finite loss or gradient never reaches the weights
+                optimizer.step()
+                norms.append(norm)
+                losses.append(total)
         if self.world:  # every rank scored part of the batch: the metrics are the sums over ranks
             names = sorted(sums)
             summed = distributed.total([*losses, *(sums[n] for n in names)])
             losses, sums = summed[: len(losses)], dict(zip(names, summed[len(losses) :], strict=True))
         denom = max(batch.tokens, 1)
-        out_metrics: dict[str, Any] = {"loss": sum(losses) / len(losses), "grad_norm": max(norms)}
+        out_metrics: dict[str, Any] = {
+            "loss": sum(losses) / max(len(losses), 1),
+            "grad_norm": max(norms, default=0.0),
+            **guard.metrics(),
+        }
         out_metrics.update({f"{name}_mean": value / denom for name, value in sums.items()})
         return out_metrics
 

@@ -5,6 +5,13 @@ they score (`logp[b, t]` = log p(token t | tokens < t)); `mask` is 1.0 on respon
 that are trained (loss_mask = 1) and 0.0 elsewhere (prompt, padding, tool output). Every
 objective returns a per-token loss that is 0 where `mask` is 0; the trainer sums it over a
 minibatch's microbatches and divides by the minibatch's trained-token count (token mean).
+
+Masking is by selection (`torch.where`), never by multiplication: a position off the mask is
+replaced, not multiplied by 0, so no value there (an extreme behaviour logprob, an infinity) can
+reach the loss or its gradient (0 * inf is NaN, forward and backward). Log-ratios are clamped to
+±LOG_RATIO_LIMIT before `exp`. Every tensor an objective creates is created on its inputs' device,
+and the diagnostics stay tensors until read (`LossOutput.sums`), so the objectives run on any device
+(tested on `meta`, which refuses a tensor made on the CPU by mistake, and on CUDA when present).
 """
 
 from __future__ import annotations
@@ -32,12 +39,23 @@ class LossInputs:
     ref_logp: torch.Tensor | None = None  # frozen reference, no gradient; needed when KL is on
 
 
+# A ratio exp(±20) ≈ 5e8: no sample an engine of this policy produced is this far off-policy, while
+# exp of a forged log-ratio (a behaviour logprob of -1000) would be inf. Clamped tokens get no gradient.
+LOG_RATIO_LIMIT = 20.0
+
+
 @dataclass
 class LossOutput:
-    """Per-token loss [B, T] (0 off-mask) and sums of diagnostics over the masked tokens."""
+    """Per-token loss [B, T] (0 off-mask) and sums of diagnostics over the masked tokens, kept as
+    0-dim tensors on the loss's device until `sums` reads them."""
 
     per_token: torch.Tensor
-    sums: dict[str, float] = field(default_factory=dict)  # divided by the token count when reported
+    totals: dict[str, torch.Tensor | float] = field(default_factory=dict)  # divided by the token count when reported
+
+    @property
+    def sums(self) -> dict[str, float]:
+        """The diagnostics as floats (a host sync on an accelerator)."""
+        return {name: float(value) for name, value in self.totals.items()}
 
 
 Objective = Callable[[LossInputs], LossOutput]
@@ -70,7 +88,20 @@ def batch_normalize(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor
 
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Scalar: the sum of a masked per-token quantity over the mean's token count (0 with no tokens)."""
-    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+    keep = mask > 0
+    return masked_sum(per_token, keep) / keep.sum().clamp(min=1)
+
+
+def masked_sum(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """0-dim: the sum of `values` where `keep` (bool) is true; other positions are left out, not
+    multiplied by 0."""
+    return torch.where(keep, values, 0.0).sum()
+
+
+def log_ratio(inputs: LossInputs, keep: torch.Tensor) -> torch.Tensor:
+    """[B, T] log(pi / pi_behaviour) = logp - old_logp on the kept tokens, clamped to
+    ±LOG_RATIO_LIMIT; exactly 0 elsewhere (whatever the behaviour logprob there)."""
+    return torch.where(keep, inputs.logp - inputs.old_logp, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
 
 
 # --- objectives ----------------------------------------------------------------------------------
@@ -79,41 +110,44 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def grpo_loss(inputs: LossInputs, clip_eps: float = 0.2, clip_eps_high: float | None = None) -> LossOutput:
     """PPO-clip per token: -min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = exp(logp - old_logp)."""
     high = clip_eps if clip_eps_high is None else clip_eps_high
+    keep = inputs.mask > 0
     adv = inputs.advantages[:, None]  # [B, 1], broadcast over tokens
-    ratio = torch.exp(inputs.logp - inputs.old_logp)
+    ratio = torch.exp(log_ratio(inputs, keep))  # 1.0 off the mask
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
-    per_token = -torch.minimum(ratio * adv, clipped * adv) * inputs.mask
-    was_clipped = ((clipped * adv) < (ratio * adv)).float() * inputs.mask  # the clipped term was chosen
-    sums = {"clip_frac": float(was_clipped.sum()), "ratio": float((ratio.detach() * inputs.mask).sum())}
-    return LossOutput(per_token, sums)
+    per_token = torch.where(keep, -torch.minimum(ratio * adv, clipped * adv), 0.0)
+    was_clipped = keep & ((clipped * adv) < (ratio * adv))  # the clipped term was chosen
+    totals = {"clip_frac": was_clipped.sum(), "ratio": masked_sum(ratio.detach(), keep)}
+    return LossOutput(per_token, dict(totals))
 
 
-def m2po_cutoff(log_ratio: torch.Tensor, candidates: torch.Tensor, m2_threshold: float) -> tuple[float, torch.Tensor]:
+def m2po_cutoff(
+    log_ratio: torch.Tensor, candidates: torch.Tensor, m2_threshold: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """M2PO's cutoff over the candidate tokens (bool [B, T]).
 
     Sort the candidates' squared log-ratios q = (logp - old_logp)^2 in descending order and drop
     the k largest, with k the smallest number for which the mean q of the remaining candidates
-    is strictly below `m2_threshold` (the mean of no tokens counts as 0, so k <= count).
-    Returns (b, dropped): b = sqrt of the largest remaining q (0.0 when every candidate was
-    dropped; +inf when none was), and the bool [B, T] mask of the k dropped tokens. Ties with
-    the largest remaining value stay on the remaining side only as far as the sort order puts
-    them there; they have |log r| = b, so clipping them at b changes nothing.
+    is at most `m2_threshold` (the mean of no tokens counts as 0, so k <= count; a mean equal to
+    the threshold keeps every token). Returns (b, dropped): b, 0-dim, = sqrt of the largest
+    remaining q (0 when every candidate was dropped; +inf when none was), and the bool [B, T]
+    mask of the k dropped tokens. Ties with the largest remaining value stay on the remaining side
+    only as far as the sort order puts them there; they have |log r| = b, so clipping them at b
+    changes nothing. Shapes stay static (no boolean indexing, no host sync): non-candidates sort
+    last with q = -1 and are never counted.
     """
-    q = log_ratio.detach().pow(2)[candidates]  # [n]
-    n = q.numel()
-    dropped = torch.zeros_like(candidates)
-    if n == 0:
-        return math.inf, dropped
+    q = torch.where(candidates, log_ratio.detach().pow(2), -1.0).reshape(-1)  # [N]
     values, order = torch.sort(q, descending=True)
-    suffix_sum = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])  # suffix_sum[k] = sum(values[k:])
-    remaining = torch.arange(n, 0, -1, dtype=values.dtype)  # n - k
-    means = torch.cat([suffix_sum / remaining, values.new_zeros(1)])  # [n + 1], means[n] = 0 (all dropped)
-    k = int(torch.nonzero(means < m2_threshold)[0])
-    if k == 0:
-        return math.inf, dropped
-    positions = torch.nonzero(candidates.reshape(-1)).squeeze(1)[order[:k]]  # flat indices of the k largest
-    dropped.view(-1)[positions] = True
-    bound = math.sqrt(float(values[k])) if k < n else 0.0
+    count = candidates.sum()  # the candidates are values[:count]
+    values = torch.where(values >= 0, values, 0.0)
+    size = values.numel()
+    k_all = torch.arange(size + 1, device=q.device)  # possible k: 0 … N
+    suffix = torch.flip(torch.cumsum(torch.flip(values, [0]), 0), [0])  # suffix[k] = sum(values[k:])
+    suffix = torch.cat([suffix, suffix.new_zeros(1)])  # [N + 1]
+    means = torch.where(k_all < count, suffix / (count - k_all).clamp(min=1), 0.0)  # mean of what remains
+    k = torch.argmax((means <= m2_threshold).to(torch.int8))  # the first k that is enough (k = count is)
+    dropped = torch.zeros_like(q, dtype=torch.bool).scatter(0, order, k_all[:size] < k).reshape(candidates.shape)
+    largest = torch.sqrt(torch.cat([values, values.new_zeros(1)]).gather(0, k.reshape(1))[0])  # 0 when k = count
+    bound = torch.where(k == 0, torch.full_like(largest, math.inf), torch.where(k < count, largest, 0.0))
     return bound, dropped
 
 
@@ -129,25 +163,26 @@ def m2po_loss(inputs: LossInputs, m2_threshold: float = 0.04) -> LossOutput:
        dropped this is the plain importance-weighted policy gradient).
     The denominator of the token mean counts dropped tokens too (as PPO counts clipped ones).
     """
+    keep = inputs.mask > 0
     adv = inputs.advantages[:, None]  # [B, 1]
-    log_ratio = inputs.logp - inputs.old_logp
-    ratio = torch.exp(log_ratio)
-    candidates = (log_ratio.detach() * adv > 0) & (inputs.mask > 0)
-    bound, dropped = m2po_cutoff(log_ratio, candidates, m2_threshold)
-    b = bound if math.isfinite(bound) else 0.0  # nothing dropped when infinite: the value is unused
-    clipped_ratio = torch.exp(torch.sign(log_ratio.detach()) * b)  # constant, [B, T]
-    per_token = -torch.where(dropped, clipped_ratio * adv, ratio * adv) * inputs.mask
-    sums = {
-        "clip_frac": float(dropped.float().sum()),
-        "ratio": float((ratio.detach() * inputs.mask).sum()),
-        "m2": float((log_ratio.detach().pow(2) * inputs.mask).sum()),
+    log_r = log_ratio(inputs, keep)  # 0 off the mask
+    ratio = torch.exp(log_r)
+    candidates = (log_r.detach() * adv > 0) & keep
+    bound, dropped = m2po_cutoff(log_r, candidates, m2_threshold)
+    b = torch.where(torch.isfinite(bound), bound, 0.0)  # nothing dropped when infinite: the value is unused
+    clipped_ratio = torch.exp(torch.sign(log_r.detach()) * b)  # constant, [B, T]
+    per_token = torch.where(keep, -torch.where(dropped, clipped_ratio * adv, ratio * adv), 0.0)
+    totals = {
+        "clip_frac": dropped.sum(),
+        "ratio": masked_sum(ratio.detach(), keep),
+        "m2": masked_sum(log_r.detach().pow(2), keep),
     }
-    return LossOutput(per_token, sums)
+    return LossOutput(per_token, dict(totals))
 
 
 def sft_loss(inputs: LossInputs) -> LossOutput:
     """Negative log-likelihood of the masked response tokens; advantages and old_logp are unused."""
-    return LossOutput(-inputs.logp * inputs.mask, {})
+    return LossOutput(torch.where(inputs.mask > 0, -inputs.logp, 0.0), {})
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -172,13 +207,21 @@ def with_kl(objective: Objective, coef: float, estimator: str, inputs: LossInput
     out = objective(inputs)
     if inputs.ref_logp is None:
         raise ValueError("the KL penalty needs reference logprobs (ref_logp)")
-    kl = kl_penalty(inputs.logp, inputs.ref_logp, estimator) * inputs.mask
-    sums = dict(out.sums, kl=float(kl.detach().sum()))
-    return LossOutput(out.per_token + coef * kl, sums)
+    keep = inputs.mask > 0
+    logp = torch.where(keep, inputs.logp, inputs.ref_logp)  # log rho = 0 off the mask
+    kl = torch.where(keep, kl_penalty(logp, inputs.ref_logp, estimator), 0.0)
+    totals = dict(out.totals, kl=kl.detach().sum())
+    return LossOutput(out.per_token + coef * kl, totals)
 
 
 def diagnostics(inputs: LossInputs, entropy: torch.Tensor | None = None) -> dict[str, float]:
-    """Sums over the masked tokens of what every objective reports (divided by the token count later):
+    """`diagnostic_totals` as floats."""
+    return {name: float(value) for name, value in diagnostic_totals(inputs, entropy).items()}
+
+
+def diagnostic_totals(inputs: LossInputs, entropy: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Sums over the masked tokens of what every objective reports (divided by the token count later),
+    0-dim tensors on the inputs' device:
 
     - `kl_behaviour`: KL(current || behaviour) from the sampled tokens, which the behaviour policy drew:
       with r = exp(logp - old_logp), the k3 estimator of KL(pi_theta || pi_b) importance-weighted by r,
@@ -186,11 +229,12 @@ def diagnostics(inputs: LossInputs, entropy: torch.Tensor | None = None) -> dict
     - `entropy`: the policy's token entropy in nats ([B, T] `entropy`, when given).
     """
     with torch.no_grad():
-        log_r = inputs.logp.detach() - inputs.old_logp
+        keep = inputs.mask > 0
+        log_r = log_ratio(LossInputs(inputs.logp.detach(), inputs.old_logp, inputs.advantages, inputs.mask), keep)
         r = torch.exp(log_r)
-        out = {"kl_behaviour": float(((r * log_r - r + 1.0) * inputs.mask).sum())}
+        out = {"kl_behaviour": masked_sum(r * log_r - r + 1.0, keep)}
         if entropy is not None:
-            out["entropy"] = float((entropy * inputs.mask).sum())
+            out["entropy"] = masked_sum(entropy, keep)
     return out
 
 

@@ -9,6 +9,7 @@ lake has collected (`lakeflow weights gc`, the trainer's retention) leave the mi
 moved, manifest first, as they leave the lake. Mirrors filled
 by other means (S3 replication: objects arrive late and in any order) are safe too, because a pull
 verifies every object and the rebuilt state and retries later instead of loading a partial version.
+A newest version whose chain is broken (`weights/chain.py`) is refused before anything is copied.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
+from lakeflow.errors import WeightsChainError, WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.weights.manifest import Latest, ObjectEntry, latest_version, read_latest, read_manifest
+from lakeflow.weights.chain import Manifests, check_chain
+from lakeflow.weights.manifest import Latest, ObjectEntry, latest_version, read_latest
 from lakeflow.weights.retention import list_versions
 from lakeflow.weights.transfer import Downloader, TransferOptions
 
@@ -58,6 +59,8 @@ def mirror(
         if prune:
             result.removed = _prune(home, target, model, top)
         return result
+    check_chain(home, model, top)  # a broken chain is refused before anything is copied (WeightsChainError)
+    book = Manifests(home, model)
     with tempfile.TemporaryDirectory(prefix="lakeflow-mirror-") as stage:
         downloader = Downloader(home, stage, options)
         for version in list_versions(home, model):
@@ -66,9 +69,9 @@ def mirror(
             key = layout.weights_manifest_key(model, version)
             try:
                 raw = home.get(key)
-                manifest = read_manifest(home, model, version)
-            except (FileNotFoundError, ValidationError, ValueError):
-                continue  # unfinished or collected meanwhile: not part of any chain a puller takes
+                manifest = book.get(version)
+            except (FileNotFoundError, WeightsChainError):
+                continue  # unfinished, collected meanwhile or not a link: not part of any chain a puller takes
             entries = [*manifest.weights, *manifest.files, *([manifest.delta] if manifest.delta else [])]
             for entry in entries:
                 if not _present(target, entry):
@@ -127,7 +130,7 @@ def mirror_loop(
         for model in models or models_in(home):
             try:
                 r = mirror(home, target, model, options, prune)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, WeightsIntegrityError) as e:
                 log.warning("mirror of %s failed, retrying in %.0f s: %s", model, interval_s, e)
                 continue
             if r.copied:

@@ -20,13 +20,13 @@ import shutil
 import tempfile
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
+from lakeflow.weights.chain import Manifests, back_to_full
 from lakeflow.weights.codec import decode_delta, decode_delta_sha256, default_workers
-from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, latest_version, read_manifest
+from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry, latest_version
 from lakeflow.weights.plan import DEFAULT_APPLY, Rates, load_rates, save_rates
 from lakeflow.weights.tensors import (
     INDEX_FILE,
@@ -69,7 +69,7 @@ def pull(
             raise FileNotFoundError(f"model {model!r} has no published weights in {store.url}")
     book = Manifests(store, model)
     target = book.get(version)
-    manifests = _manifests_back_to_full(book, target)
+    manifests = back_to_full(book, target)  # every link checked: a broken chain is refused here
     dest = os.path.abspath(dest)
     stage = os.path.join(os.path.dirname(dest), f".{os.path.basename(dest)}.lakeflow-pull")
     local = _local_version(dest, model)
@@ -123,44 +123,6 @@ def local_version(dest: str) -> dict[str, object] | None:
 # --- planning ------------------------------------------------------------------------------
 
 
-class Manifests:
-    """The manifests of one model, read `WINDOW` versions at a time, concurrently: walking a chain back
-    to its full version over a long round trip (another region) costs one round trip per window, not
-    one per version. A version's read error is raised when that version is asked for."""
-
-    WINDOW = 16
-
-    def __init__(self, store: Store, model: str) -> None:
-        self.store = store
-        self.model = model
-        self._read: dict[int, Manifest | Exception] = {}
-
-    def get(self, version: int) -> Manifest:
-        if version not in self._read:
-            wanted = [v for v in range(max(0, version - self.WINDOW + 1), version + 1) if v not in self._read]
-            with ThreadPoolExecutor(len(wanted)) as pool:
-                for v, found in zip(wanted, pool.map(self._fetch, wanted), strict=True):
-                    self._read[v] = found
-        found = self._read[version]
-        if isinstance(found, Exception):
-            raise found
-        return found
-
-    def _fetch(self, version: int) -> Manifest | Exception:
-        try:
-            return read_manifest(self.store, self.model, version)
-        except Exception as e:  # kept, raised only if this version is needed
-            return e
-
-
-def _manifests_back_to_full(book: Manifests, target: Manifest) -> list[Manifest]:
-    """[full F, delta F+1, …, target]: the versions a puller with nothing needs."""
-    chain = [target]
-    while not chain[0].weights:
-        chain.insert(0, book.get(chain[0].version - 1))
-    return chain
-
-
 def _chain_from(
     book: Manifests, local: int, target: Manifest, rates: Rates, estimates: dict[str, float]
 ) -> list[Manifest] | None:
@@ -172,7 +134,7 @@ def _chain_from(
     nbytes = 0
     while True:
         m = chain[0]
-        if m.delta is None or m.base_version != m.version - 1:
+        if m.delta is None:  # links were checked when read: a delta's base is the version below it
             return None
         nbytes += m.delta.size
         estimates["chain"] = rates.seconds(nbytes, len(chain), len(chain), target.state_bytes)

@@ -3,14 +3,16 @@ version 0 (the base model the run started from) unless asked not to.
 
 A kept version needs the nearest full version at or below it and the deltas between the
 two. Versions above LATEST (a publish in progress) are never touched. A collected version
-loses its manifest first, so no reader can see it half deleted.
+loses its manifest first, so no reader can see it half deleted. A broken chain (`weights/chain.py`)
+raises WeightsChainError: nothing is deleted on the word of a chain that cannot be walked.
 """
 
 from __future__ import annotations
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.weights.manifest import latest_version, read_manifest
+from lakeflow.weights.chain import Manifests, back_to_full
+from lakeflow.weights.manifest import latest_version
 
 
 def list_versions(store: Store, model: str) -> list[int]:
@@ -27,12 +29,9 @@ def needed_versions(store: Store, model: str, keep: int) -> set[int]:
     if top is None:
         return set()
     needed: set[int] = set()
+    book = Manifests(store, model)
     for v in range(max(0, top - keep + 1), top + 1):
-        m = read_manifest(store, model, v)
-        needed.add(v)
-        needed.update(_version_of(e.key, model) for e in m.files)
-        while not m.weights:  # a delta: walk back to the full version it is rebuilt from
-            m = read_manifest(store, model, m.version - 1)
+        for m in back_to_full(book, book.get(v)):  # a delta: back to the full version it is rebuilt from
             needed.add(m.version)
             needed.update(_version_of(e.key, model) for e in m.files)
     return needed

@@ -72,3 +72,21 @@ def test_read_only_statements_work(store: Store) -> None:
     assert lake.sql("WITH t AS (SELECT reward FROM trajectories) SELECT * FROM t").to_pylist() == [{"reward": 0.25}]
     assert lake.sql("SUMMARIZE trajectories").num_rows > 0
     assert lake.sql("EXPLAIN SELECT * FROM trajectories").num_rows > 0
+
+
+def test_a_shard_of_another_schema_is_left_out_and_named_once(store: Store) -> None:
+    """A shard without payload columns, or with a column of another type (read first, it would retype the
+    column for everyone), fails no query: it is left out of the view and named once."""
+    from tests.hostile import planting as p
+
+    write_samples(store, [sample(), sample()])
+    missing, _ = p.commit_table(store, p.good_table().drop_columns(["loss_mask", "prompt_ids"]))
+    retyped, _ = p.commit_table(store, p.replace(p.good_table(), "reward", ["x"] * 4, p.pa.string()))
+    lake = connect_lake(store)
+    assert lake.sql("SELECT count(*) AS n, sum(len(loss_mask))::INT AS m FROM trajectories").to_pylist() == [
+        {"n": 2, "m": 8}
+    ]
+    reasons = [why for key, why in lake.skipped if key in (missing, retyped)]
+    assert len(reasons) == 2, lake.skipped
+    assert any("missing column(s) ['prompt_ids', 'loss_mask']" in r for r in reasons)
+    assert any("column 'reward' has type" in r for r in reasons)

@@ -80,6 +80,25 @@ def test_corrupt_and_missing_shards_are_quarantined(store: Store) -> None:
     service.close()
 
 
+def test_a_shard_without_payload_columns_is_refused_also_without_verify_payload(store: Store) -> None:
+    """Without `verify_payload` the payload is not read, but the footer's schema is still checked: a
+    shard a trainer could not train on (no loss_mask) is quarantined whole, and honest shards are served."""
+    from tests.hostile import planting as p
+
+    p.commit_table(store, p.good_table().drop_columns(["loss_mask"]))
+    write_groups(store, [group("policy", [1, 0, 1, 0])])
+    for verify in (False, True):
+        service = DataflowService(store, config(prompts_per_step=1, loop={"verify_payload": verify}))
+        service.start()
+        service.run(iterations=2)
+        reasons = service.catalog.sql("SELECT reason FROM quarantine").column("reason").to_pylist()
+        assert any("missing column(s) ['loss_mask']" in r for r in reasons), reasons
+        assert service.counters.samples == 4 and service.counters.batches == 1
+        service.close()
+        for key in [o.key for o in store.list("catalog/")] + [o.key for o in store.list("batches/")]:
+            store.delete(key)  # the next service starts from nothing
+
+
 def test_a_group_split_over_shards_is_assembled(store: Store) -> None:
     samples = group("policy", [1, 0, 0, 0], group_id="split")
     write_groups(store, [samples[:2]])

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.schema import PAYLOAD_COLUMNS
 from lakeflow.weights import latest_version, read_manifest
 from tests.hostile import planting as p
 
@@ -253,6 +254,69 @@ CASES = [
         outcome="rows quarantined",
     ),
     Case(
+        "NaN logprob",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "response_logprobs", [[float("nan"), -0.2]] * 4)),
+        "response_logprobs has values that are NaN, infinite or outside",
+        outcome="rows quarantined; never reach a loss",
+    ),
+    Case(
+        "infinite logprob",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "response_logprobs", [[-0.1, float("-inf")]] * 4)),
+        "response_logprobs has values that are NaN, infinite or outside",
+        outcome="rows quarantined; never reach a loss",
+    ),
+    Case(
+        "positive logprob (+5)",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "response_logprobs", [[5.0, -0.2]] * 4)),
+        "response_logprobs has values that are NaN, infinite or outside [-1000, 0.001]",
+        outcome="rows quarantined; never reach a loss",
+    ),
+    Case(
+        "absurd logprob (-1e30)",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "response_logprobs", [[-1e30, -0.2]] * 4)),
+        "response_logprobs has values that are NaN, infinite or outside [-1000, 0.001]",
+        outcome="rows quarantined; never reach a loss",
+    ),
+    Case(
+        "loss_mask 2",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "loss_mask", [[1, 2]] * 4)),
+        "loss_mask has values other than 0 and 1",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "loss_mask -1 (a signed column)",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "loss_mask", [[1, -1]] * 4, p.pa.list_(p.pa.int8()))),
+        "column 'loss_mask' has type",
+        "quarantined by the dataflow",
+        outcome="shard quarantined",
+    ),
+    Case(
+        "reward 1e308",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "reward", [1e308, -1e308, 1e308, 2e6])),
+        "reward is outside [-1e+06, 1e+06]",
+        outcome="rows quarantined; no group statistic overflows",
+    ),
+    Case(
+        "empty prompt",
+        lambda s, t: p.commit_table(s, p.replace(p.good_table(), "prompt_ids", [[]] * 4)),
+        "prompt_ids is empty",
+        outcome="rows quarantined",
+    ),
+    Case(
+        "shard without the loss_mask column",
+        lambda s, t: p.commit_table(s, p.good_table().drop_columns(["loss_mask"])),
+        "missing column(s) ['loss_mask']",
+        "quarantined by the dataflow",
+        outcome="shard quarantined; every query still runs",
+    ),
+    Case(
+        "shard without payload columns",
+        lambda s, t: p.commit_table(s, p.good_table().drop_columns(list(PAYLOAD_COLUMNS))),
+        "missing column(s) ['prompt_ids', 'response_ids', 'response_logprobs', 'loss_mask']",
+        "quarantined by the dataflow",
+        outcome="shard quarantined; every query still runs",
+    ),
+    Case(
         "extra holding JSON nested 10,000 deep",
         lambda s, t: p.commit_table(s, p.replace(p.good_table(), "extra", [p.nested_json(10_000)] * 4)),
         None,
@@ -304,6 +368,18 @@ CASES = [
         outcome="pull refused; nothing loaded",
     ),
     Case(
+        "a weight chain that loops (version 2's manifest names version 3)",
+        lambda s, t: _as_delta(s, version=3, base_version=2),
+        None,
+        outcome="pull refused in one line (chain checked as a graph); nothing loaded",
+    ),
+    Case(
+        "a delta whose base points forward (version 2 on version 5)",
+        lambda s, t: _as_delta(s, base_version=5),
+        None,
+        outcome="pull refused in one line (chain checked as a graph); nothing loaded",
+    ),
+    Case(
         "rollout heartbeat that is a JSON list",
         lambda s, t: s.put(layout.raas_stats_key("raas-evil"), b"[1]"),
         None,
@@ -316,7 +392,21 @@ CASES = [
         outcome="not read",
     ),
 ]
-WEIGHT_CASES = {"newest version's weights corrupted", "safetensors header claiming 2^60 bytes"}
+WEIGHT_CASES = {
+    "newest version's weights corrupted",
+    "safetensors header claiming 2^60 bytes",
+    "a weight chain that loops (version 2's manifest names version 3)",
+    "a delta whose base points forward (version 2 on version 5)",
+}
+LOCAL_ONLY = {"a local lake's shard that is a symbolic link"}  # S3 has no symbolic links
+
+
+def _as_delta(store: Store, **fields: object) -> None:
+    """Version 2 (full) rewritten as a delta (version 1's delta object) with `fields` overridden."""
+    key = layout.weights_manifest_key("policy", 2)
+    manifest = json.loads(store.get(key))
+    delta = json.loads(store.get(layout.weights_manifest_key("policy", 1)))["delta"]
+    store.put(key, json.dumps(manifest | {"kind": "delta", "weights": [], "delta": delta} | fields).encode())
 
 
 def _replay(store: Store) -> None:

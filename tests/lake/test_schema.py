@@ -11,7 +11,7 @@ import pytest
 from lakeflow.catalog import read_sql
 from lakeflow.errors import SampleValidationError
 from lakeflow.lake.checks import row_problems
-from lakeflow.lake.rules import duplicate_ids
+from lakeflow.lake.rules import bad_logprobs, bad_loss_mask, duplicate_ids
 from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table, validate_table
 from tests.lake.helpers import sample
 
@@ -106,3 +106,42 @@ def test_duplicate_ids_keep_the_first_copy_and_null_ids_do_not_crash() -> None:
     assert found.rows.tolist() == [False, False, False, True, True]
     assert found.message == "row 0: duplicate sample_id a"
     assert duplicate_ids(pa.table({"sample_id": pa.array(["a", None, "b"])})) is None
+
+
+def test_every_field_a_trainer_reads_is_bounded_in_the_writer_and_the_ingest() -> None:
+    """The writer raises and the ingest quarantines, in the same words: logprobs NaN, infinite, positive
+    or absurd; loss_mask other than 0/1; an empty prompt; a reward beyond the bound."""
+    good = _table(sample(), sample(), sample())
+    lp, mask = good.column("response_logprobs").to_pylist(), good.column("loss_mask").to_pylist()
+    cases = {
+        "response_logprobs has values that are NaN, infinite or outside [-1000, 0.001]": [
+            ("response_logprobs", [[math.nan, *lp[0][1:]], [5.0, *lp[1][1:]], [-1e30, *lp[2][1:]]], 0),
+        ],
+        "loss_mask has values other than 0 and 1": [("loss_mask", [mask[0], [2, *mask[1][1:]], mask[2]], 1)],
+        "prompt_ids is empty": [("prompt_ids", [[1], [], [2]], 1)],
+    }
+    for reason, edits in cases.items():
+        for column, values, first in edits:
+            index = good.schema.get_field_index(column)
+            bad = good.set_column(
+                index, SAMPLE_SCHEMA.field(column), pa.array(values, SAMPLE_SCHEMA.field(column).type)
+            )
+            with pytest.raises(SampleValidationError, match=f"row {first}: field '{column}'"):
+                validate_table(bad)
+            assert reason in dict(row_problems(bad)), row_problems(bad)
+    huge = good.set_column(good.schema.get_field_index("reward"), "reward", pa.array([1.0, 2e6, 1e308]))
+    assert dict(row_problems(huge))["reward is outside [-1e+06, 1e+06]"].tolist() == [False, True, True]
+    assert dict(row_problems(huge, reward_bound=1e7))["reward is outside [-1e+07, 1e+07]"].tolist() == [
+        False,
+        False,
+        True,
+    ]
+    with pytest.raises(SampleValidationError, match="row 2: field 'reward' is outside"):
+        validate_table(huge)  # the writer refuses what no config accepts (above 1e12)
+
+
+def test_list_rules_read_sliced_chunks_and_nulls() -> None:
+    column = pa.array([[-0.1], [math.nan], [-0.2, 5.0], [-0.3], [None]], pa.list_(pa.float32())).slice(1)
+    found = bad_logprobs(pa.table({"response_logprobs": column}))
+    assert found is not None and found.rows.tolist() == [True, True, False, True]
+    assert bad_loss_mask(pa.table({"loss_mask": pa.array([[0, 1], [1]], pa.list_(pa.uint8()))})) is None

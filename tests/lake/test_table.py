@@ -136,3 +136,17 @@ def test_optimize_packs_small_files_and_changes_no_answer(table_store: Store) ->
     assert (after.version, after.watermark) == ((before.version or 0) + 1, before.watermark)
     assert connect_lake(table_store).sql(QUERY).to_pylist() == answer
     assert compactor.optimize(min_files=2, target_bytes=64 << 20) == 0  # idempotent
+
+
+def test_the_table_never_takes_in_a_shard_of_another_schema(table_store: Store) -> None:
+    from tests.hostile import planting as p
+
+    small_lake(table_store, samples=32)
+    missing, _ = p.commit_table(table_store, p.good_table().drop_columns(["loss_mask"]))
+    retyped, _ = p.commit_table(table_store, p.replace(p.good_table(), "reward", ["1"] * 4, p.pa.string()))
+    stats = Compactor(table_store, 150).compact_all(compaction_bound(None, timedelta(0)))
+    left_out = dict(stats.left_out)
+    assert "missing column(s) ['loss_mask']" in left_out[missing] and "has type" in left_out[retyped]
+    lake = connect_lake(table_store)
+    assert lake.table_version is not None
+    assert lake.sql("SELECT count(*) AS n FROM trajectories").to_pylist() == [{"n": 32}]

@@ -79,7 +79,7 @@ def test_m2po_cutoff_drops_the_largest_squared_log_ratios() -> None:
     candidates = torch.tensor([[True, True, True, True, False]])
     # q = 0.01, 0.04, 0.25, 1.0: means after dropping 0, 1, 2 = 0.325, 0.1, 0.025 -> k = 2, b = sqrt(0.04)
     bound, dropped = m2po_cutoff(x.logp - x.old_logp, candidates, 0.04)
-    assert bound == pytest.approx(0.2) and dropped[0].tolist() == [False, False, True, True, False]
+    assert float(bound) == pytest.approx(0.2) and dropped[0].tolist() == [False, False, True, True, False]
     out = m2po_loss(x, m2_threshold=0.04)
     expected = [-math.exp(0.1), -math.exp(0.2), -math.exp(0.2), -math.exp(0.2), -math.exp(-0.7)]
     assert out.per_token[0].tolist() == pytest.approx(expected)
@@ -90,10 +90,46 @@ def test_m2po_cutoff_drops_the_largest_squared_log_ratios() -> None:
 def test_m2po_edges_nothing_dropped_and_everything_dropped() -> None:
     small = inputs([math.exp(0.1), math.exp(-0.1)], adv=-1.0)  # only -0.1 moves with A < 0; q = 0.01
     bound, dropped = m2po_cutoff(small.logp - small.old_logp, torch.tensor([[False, True]]), 0.04)
-    assert bound == math.inf and not dropped.any()
+    assert float(bound) == math.inf and not dropped.any()
     big = inputs([math.exp(-1.0)], adv=-2.0)  # q = 1 > threshold even alone: dropped, clipped at b = 0
     out = m2po_loss(big, m2_threshold=0.04)
     assert out.per_token[0].tolist() == pytest.approx([2.0]) and grads(out.per_token, big) == [0.0]
+
+
+def test_m2po_a_mean_equal_to_the_threshold_keeps_every_token() -> None:
+    log_r = torch.tensor([[0.25, 0.25]], dtype=torch.float64)  # q = 0.0625 each: the mean is the threshold
+    bound, dropped = m2po_cutoff(log_r, torch.tensor([[True, True]]), 0.0625)
+    assert float(bound) == math.inf and not dropped.any()
+    bound, dropped = m2po_cutoff(log_r, torch.tensor([[True, True]]), 0.0624)  # just below: both go
+    assert float(bound) == 0.0 and dropped.all()
+
+
+def test_masked_positions_holding_nan_or_infinity_reach_neither_loss_nor_gradient() -> None:
+    """Masking is selection: a masked token with a NaN, infinite or absurd behaviour logprob leaves the
+    loss and every gradient finite (multiplying by a 0 mask would give NaN)."""
+    for bad in (math.nan, math.inf, -math.inf, -1e30):
+        for objective in (grpo_loss, m2po_loss, sft_loss):
+            x = inputs([1.1, 0.9, 1.0], adv=1.0, mask=[1.0, 1.0, 0.0])
+            x.old_logp = torch.tensor([[0.0, 0.0, bad]], dtype=torch.float64)
+            out = objective(x)
+            assert torch.isfinite(out.per_token).all(), (objective.__name__, bad)
+            assert all(math.isfinite(g) for g in grads(out.per_token, x)), (objective.__name__, bad)
+            assert all(math.isfinite(v) for v in out.sums.values())
+        x = inputs([1.1, 0.9], adv=1.0, mask=[1.0, 0.0])
+        x.old_logp = torch.tensor([[0.0, bad]], dtype=torch.float64)
+        x.ref_logp = torch.tensor([[0.0, bad]], dtype=torch.float64)
+        out = build_loss(GrpoLoss(), KlConfig(coef=0.1, estimator="k3"))(x)
+        assert torch.isfinite(out.per_token).all() and all(math.isfinite(g) for g in grads(out.per_token, x))
+        assert float(token_mean(torch.tensor([[2.0, bad]]), torch.tensor([[1.0, 0.0]]))) == 2.0
+
+
+def test_an_extreme_trained_log_ratio_is_clamped_not_overflowed() -> None:
+    x = inputs([1.0], adv=-1.0)
+    x.old_logp = torch.tensor([[-1000.0]], dtype=torch.float64)  # r = e^1000 would overflow
+    for objective in (grpo_loss, m2po_loss):
+        out = objective(x)
+        assert torch.isfinite(out.per_token).all() and all(math.isfinite(g) for g in grads(out.per_token, x))
+        x.logp.grad = None
 
 
 def test_kl_estimators_match_their_formulas() -> None:
