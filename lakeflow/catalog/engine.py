@@ -64,7 +64,7 @@ class LakeQuery:
         except duckdb.InterruptException as e:
             raise QueryError(f"the query ran longer than its {timeout_s:g} s limit and was stopped (--timeout)") from e
         except duckdb.Error as e:
-            raise QueryError(str(e).splitlines()[0]) from e
+            raise QueryError(str(e).strip()) from e  # whole: DuckDB's hints ("Did you mean …") follow the first line
 
 
 def connect_lake(

@@ -2,8 +2,8 @@
 
 Each component is the real command (`python -m lakeflow dataflow|train|raas`) with its own
 config file written under `<run dir>/configs/`, its output in `<run dir>/logs/`. The run ends
-when every trainer has published version `steps` (trainers exit 0 then); the dataflow process
-and rollout services are then sent SIGTERM. If a process fails, everything is stopped and the
+when every trainer has published version `steps` (trainers exit 0 then); the rollout services, then
+the dataflow process (which compacts everything committed before it exits), are sent SIGTERM. If a process fails, everything is stopped and the
 failure is reported with the tail of its log. Nothing is kept in the launcher: running the
 same command again resumes every component from the lake.
 """
@@ -226,22 +226,25 @@ class Launcher:
         return out
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM everything still running, wait, then SIGKILL what remains (our children only)."""
+        """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The
+        dataflow process goes last, so its final compaction covers every sample the others committed."""
         self._stopping = True
-        for c in self.components:
-            if c.process and c.process.poll() is None:
-                c.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for c in self.components:
-            if c.process is None:
-                continue
-            try:
-                c.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                c.process.kill()
-                c.process.wait()
-            if c.log:
-                c.log.close()
+        last = [c for c in self.components if c.role == "dataflow"]
+        for group in ([c for c in self.components if c.role != "dataflow"], last):
+            for c in group:
+                if c.process and c.process.poll() is None:
+                    c.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for c in group:
+                if c.process is None:
+                    continue
+                try:
+                    c.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    c.process.kill()
+                    c.process.wait()
+                if c.log:
+                    c.log.close()
 
 
 def _tail(path: Path, lines: int = 15) -> str:
