@@ -25,6 +25,7 @@ import yaml
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.manifest import write_run_manifest
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.observe import eval_specs
 from lakeflow.weights.manifest import latest_version
@@ -168,6 +169,8 @@ class Launcher:
         return [Component(s.name, self.command(s), self.run_dir / "logs" / f"{s.name}.log", s.role) for s in specs]
 
     def start(self) -> None:
+        # the resolved config in the lake: trackers and export-metrics log it as the run's hyperparameters
+        write_run_manifest(self.store, self.config.name, self.config.model_dump(mode="json"))
         self.components = self.plan()
         for c in self.components:
             self.restart(c)
