@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -162,7 +163,7 @@ def _query_text(query: str | None, query_file: TextIO | None) -> str:
     if query_file is not None:
         return query_file.read()
     if query == "-":
-        return click.get_text_stream("stdin").read()
+        return sys.stdin.read()
     if query is None:
         raise click.UsageError("no query: give QUERY, '-' to read it from stdin, or -f FILE")
     return query
