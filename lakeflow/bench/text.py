@@ -65,14 +65,21 @@ def _size(table: pa.Table) -> int:
     return len(buffer.getvalue())
 
 
-def measure(samples: int = 1024, group: int = 8, prompt_tokens: int = 200, response_tokens: int = 500) -> dict[str, Any]:
+def measure(
+    samples: int = 1024, group: int = 8, prompt_tokens: int = 200, response_tokens: int = 500
+) -> dict[str, Any]:
     """Bytes per sample of one shard of `samples` rows, without and with the two text columns."""
     rng = random.Random(0)
     paragraphs = _paragraphs()
     tok = _tokenizer(paragraphs, 32000)
     spec = SynthSpec(samples=samples, group_size=group, prompt_tokens=8, response_tokens=8)
     base = synth_table(spec, samples, np.random.default_rng(0), "bench")
-    prompts, responses, prompt_ids, response_ids, logprobs, masks = [], [], [], [], [], []
+    prompts: list[str] = []
+    responses: list[str] = []
+    prompt_ids: list[list[int]] = []
+    response_ids: list[list[int]] = []
+    logprobs: list[np.ndarray] = []
+    masks: list[np.ndarray] = []
     for g in range(0, samples, group):
         text, ids = _text_of(rng, paragraphs, tok, prompt_tokens)
         for _ in range(min(group, samples - g)):
@@ -101,7 +108,9 @@ def measure(samples: int = 1024, group: int = 8, prompt_tokens: int = 200, respo
         "group": group,
         "prompt_tokens": prompt_tokens,
         "response_tokens_mean": round(tokens / samples),
-        "text_bytes_raw_per_sample": round(sum(len(p) + len(r) for p, r in zip(prompts, responses, strict=True)) / samples),
+        "text_bytes_raw_per_sample": round(
+            sum(len(p) + len(r) for p, r in zip(prompts, responses, strict=True)) / samples
+        ),
         "bytes_per_sample": round(without / samples),
         "bytes_per_sample_with_text": round(both / samples),
         "text_bytes_per_sample": round((both - without) / samples),
@@ -111,4 +120,4 @@ def measure(samples: int = 1024, group: int = 8, prompt_tokens: int = 200, respo
 
 if __name__ == "__main__":
     for setting in ({"response_tokens": 100, "prompt_tokens": 100}, {}, {"response_tokens": 2000}):
-        print(json.dumps(measure(**setting)))  # type: ignore[arg-type]
+        print(json.dumps(measure(**setting)))

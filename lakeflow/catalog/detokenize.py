@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 import duckdb
+from duckdb.func import FunctionNullHandling, PythonUDFType
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -79,7 +80,9 @@ class Detokenizer:
             tok = self.tokenizer(model)
             if tok is None:
                 continue
-            texts = tok.decode_batch([[int(t) for t in lists[r] if t is not None] for r in where], skip_special_tokens=False)
+            texts = tok.decode_batch(
+                [[int(t) for t in lists[r] if t is not None] for r in where], skip_special_tokens=False
+            )
             for r, text in zip(where, texts, strict=True):
                 out[r] = text
         return pa.array(out, pa.string())
@@ -98,11 +101,11 @@ def register_detokenize(con: duckdb.DuckDBPyConnection, store: Store) -> Detoken
 
     con.create_function(
         FUNCTION,
-        detokenize,  # type: ignore[arg-type]  # DuckDB's stubs describe row-wise functions
+        detokenize,
         ["VARCHAR", "INTEGER[]"],
         "VARCHAR",
-        type="arrow",
-        null_handling="special",
+        type=PythonUDFType.ARROW,  # whole Arrow vectors in and out, not a Python call per row
+        null_handling=FunctionNullHandling.SPECIAL,  # NULL ids give NULL text, decided in `decode`
         side_effects=False,
     )
     return detok
@@ -111,6 +114,4 @@ def register_detokenize(con: duckdb.DuckDBPyConnection, store: Store) -> Detoken
 def text_columns(alias: str = "") -> str:
     """The view's text columns as SQL, e.g. `detokenize(model_id, response_ids) AS response_text`."""
     prefix = f"{alias}." if alias else ""
-    return ", ".join(
-        f"{FUNCTION}({prefix}model_id, {prefix}{ids}) AS {name}" for name, ids in TEXT_COLUMNS.items()
-    )
+    return ", ".join(f"{FUNCTION}({prefix}model_id, {prefix}{ids}) AS {name}" for name, ids in TEXT_COLUMNS.items())

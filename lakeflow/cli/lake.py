@@ -175,7 +175,9 @@ OUT_FORMATS = (".parquet", ".csv", ".json")
 def _out_file(path: str) -> Path:
     """A local file to write results to: the suffix picks the format; URLs are refused."""
     if "://" in path:
-        raise click.BadParameter(f"{path!r}: --out writes a local file only (copy it elsewhere after)", param_hint="--out")
+        raise click.BadParameter(
+            f"{path!r}: --out writes a local file only (copy it elsewhere after)", param_hint="--out"
+        )
     out = Path(path)
     if out.suffix.lower() not in OUT_FORMATS:
         raise click.BadParameter(f"{path!r}: use a name ending in {', '.join(OUT_FORMATS)}", param_hint="--out")

@@ -231,7 +231,9 @@ def _completions(data: ReportData) -> str:
     for model in data.models.values():
         if not model.completions:
             continue
-        head = "".join(f"<th>{label}</th>" for label in ("version", "", "reward", "finish", "tokens", "prompt", "response"))
+        head = "".join(
+            f"<th>{label}</th>" for label in ("version", "", "reward", "finish", "tokens", "prompt", "response")
+        )
         rows = []
         for s in model.completions:
             prompt = e(s.prompt) if s.prompt is not None else "<i>no tokenizer in the lake</i>"

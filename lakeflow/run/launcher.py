@@ -3,9 +3,9 @@
 Each component is the real command (`python -m lakeflow dataflow|train|raas`) with its own
 config file written under `<run dir>/configs/`, its output in `<run dir>/logs/`. The run ends
 when every trainer has published version `steps` (trainers exit 0 then); the rollout services, then
-the dataflow process (which compacts everything committed before it exits), are sent SIGTERM. If a process fails, everything is stopped and the
-failure is reported with the tail of its log. Nothing is kept in the launcher: running the
-same command again resumes every component from the lake.
+the dataflow process (which compacts everything committed before it exits), are sent SIGTERM.
+If a process fails, everything is stopped and the failure is reported with the tail of its log.
+Nothing is kept in the launcher: running the same command again resumes every component from the lake.
 """
 
 from __future__ import annotations

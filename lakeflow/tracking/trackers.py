@@ -114,7 +114,7 @@ class MlflowTracker:
 
     def __init__(self, config: TrackerConfig, run: str, params: Mapping[str, Any]) -> None:
         try:
-            from mlflow.entities import Metric, Param, RunTag
+            from mlflow.entities import Metric, Param
             from mlflow.tracking import MlflowClient
         except ImportError as e:
             raise MissingExtraError("mlflow", "tracking") from e

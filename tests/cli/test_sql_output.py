@@ -80,7 +80,7 @@ def test_bad_output_and_query_arguments_are_usage_errors(
     query_file = tmp_path / "q.sql"
     query_file.write_text("SELECT 1")
     args = [str(query_file) if a == "__FILE__" else a for a in args]
-    query = [] if args and args[-1] == "SELECT 1" or args == [] else [QUERY]
+    query = [] if (args and args[-1] == "SELECT 1") or not args else [QUERY]
     code, _, err = _sql("--lake", lake, *args, *query)
     assert code == 2 and message in err, err
 

@@ -74,7 +74,7 @@ def test_sigterm_of_the_dataflow_process_compacts_everything(tmp_path: Path) -> 
         time.sleep(0.2)  # the loop is running (it checkpoints at once)
     write_groups(store, [group("policy", [0, 0, 1, 1])])
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "compacted 2 commits (20 rows) before stopping" in err
     assert _table_count(lake) == _sql_count(lake) == 20
@@ -87,8 +87,9 @@ def test_lake_compact_says_why_commits_stay_in_the_tail(tmp_path: Path) -> None:
     young = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "compacted 0 commits" in young.stdout
     assert "4 commits left in the tail" in young.stdout and "less than --settle-s 120 ago" in young.stdout
-    steps = subprocess.run([*cmd, "--settle-s", "0", "--max-steps", "1", "--file-rows", "8"], capture_output=True,
-                           text=True, check=True)
+    steps = subprocess.run(
+        [*cmd, "--settle-s", "0", "--max-steps", "1", "--file-rows", "8"], capture_output=True, text=True, check=True
+    )
     assert "3 commits left in the tail" in steps.stdout and "--max-steps 1 was reached" in steps.stdout
     done = subprocess.run([*cmd, "--settle-s", "0"], capture_output=True, text=True, check=True)
     assert "the table holds every commit: no tail left" in done.stdout

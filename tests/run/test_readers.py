@@ -32,9 +32,20 @@ def test_outside_readers_count_what_lakeflow_sql_counts(tmp_path: Path) -> None:
     table = str(lake / "tables" / "trajectories")
 
     sql = subprocess.run(
-        [sys.executable, "-m", "lakeflow", "sql", "--lake", str(lake), "--format", "json",
-         "SELECT count(*) AS n, count(DISTINCT sample_id) AS ids FROM trajectories"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "lakeflow",
+            "sql",
+            "--lake",
+            str(lake),
+            "--format",
+            "json",
+            "SELECT count(*) AS n, count(DISTINCT sample_id) AS ids FROM trajectories",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     counted = json.loads(sql.stdout)
     assert counted["n"] == counted["ids"] > 0

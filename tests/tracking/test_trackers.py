@@ -72,14 +72,27 @@ def lake_with_metrics(path: Path) -> Store:
     for i, version in enumerate([0, 1, 1, 2]):  # windows; two at version 1
         at = T0 + timedelta(seconds=10 * (i + 1))
         rollouts.add(
-            {"created_at": at, "raas_id": "r1", "model_id": "policy", "task_type": "math", "groups": i + 1,
-             "weights_version": version, "version_lag": 0}
+            {
+                "created_at": at,
+                "raas_id": "r1",
+                "model_id": "policy",
+                "task_type": "math",
+                "groups": i + 1,
+                "weights_version": version,
+                "version_lag": 0,
+            }
         )
     rollouts.flush()
     flows = MetricsWriter(store, "dataflow_stats", "dataflow", flush_s=1e9)
     for version in range(3):
-        flows.add({"created_at": T0 + timedelta(seconds=5 * version), "model_id": "policy", "batches": 1,
-                   "trainer_version": version})
+        flows.add(
+            {
+                "created_at": T0 + timedelta(seconds=5 * version),
+                "model_id": "policy",
+                "batches": 1,
+                "trainer_version": version,
+            }
+        )
     flows.flush()
     evals = MetricsWriter(store, "eval", "eval-policy", flush_s=1e9)
     for version, p in [(0, 0.0), (10, 0.5)]:
@@ -218,7 +231,9 @@ def test_wandb_offline_live_sink_reads_back(tmp_path: Path, monkeypatch: pytest.
     assert rows == [(s, pytest.approx(kl), m) for s, (kl, m) in enumerate(zip(KL, STALENESS_MAX, strict=True))]
 
 
-def test_mlflow_database_store_without_sqlalchemy_names_the_extra(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlflow_database_store_without_sqlalchemy_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("mlflow")
     monkeypatch.setitem(sys.modules, "sqlalchemy", None)  # import fails as if not installed
     with pytest.raises(MissingExtraError, match=r"sqlalchemy and alembic.*lakeflow\[tracking\]"):
