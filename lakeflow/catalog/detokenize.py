@@ -15,9 +15,9 @@ import threading
 from typing import Any
 
 import duckdb
-from duckdb.func import FunctionNullHandling, PythonUDFType
 import pyarrow as pa
 import pyarrow.compute as pc
+from duckdb.func import FunctionNullHandling, PythonUDFType
 
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
