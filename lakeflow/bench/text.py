@@ -8,6 +8,7 @@ Run: `python -m lakeflow.bench.text` (prints one JSON object per setting).
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -23,20 +24,22 @@ from lakeflow.lake.synth import SynthSpec, synth_table
 TEXT = pa.schema([pa.field("prompt_text", pa.string()), pa.field("response_text", pa.string())])
 
 
+@functools.cache
 def _paragraphs() -> list[str]:
     from pydoc_data.topics import topics
 
     return [p.strip() for text in topics.values() for p in text.split("\n\n") if len(p.strip()) > 40]
 
 
-def _tokenizer(corpus: list[str], vocab: int) -> Any:
+@functools.cache
+def _tokenizer(vocab: int) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.train_from_iterator(_paragraphs(), trainer=trainer)
     return tok
 
 
@@ -71,7 +74,7 @@ def measure(
     """Bytes per sample of one shard of `samples` rows, without and with the two text columns."""
     rng = random.Random(0)
     paragraphs = _paragraphs()
-    tok = _tokenizer(paragraphs, 32000)
+    tok = _tokenizer(32000)  # trained once per process
     spec = SynthSpec(samples=samples, group_size=group, prompt_tokens=8, response_tokens=8)
     base = synth_table(spec, samples, np.random.default_rng(0), "bench")
     prompts: list[str] = []
