@@ -82,7 +82,7 @@ class Committer:
         if not self.enabled or cursor.position is None or not self.lease.valid():
             return stats
         try:
-            stats = self.compactor.compact_all(_just_after(cursor.position))
+            stats = self.compactor.compact_all(_just_after(cursor.position), progress=lambda _: self._renew())
         except TableConflictError as e:
             log.warning("final compaction not committed: %s", e)
             return stats
@@ -90,6 +90,11 @@ class Committer:
         self._read = False
         self._optimize()
         return stats
+
+    def _renew(self) -> None:
+        """Between the steps of a long final compaction: keep the lease (the loop renews it otherwise)."""
+        if self.lease.due():
+            self.lease.renew()
 
     def _compact(self, before: str, force: bool) -> bool:
         if not self._read:

@@ -113,6 +113,8 @@ class DataflowService:
 
     def _drain(self) -> None:
         while self.lease.valid():
+            if self.lease.due():
+                self.lease.renew()
             self.cursor, stats = self.ingestor.ingest(self.cursor, self.config.loop.ingest_commits)
             self.counters.commits += stats.commits
             self.counters.samples += stats.samples
