@@ -28,6 +28,7 @@ ALLOWED = {
     "trainer": {"configfile", "text", "models", "weights", "lake", "io", "errors", "tracking"},
     "evaluation": {"configfile", "text", "raas", "dataflow", "tracking", "weights", "lake", "io", "errors"},
     "report": {"configfile", "text", "catalog", "weights", "lake", "io", "errors"},
+    "notebook": {"text", "catalog", "dataflow", "lake", "io", "errors"},
     "run": {
         "models",
         "configfile",
@@ -58,6 +59,7 @@ ALLOWED = {
         "errors",
     },
     "cli": {
+        "notebook",
         "infra",
         "evaluation",
         "tracking",

@@ -17,6 +17,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakeflow.catalog.detokenize import register_detokenize, text_columns
 from lakeflow.catalog.limits import interrupt_after
 from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
@@ -66,7 +67,7 @@ class LakeQuery:
         except duckdb.InterruptException as e:
             raise QueryError(f"the query ran longer than its {timeout_s:g} s limit and was stopped (--timeout)") from e
         except duckdb.Error as e:
-            raise QueryError(str(e).splitlines()[0]) from e
+            raise QueryError(str(e).strip()) from e  # whole: DuckDB's hints ("Did you mean …") follow the first line
 
 
 def connect_lake(
@@ -96,6 +97,7 @@ def connect_lake(
     shards = [s for s in shards if s not in tail.shards]
     compacted = exclusions(records) if snap.version is not None else None
     con = _new_connection(threads, memory_limit)
+    register_detokenize(con, store)  # prompt_text / response_text: ids decoded by the model's tokenizer
     s3 = store.s3_access()
     table_files = list(snap.files)
     if s3 is not None:
@@ -293,11 +295,11 @@ def _create_views(
     if table_files:
         parts.append(_table_select(con, names, types, table_files, compacted))
     if not parts:
-        con.sql(f"CREATE VIEW trajectories AS SELECT {columns} FROM _empty t")
+        con.sql(f"CREATE VIEW trajectories AS SELECT {columns}, {text_columns('t')} FROM _empty t")
     else:
         union = " UNION ALL ".join(parts)
         ids = " ANTI JOIN _quarantined_ids USING (sample_id)" if by_id else ""  # no join to scan ids for
-        con.sql(f"CREATE VIEW trajectories AS SELECT * FROM ({union}){ids}")
+        con.sql(f"CREATE VIEW trajectories AS SELECT *, {text_columns()} FROM ({union}){ids}")
     # `samples`: the metadata of every committed sample (what the dataflow catalog indexes).
     con.sql(f"CREATE VIEW samples AS SELECT {', '.join(METADATA_COLUMNS)} FROM trajectories")
 

@@ -54,6 +54,9 @@ def dataflow(
     click.echo(f"serving {store.url} (lease epoch {service.lease.epoch})", err=True)
     try:
         service.run(iterations=iterations, stop=lambda: bool(stopping))
+        final = service.finish()  # every ingested commit into the table before the lease goes
+        if final.versions:
+            click.echo(f"compacted {final.commits} commits ({final.rows} rows) before stopping", err=True)
     finally:
         service.close()
     c = service.counters

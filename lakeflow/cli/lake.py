@@ -6,16 +6,19 @@ import contextlib
 import csv
 import io
 import json
+import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
+from typing import TextIO
 
 import click
 import duckdb
 import pyarrow as pa
 
-from lakeflow.catalog import connect_lake
 from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.compact import CompactStats
@@ -89,8 +92,18 @@ def synth(
 
 @click.command()
 @lake_options
-@click.argument("query")
+@click.argument("query", required=False)
+@click.option(
+    "-f", "--file", "query_file", type=click.File("r"), default=None, help="Read the query from this file ('-': stdin)."
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write every row to this local file instead: .parquet, .csv or .json (one object per line).",
+)
 @click.option("--max-rows", type=int, default=50, show_default=True, help="Rows shown in table format.")
 @click.option(
     "--timeout",
@@ -104,28 +117,89 @@ def synth(
     "--memory-limit", default="4GB", show_default=True, help="DuckDB memory limit for the query (e.g. 512MB, 16GB)."
 )
 def sql(
-    lake_url: str, endpoint_url: str | None, query: str, fmt: str, max_rows: int, timeout_s: float, memory_limit: str
+    lake_url: str,
+    endpoint_url: str | None,
+    query: str | None,
+    query_file: TextIO | None,
+    fmt: str,
+    out_path: str | None,
+    max_rows: int,
+    timeout_s: float,
+    memory_limit: str,
 ) -> None:
     """Run read-only SQL over the lake: `trajectories` (every committed sample, payload included)
     and, once a dataflow process has checkpointed, its catalog: samples, groups, batches, served,
-    dropped, fresh, replay, prompts, prompt_stats, tasks, weights, quarantine.
+    dropped, fresh, replay, prompts, prompt_stats, tasks, weights, quarantine. QUERY '-' (or -f FILE)
+    reads the query from stdin (or the file). Python: `lakeflow.open_lake(url).sql(query)`.
 
     Example: lakeflow sql --lake ./lake "SELECT model_id, avg(reward) FROM trajectories GROUP BY 1"
     """
+    from lakeflow.notebook import Lake
+
+    text = _query_text(query, query_file)
+    out = _out_file(out_path) if out_path else None
     store = open_existing_lake(lake_url, endpoint_url)
-    tables, _ = checkpoint_tables(store)
     try:
-        lake = connect_lake(store, tables=tables, memory_limit=memory_limit)
+        lake = Lake(store, timeout_s=timeout_s, memory_limit=memory_limit)
     except duckdb.Error as e:
         raise click.BadParameter(str(e).splitlines()[0], param_hint="--memory-limit") from e
     for key, reason in lake.skipped:
         if not reason.startswith("no commit record"):
             click.echo(f"warning: skipped {key}: {reason}", err=True)
     try:
-        result = lake.sql(query, timeout_s=timeout_s)
+        result = lake.sql(text).arrow()
     except QueryError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(_render(result, fmt, max_rows), nl=fmt == "table")
+    if out is None:
+        click.echo(_render(result, fmt, max_rows), nl=fmt == "table")
+        return
+    _write_out(result, out)
+    click.echo(f"wrote {result.num_rows} rows to {out}", err=True)
+
+
+def _query_text(query: str | None, query_file: TextIO | None) -> str:
+    if query is not None and query_file is not None:
+        raise click.UsageError("give the query as QUERY or with -f FILE, not both")
+    if query_file is not None:
+        return query_file.read()
+    if query == "-":
+        return sys.stdin.read()
+    if query is None:
+        raise click.UsageError("no query: give QUERY, '-' to read it from stdin, or -f FILE")
+    return query
+
+
+OUT_FORMATS = (".parquet", ".csv", ".json")
+
+
+def _out_file(path: str) -> Path:
+    """A local file to write results to: the suffix picks the format; URLs are refused."""
+    if "://" in path:
+        raise click.BadParameter(
+            f"{path!r}: --out writes a local file only (copy it elsewhere after)", param_hint="--out"
+        )
+    out = Path(path)
+    if out.suffix.lower() not in OUT_FORMATS:
+        raise click.BadParameter(f"{path!r}: use a name ending in {', '.join(OUT_FORMATS)}", param_hint="--out")
+    if not out.parent.is_dir():
+        raise click.BadParameter(f"{path!r}: folder {out.parent} does not exist", param_hint="--out")
+    return out
+
+
+def _write_out(table: pa.Table, out: Path) -> None:
+    """Write `table` to `out` in the format of its suffix, through a temporary file renamed at the end (a
+    failed write leaves no half file)."""
+    import pyarrow.parquet as pq
+
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if out.suffix.lower() == ".parquet":
+            pq.write_table(table, tmp, compression="zstd")
+        else:
+            tmp.write_text(_render(table, "csv" if out.suffix.lower() == ".csv" else "json", 0))
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _render(table: pa.Table, fmt: str, max_rows: int) -> str:
@@ -136,13 +210,18 @@ def _render(table: pa.Table, fmt: str, max_rows: int) -> str:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=table.column_names, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({k: _csv_cell(v) for k, v in r.items()} for r in rows)
         return out.getvalue()
     names = table.column_names
     shown = [[_cell(r[n]) for n in names] for r in rows[:max_rows]]
     lines = text_table(names, shown, rule=True)
     more = f"\n({len(rows) - max_rows} more rows; use --format csv or json for all)" if len(rows) > max_rows else ""
     return "\n".join(lines) + f"\n({len(rows)} rows)" + more
+
+
+def _csv_cell(value: object) -> object:
+    """Lists and structs as JSON (a CSV reader can parse them back); everything else as is."""
+    return json.dumps(value, default=str) if isinstance(value, list | dict) else value
 
 
 def _cell(value: object) -> str:
@@ -193,21 +272,51 @@ def compact(
     Covers commits the dataflow process has ingested (before its newest checkpoint's cursor, less
     --settle-s), or, on a lake no dataflow process has served, commits older than --settle-s.
     """
-    from lakeflow.dataflow.compact import Compactor, compaction_bound
+    from lakeflow.dataflow.compact import Compactor, compaction_bound, tail_commits
 
     store = open_existing_lake(lake_url, endpoint_url)
     with _lease(store, lease_ttl_s) as lease:
-        before = compaction_bound(_checkpointed_position(store), timedelta(seconds=settle_s))
+        position = _checkpointed_position(store)
+        before = compaction_bound(position, timedelta(seconds=settle_s))
         compactor = Compactor(store, file_rows, may_write=lambda: _renewed(lease))
         stats = compactor.compact_all(before, max_steps, progress=_progress)
         if optimize_mb:
             stats.optimized = compactor.optimize(2, optimize_mb << 20)
+        tail = tail_commits(store, stats.watermark)
     for key, why in stats.left_out:
         click.echo(f"left out {key}: {why}", err=True)
     click.echo(
         f"compacted {stats.commits} commits ({stats.rows} rows) in {stats.versions} table versions; "
         f"watermark {stats.watermark or '(none)'}; optimize rewrote {stats.optimized} small files"
     )
+    click.echo(_tail_note(tail, before, position, settle_s, max_steps, stats.versions))
+
+
+def _tail_note(
+    tail: list[str], before: str, position: str | None, settle_s: float, max_steps: int | None, versions: int
+) -> str:
+    """Why commits are still in the tail (not in the table), in one or two lines."""
+    if not tail:
+        return "the table holds every commit: no tail left"
+    newer = sum(1 for key in tail if key >= before)
+    lines = [f"{len(tail)} commits left in the tail (read by lakeflow sql, not in the table):"]
+    older = len(tail) - newer
+    if older and max_steps is not None and versions >= max_steps:
+        lines.append(f"  {older} before the bound: --max-steps {max_steps} was reached; run it again")
+    elif older:
+        lines.append(f"  {older} before the bound that cannot be compacted (see 'left out' above)")
+    if newer and position is not None:
+        lines.append(
+            f"  {newer} after the bound {before}: the dataflow process's newest checkpoint has ingested up to "
+            f"{position}, less --settle-s {settle_s:g}; the rest is not judged yet (a dataflow process compacts "
+            "it in its loop and when it stops)"
+        )
+    elif newer:
+        lines.append(
+            f"  {newer} committed less than --settle-s {settle_s:g} ago (no dataflow process has served this "
+            "lake): run again later, or with --settle-s 0 once no writer is committing"
+        )
+    return "\n".join(lines)
 
 
 @lake_group.command("gc")

@@ -4,7 +4,8 @@ Compaction runs when the ingested, uncompacted tail holds a file's worth of rows
 or its oldest commit is `table.max_tail_s` old, and only over commits the process has ingested
 (`settle` before its cursor), so the table never holds a row the dataflow has not judged. Retention
 runs every `table.gc_s`, protecting the shards the live catalog's pools and unconsumed batches name.
-Both write only while the lease is valid.
+Both write only while the lease is valid. `final` (the end of a run, SIGTERM) compacts every ingested
+commit, so readers of the Delta table alone see what `lakeflow sql` sees.
 """
 
 from __future__ import annotations
@@ -74,6 +75,27 @@ class Committer:
             wrote |= self.collect(compaction_bound(self.checkpointed.position, self.settle)) > 0
         return wrote
 
+    def final(self, cursor: CommitCursor) -> CompactStats:
+        """Compact every commit up to the cursor's newest (the caller has ingested them all), then OPTIMIZE
+        when due: the table then holds every committed row the dataflow kept."""
+        stats = CompactStats()
+        if not self.enabled or cursor.position is None or not self.lease.valid():
+            return stats
+        try:
+            stats = self.compactor.compact_all(_just_after(cursor.position), progress=lambda _: self._renew())
+        except TableConflictError as e:
+            log.warning("final compaction not committed: %s", e)
+            return stats
+        self.totals.add(stats)
+        self._read = False
+        self._optimize()
+        return stats
+
+    def _renew(self) -> None:
+        """Between the steps of a long final compaction: keep the lease (the loop renews it otherwise)."""
+        if self.lease.due():
+            self.lease.renew()
+
     def _compact(self, before: str, force: bool) -> bool:
         if not self._read:
             self._watermark, self._read = read_snapshot(self.store).watermark, True
@@ -126,3 +148,8 @@ class Committer:
             log.info("retention removed %d objects: %s", removed, plan.counts())
         self.collected += removed
         return removed
+
+
+def _just_after(key: str) -> str:
+    """A bound above `key` and below every later commit key ('~' sorts after every character a key holds)."""
+    return key + "~"

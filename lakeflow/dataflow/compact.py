@@ -90,7 +90,8 @@ class Compactor:
         records, _ = read_quarantine(self.store, self.threads)
         newest = max((r.at for r in records), default=None)
         snap = self._delete_quarantined(snap, records, newest, stats)
-        commits, _ = self.reader.committed(after=snap.watermark, before=before, max_rows=self.file_rows)
+        commits, refused = self.reader.committed(after=snap.watermark, before=before, max_rows=self.file_rows)
+        stats.left_out += refused
         stats.watermark = snap.watermark
         if not commits:
             return stats
@@ -208,3 +209,8 @@ def compaction_bound(position: str | None, settle: timedelta, now: datetime | No
     if position is not None:
         return layout.commits_from(layout.parse_commit_key(position).when - settle)
     return layout.commits_from((now or datetime.now(UTC)) - settle)
+
+
+def tail_commits(store: Store, after: str | None) -> list[str]:
+    """Keys of the commit records after `after` (the table's watermark): the tail (one listing)."""
+    return [i.key for i in store.list(layout.COMMITS, start_after=after) if i.key.endswith(".json")]

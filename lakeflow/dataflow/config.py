@@ -175,10 +175,15 @@ class TableConfig(_Strict):
     """Compaction of committed shards into the lake's Delta table, and retention, both run in the loop."""
 
     compact: bool = Field(True, description="Compact ingested shards into tables/trajectories (local and S3 lakes).")
-    compact_s: float = Field(60, gt=0, description="How often the loop looks at the uncompacted tail.")
+    compact_s: float = Field(15, gt=0, description="How often the loop looks at the uncompacted tail.")
     file_rows: int = Field(32768, ge=1, description="Rows per compacted file (one compaction = one file).")
     max_tail_s: float = Field(
-        900, ge=0, description="Compact a tail smaller than file_rows once its oldest commit is this old."
+        60,
+        ge=0,
+        description=(
+            "Freshness bound, seconds: a tail smaller than file_rows is compacted once its oldest ingested commit "
+            "is this old (the table then lags the ingest by at most this plus loop.settle_s and compact_s)."
+        ),
     )
     optimize_files: int = Field(
         16, ge=0, description="Rewrite small table files (under half of optimize_mb) once this many exist; 0: never."

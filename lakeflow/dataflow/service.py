@@ -24,6 +24,7 @@ from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.balance import balance_report
 from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
 from lakeflow.dataflow.committer import Committer
+from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
@@ -32,12 +33,13 @@ from lakeflow.dataflow.metrics import DataflowMetrics
 from lakeflow.dataflow.tasks import GresoState, TaskIssuer
 from lakeflow.errors import PolicyError
 from lakeflow.io import Store
-from lakeflow.lake import CommitCursor
+from lakeflow.lake import CommitCursor, layout
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
 from lakeflow.lake.quarantine import GROUP_SOURCE
 from lakeflow.weights.manifest import latest_version, read_latest
 
 log = logging.getLogger("lakeflow.dataflow")
+FINAL_SETTLE_S = 2.0  # at the end of a run, how recent a newest commit is waited for before the last compaction
 
 
 @dataclass
@@ -93,6 +95,34 @@ class DataflowService:
         for model in self.config.models:
             if model.dataset is not None and not tasks_table.has_prompts(self.catalog, model.id):
                 tasks_table.load_prompts(self.catalog, model.id, load_prompts(model.dataset))
+
+    def finish(self) -> CompactStats:
+        """The end of a run (SIGTERM, or the last iteration): ingest every commit there is, complete its
+        groups, and compact everything ingested into the table. A commit stamped in the last
+        FINAL_SETTLE_S is waited for (its stamp is taken right before its small PUT lands)."""
+        if not self.lease.valid():
+            return CompactStats()
+        self._drain()
+        position = self.cursor.position
+        if position is not None:
+            age = (datetime.now(UTC) - layout.parse_commit_key(position).when).total_seconds()
+            if 0 <= age < FINAL_SETTLE_S:
+                time.sleep(FINAL_SETTLE_S - age)
+                self._drain()
+        return self.committer.final(self.cursor)
+
+    def _drain(self) -> None:
+        while self.lease.valid():
+            if self.lease.due():
+                self.lease.renew()
+            self.cursor, stats = self.ingestor.ingest(self.cursor, self.config.loop.ingest_commits)
+            self.counters.commits += stats.commits
+            self.counters.samples += stats.samples
+            self.counters.quarantined.update(stats.quarantined)
+            for model in self.config.models:
+                self._complete(model)  # oversized groups are quarantined before they are compacted
+            if stats.commits == 0:
+                return
 
     def close(self, checkpoint: bool = True) -> None:
         """Checkpoint (while the lease is still ours), give the lease back, close the catalog."""

@@ -27,6 +27,7 @@ from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import Production, production, read_heartbeats
 from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.report.curves import Curves, curves
+from lakeflow.report.samples import SampleShown, sample_completions
 from lakeflow.weights.manifest import latest_version, read_manifest
 from lakeflow.weights.retention import list_versions
 
@@ -99,6 +100,7 @@ class ModelData:
     quarantined_rows: int = 0
     curves: Curves = field(default_factory=Curves)  # from the metric tables
     pool_size: list[PoolSize] = field(default_factory=list)  # the autoscaler's ticks, oldest first
+    completions: list[SampleShown] = field(default_factory=list)  # best / worst / truncated of a few versions
 
 
 @dataclass
@@ -124,6 +126,8 @@ def gather(store: Store, now: datetime | None = None) -> ReportData:
         models[m].samples = sum(r.samples for r in rows)
     for m, c in curves(lake).items():
         models.setdefault(m, ModelData(m)).curves = c
+    for m, shown in sample_completions(lake).items():
+        models[m].completions = shown
     for m, (edges, rate, width) in throughput(lake).items():
         models[m].rate_edges_s, models[m].rate_per_min, models[m].rate_bin_min = edges, rate, width
     for m, data in models.items():

@@ -100,6 +100,7 @@ table { border-collapse: collapse; margin: 1em 0; } td, th { border: 1px solid #
 th { background: #f3f3f3; text-align: left; } td.n { text-align: right; font-variant-numeric: tabular-nums; }
 img { max-width: 100%; border: 1px solid #eee; } .caption { color: #444; margin-top: 0.3em; }
 .empty { color: #888; font-style: italic; } .notes { color: #555; font-size: 0.9em; }
+td.text { white-space: pre-wrap; font-family: ui-monospace, monospace; font-size: 0.85em; max-width: 30em; }
 """
 
 _COLUMNS = (
@@ -183,6 +184,8 @@ def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
             parts.append(f'<p class="caption">{e(plot.caption)}</p>')
         else:
             parts.append('<p class="empty">No data yet.</p>')
+    parts.append("<h2>Sample completions</h2>")
+    parts.append(_completions(data))
     if data.notes:
         parts.append("<h2>Left out</h2>")
         parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in data.notes) + "</ul>")
@@ -218,6 +221,34 @@ def _rollout_tables(made: Production) -> str:
         )
         parts.append(f"<table><tr>{head}</tr>{body}</table>")
     note = "Tokens/s: the service's own measure over its recent groups; samples/s: samples over its whole life."
+    return "".join(parts) + f'<p class="notes">{note}</p>'
+
+
+def _completions(data: ReportData) -> str:
+    """Per model and shown version: the best and worst sample by reward and one cut off at max_new_tokens."""
+    e = html.escape
+    parts = []
+    for model in data.models.values():
+        if not model.completions:
+            continue
+        head = "".join(
+            f"<th>{label}</th>" for label in ("version", "", "reward", "finish", "tokens", "prompt", "response")
+        )
+        rows = []
+        for s in model.completions:
+            prompt = e(s.prompt) if s.prompt is not None else "<i>no tokenizer in the lake</i>"
+            response = e(s.response) if s.response is not None else "<i>no tokenizer in the lake</i>"
+            rows.append(
+                f"<tr>{_cell(s.version)}<td>{e(s.kind)}</td>{_cell(s.reward)}<td>{e(s.finish_reason)}</td>"
+                f'{_cell(s.tokens)}<td class="text">{prompt}</td><td class="text">{response}</td></tr>'
+            )
+        parts.append(f"<h3>{e(model.model_id)}</h3><table><tr>{head}</tr>{''.join(rows)}</table>")
+    if not parts:
+        return '<p class="empty">No samples yet.</p>'
+    note = (
+        "Text decoded from the token ids with the model's tokenizer (SQL: prompt_text, response_text of "
+        "trajectories). Agent episodes' turns are not shown here yet."
+    )
     return "".join(parts) + f'<p class="notes">{note}</p>'
 
 

@@ -2,10 +2,10 @@
 
 Each component is the real command (`python -m lakeflow dataflow|train|raas`) with its own
 config file written under `<run dir>/configs/`, its output in `<run dir>/logs/`. The run ends
-when every trainer has published version `steps` (trainers exit 0 then); the dataflow process
-and rollout services are then sent SIGTERM. If a process fails, everything is stopped and the
-failure is reported with the tail of its log. Nothing is kept in the launcher: running the
-same command again resumes every component from the lake.
+when every trainer has published version `steps` (trainers exit 0 then); the rollout services, then
+the dataflow process (which compacts everything committed before it exits), are sent SIGTERM.
+If a process fails, everything is stopped and the failure is reported with the tail of its log.
+Nothing is kept in the launcher: running the same command again resumes every component from the lake.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import yaml
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.manifest import write_run_manifest
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.observe import eval_specs
 from lakeflow.weights.manifest import latest_version
@@ -176,6 +177,8 @@ class Launcher:
         return [Component(s.name, self.command(s), self.run_dir / "logs" / f"{s.name}.log", s.role) for s in specs]
 
     def start(self) -> None:
+        # the resolved config in the lake: trackers and export-metrics log it as the run's hyperparameters
+        write_run_manifest(self.store, self.config.name, self.config.model_dump(mode="json"))
         self.components = self.plan()
         for c in self.components:
             self.restart(c)
@@ -244,22 +247,25 @@ class Launcher:
         return out
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM everything still running, wait, then SIGKILL what remains (our children only)."""
+        """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The
+        dataflow process goes last, so its final compaction covers every sample the others committed."""
         self._stopping = True
-        for c in self.components:
-            if c.process and c.process.poll() is None:
-                c.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for c in self.components:
-            if c.process is None:
-                continue
-            try:
-                c.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                c.process.kill()
-                c.process.wait()
-            if c.log:
-                c.log.close()
+        last = [c for c in self.components if c.role == "dataflow"]
+        for group in ([c for c in self.components if c.role != "dataflow"], last):
+            for c in group:
+                if c.process and c.process.poll() is None:
+                    c.process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout_s
+            for c in group:
+                if c.process is None:
+                    continue
+                try:
+                    c.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    c.process.kill()
+                    c.process.wait()
+                if c.log:
+                    c.log.close()
 
 
 def _signal_name(number: int) -> str:

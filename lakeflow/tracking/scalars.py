@@ -1,11 +1,13 @@
 """How a metric row becomes tracker scalars: one rule per table, shared by live logging and export,
 so a tracker shows the same numbers whether a process logged them or `lakeflow export-metrics` did.
 
-Each row maps to (tracker run, step, wall time, {tag: value}):
-- trainer_steps: run `trainer_steps/<model>`, step = training step, tags `trainer/<column>`;
-- rollout_stats: run `rollout_stats/<raas_id>`, step = the window's end in Unix seconds,
+Each row maps to (tracker run, step, wall time, {tag: value}); every step is a weight version (the
+trainer's step N trains from version N), so the tables line up on one axis in every tracker:
+- trainer_steps: run `trainer_steps/<model>`, step = training step, tags `trainer/<column>` (with the
+  trained batch's staleness, `trainer/staleness_mean|max`, when the caller adds it: `tracking/staleness.py`);
+- rollout_stats: run `rollout_stats/<raas_id>`, step = the window's weights_version,
   tags `rollout/<model>/<task_type>/<column>`;
-- dataflow_stats: run `dataflow_stats`, step = the window's end in Unix seconds, tags `dataflow/<model>/<column>`;
+- dataflow_stats: run `dataflow_stats/<model>`, step = the model's trainer_version, tags `dataflow/<model>/<column>`;
 - eval: run `eval/<model>`, step = policy_version, tags `eval/<dataset>/<column>`.
 Only numeric, non-null columns become scalars; ids and timestamps name the run and the step.
 """
@@ -50,9 +52,11 @@ def row_scalars(table: str, row: Mapping[str, Any]) -> Scalars:
         return Scalars(f"trainer_steps/{model}", int(row.get("step") or 0), wall, _numbers(row, "trainer"))
     if table == "rollout_stats":
         prefix = f"rollout/{model}/{row.get('task_type') or 'all'}"
-        return Scalars(f"rollout_stats/{row.get('raas_id')}", int(wall), wall, _numbers(row, prefix))
+        step = int(row.get("weights_version") or 0)
+        return Scalars(f"rollout_stats/{row.get('raas_id')}", step, wall, _numbers(row, prefix))
     if table == "dataflow_stats":
-        return Scalars("dataflow_stats", int(wall), wall, _numbers(row, f"dataflow/{model}"))
+        step = int(row.get("trainer_version") or 0)
+        return Scalars(f"dataflow_stats/{model}", step, wall, _numbers(row, f"dataflow/{model}"))
     if table == "eval":
         prefix = f"eval/{row.get('dataset') or 'heldout'}"
         return Scalars(f"eval/{model}", int(row.get("policy_version") or 0), wall, _numbers(row, prefix))

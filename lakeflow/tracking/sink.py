@@ -11,9 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lakeflow.io import Store
+from lakeflow.lake.manifest import read_run_manifest
 from lakeflow.lake.metrics import MetricsWriter, normalize_row
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.tracking.scalars import row_scalars
+from lakeflow.tracking.staleness import batch_staleness
 from lakeflow.tracking.trackers import Tracker, build_tracker
 
 log = logging.getLogger("lakeflow.tracking")
@@ -35,15 +37,19 @@ class MetricSink:
         """`run` names the tracker run (`trainer_steps/<model>`, ...: see tracking/scalars.py); the tracker is
         built here, so a missing library (MissingExtraError) is reported when the process starts."""
         self.table = table
+        self.store = store
         self.writer = MetricsWriter(store, table, name, flush_s=flush_s)
         self.tracker_type = tracker.type if tracker else None
-        self.tracker: Tracker | None = build_tracker(tracker, run or table, params) if tracker else None
+        self.tracker: Tracker | None = None
+        if tracker:
+            self.tracker = build_tracker(tracker, run or table, hyperparameters(store, params or {}))
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.writer.add(row)
         if self.tracker is None:
             return
-        scalars = row_scalars(self.table, normalize_row(self.table, {"created_at": self.writer.clock(), **row}))
+        full = normalize_row(self.table, {"created_at": self.writer.clock(), **row})
+        scalars = row_scalars(self.table, with_staleness(self.store, self.table, full))
         try:
             self.tracker.log(scalars.values, scalars.step, scalars.wall_time)
         except Exception:  # a third-party tool failed; the lake still has every row
@@ -58,3 +64,17 @@ class MetricSink:
         if self.tracker is not None:
             self.tracker.close()
             self.tracker = None
+
+
+def hyperparameters(store: Store, params: Mapping[str, Any]) -> dict[str, Any]:
+    """What a tracker run logs as its configuration: `params` (the process's own config) and, under
+    `run`, the run's resolved config from the lake's run manifest (written by `lakeflow run`)."""
+    manifest = read_run_manifest(store)
+    return {**params, "run": manifest["config"]} if manifest is not None else dict(params)
+
+
+def with_staleness(store: Store, table: str, row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A trainer_steps row with its batch's staleness added (other tables' rows as they are)."""
+    if table != "trainer_steps" or row.get("step") is None or not row.get("model_id"):
+        return row
+    return {**row, **batch_staleness(store, str(row["model_id"]), int(row["step"]))}

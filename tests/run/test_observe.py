@@ -69,6 +69,14 @@ def test_metrics_eval_and_trackers_after_a_tiny_run(tmp_path: Path, monkeypatch:
     expected_kl = [(r["step"], pytest.approx(r["kl"], rel=1e-6, abs=1e-9)) for r in steps]
     live = run_dir / "trackers" / "trainer_steps" / "policy"  # logged by the trainer while it trained
     assert tb_scalars(live, "trainer/kl") == expected_kl
+    assert [step for step, _ in tb_scalars(live, "trainer/staleness_max")] == list(range(STEPS))
+    from tensorboard.plugins.hparams import metadata
+
+    acc = EventAccumulator(str(live))
+    acc.Reload()
+    content = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG]
+    hparams = metadata.parse_session_start_info_plugin_data(content).hparams
+    assert hparams["run.steps"].number_value == STEPS and hparams["run.name"].string_value == config["name"]
     lakeflow("export-metrics", "--lake", lake, "--to", "tensorboard", "--out", str(tmp_path / "tb"))
     assert tb_scalars(tmp_path / "tb" / "trainer_steps" / "policy", "trainer/kl") == expected_kl
     exported = tb_scalars(tmp_path / "tb" / "eval" / "policy", "eval/synthetic/pass_at_1")
