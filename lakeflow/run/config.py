@@ -16,6 +16,7 @@ from lakeflow.configfile import load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
 
@@ -144,11 +145,19 @@ class RunConfig(_Strict):
     tracker: TrackerConfig | None = Field(
         None, description="Log trainers, rollout pools and evaluations to this tracker too (`--tracker`)."
     )
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig, description="Placement on a cluster for `lakeflow launch` (resources, image)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         flow = self.dataflow()  # validates every model's dataflow section
         models = {m.id: m for m in self.models}
+        regions = {r.region for m in self.models for r in m.regions}
+        for key, known, what in ((self.launch.models, models, "models"), (self.launch.regions, regions, "regions")):
+            unknown = sorted(set(key) - set(known))
+            if unknown:
+                raise ValueError(f"launch.{what}: {unknown} not in the run's {what} ({', '.join(sorted(known))})")
         for m in self.models:
             pool = m.raas.config
             roles = pool.roles or {"policy": m.id}
