@@ -28,7 +28,6 @@ from lakeflow.run.observe import eval_specs
 ROLES = ("raas", "dataflow", "trainer", "eval")  # one service account / IAM role each
 EVAL_ENGINE: TypeAdapter[EngineConfig] = TypeAdapter(EngineConfig)
 ENDS = ("trainer", "eval")  # processes that finish (a Job, not a Deployment); the others serve until stopped
-LOCKS = {"cpu": "requirements/lock.txt", "cuda": "requirements/lock-cuda.txt"}  # what a node installs
 
 
 @dataclass(frozen=True)

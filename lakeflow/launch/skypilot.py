@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.launch.render import LOCKS, Plan, Workload, dns_name, dump
+from lakeflow.launch.render import Plan, Workload, dns_name, dump
 from lakeflow.run.cluster import quantity_bytes
 
 CONFIG_DIR = "/lakeflow/configs"
 
 
-def setup(lock: str) -> str:
-    """What a node runs once: the lock (--no-deps: it is the whole environment), then lakeflow itself."""
-    return f"scripts/install-env {lock} .venv\n"
+def setup(variant: str) -> str:
+    """What a node runs once: the lock of its hardware (`cpu`, `cuda`: requirements/lock[-cuda].txt, --no-deps:
+    it is the whole environment), then lakeflow itself."""
+    return f"scripts/install-env {variant} .venv\n"
 
 
 def rendezvous(plan: Plan, w: Workload) -> tuple[str, ...]:
@@ -87,7 +88,7 @@ def task(plan: Plan, w: Workload) -> dict[str, Any]:
         out["secrets"] = secrets
     out["file_mounts"] = {CONFIG_DIR: "./configs"}  # relative to the directory `sky launch` runs in
     # in the image, lakeflow is installed; else the node installs the lock of its hardware
-    out["setup"] = "true\n" if image else setup(LOCKS[plan.software(w)])
+    out["setup"] = "true\n" if image else setup(plan.software(w))
     activate = "" if image else "source .venv/bin/activate\n"
     out["run"] = f"{activate}exec {plan.shell(w, rendezvous(plan, w))}\n"  # exec: the process gets the signals
     return out

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from lakeflow.launch.render import LOCKS, Plan, Workload, dns_name
+from lakeflow.launch.render import Plan, Workload, dns_name
 from lakeflow.run.cluster import quantity_bytes
 
 DIRECTIVES = (
@@ -88,7 +88,7 @@ def script(plan: Plan, w: Workload, out_dir: str) -> str:
         *_directives(plan, w, out_dir),
         "",
         f"# {w.spec.name} of run {plan.config.name}: submitted by `lakeflow launch --target slurm --apply`",
-        f"# its environment: scripts/install-env {LOCKS[plan.software(w)]} {venv} (or set LAKEFLOW_VENV)",
+        f"# its environment: scripts/install-env {plan.software(w)} {venv} (or set LAKEFLOW_VENV)",
         "set -euo pipefail",
         f'source "${{LAKEFLOW_VENV:-{shlex.quote(venv)}}}/bin/activate"',
         f"cd {workdir}",

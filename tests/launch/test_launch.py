@@ -187,8 +187,8 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
         assert set(task["resources"]) <= SKY_RESOURCE_KEYS, name
         assert task["resources"]["autostop"]["idle_minutes"] > 0
         gpus = "accelerators" in task["resources"]
-        lock = "requirements/lock-cuda.txt" if gpus else "requirements/lock.txt"
-        assert task["setup"] == f"scripts/install-env {lock} .venv\n", name  # GPU nodes: CUDA builds only
+        variant = "cuda" if gpus else "cpu"  # GPU nodes: CUDA builds only (requirements/lock-cuda.txt)
+        assert task["setup"] == f"scripts/install-env {variant} .venv\n", name
         assert task["run"].startswith("source .venv/bin/activate\nexec ")
         config_file = _config_of(task["run"].split())
         assert config_file.startswith(task["file_mounts"]["/lakeflow/configs"].replace("./", "/lakeflow/"))
