@@ -95,6 +95,7 @@ def test_install_env_refuses_a_missing_lock(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # pip installs ~70 pinned wheels; minutes on a busy machine
 def test_install_env_builds_a_clean_environment_that_runs_lakeflow(tmp_path: Path) -> None:
     """The Dockerfile's commands in a clean venv, with the base dependencies pinned from the CPU lock (the
     whole lock is the same script over 250 pins: run it with `scripts/install-env cpu DIR`)."""

@@ -207,6 +207,8 @@ def test_skypilot_tasks_parse_with_skypilot(tmp_path: Path) -> None:
     for path in RUN_CONFIGS:
         rendered = _render(path, "skypilot", tmp_path / path.stem)
         paths += [str(rendered.out_dir / n) for n in rendered.files if n.startswith("sky/")]
+    imaged = _render(REPO / "jobs/examples/tiny-math.yaml", "skypilot", tmp_path / "image", image="lakeflow:cpu")
+    paths += [str(imaged.out_dir / n) for n in imaged.files if n.startswith("sky/")]  # image_id: docker:…
     bad = tmp_path / "bad.yaml"
     bad.write_text(Path(paths[0]).read_text() + "colour: red\n")
     script = (
