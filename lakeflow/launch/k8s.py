@@ -1,11 +1,13 @@
 """Kubernetes objects of a run: plain dicts, dumped as one multi-document YAML file.
 
-Per run: a ServiceAccount per role (raas, dataflow, trainer, eval; optional IAM role ARN annotation for IRSA), a
-ConfigMap with every process's config (mounted at /etc/lakeflow), the dataflow process as a Deployment
-(1 replica; its lease makes a second pod during a rollout wait), one Deployment per rollout pool (SIGTERM
-drains: the group in progress is committed within terminationGracePeriodSeconds; liveness from the
-service's heartbeat in the lake), each trainer as a Job running torchrun on one node, and each model's
-evaluation (`eval:` in the run config) as a Job that ends once the last version is evaluated.
+Per run: a ServiceAccount per role (raas, dataflow, trainer, eval; an IRSA or Workload Identity annotation
+per role), a ConfigMap with every process's config (mounted at /etc/lakeflow), the dataflow process as a
+Deployment (1 replica; its lease makes a second pod during a rollout wait), one Deployment per rollout
+pool (SIGTERM drains: the group in progress is committed within terminationGracePeriodSeconds; liveness
+from the service's heartbeat in the lake), each trainer as a Job running torchrun on one node or a JobSet
+of one pod per node, and each model's evaluation (`eval:` in the run config) as a Job that ends once the
+last version is evaluated. Resources, node selectors, tolerations, /dev/shm, the HF token and model
+cache and per-role credential Secrets come from the run config's `launch:` section.
 """
 
 from __future__ import annotations

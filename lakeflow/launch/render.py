@@ -2,8 +2,9 @@
 
 `plan()` takes the processes `lakeflow run` would start (`lakeflow.run.launcher.process_specs`, and the
 evaluations of `lakeflow.run.observe.eval_specs`), keeps one spec per rollout pool (its replicas run the
-same config), ships the run's small dataset files with the configs and decides GPUs; a target (`k8s`,
-`skypilot`, `slurm`) turns the plan into its own files.
+same config), places the run's dataset files (`launch.data`), gives each workload its resources (the run
+config's `launch:` section, GPUs from the devices by default) and checks the result (`launch.checks`); a
+target (`k8s`, `skypilot`, `slurm`) turns the plan into its own files.
 """
 
 from __future__ import annotations
