@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv test test-fast lint format bench demo lock clean gpu-check check-wheel
+.PHONY: help venv test test-fast lint format bench demo lock clean gpu-check check-wheel image
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -46,6 +46,10 @@ bench: venv  ## the benchmarks whose numbers the README quotes
 GPU_OUT ?= runs/gpu-check
 gpu-check:  ## the GPU check (docs/gpu.md) into runs/gpu-check (GPU_OUT); the CPU dry run: make gpu-check ARGS="--device cpu --tiny"
 	scripts/gpu-check --out $(GPU_OUT) $(ARGS)
+
+VARIANT ?= cpu
+image:  ## the container image of every role (Dockerfile): lakeflow:cpu, or VARIANT=cuda for lakeflow:cuda
+	docker build --build-arg VARIANT=$(VARIANT) -t lakeflow:$(VARIANT) .
 
 lock:  ## regenerate requirements/lock.txt from the current venv
 	$(PY) -m pip freeze --all --exclude-editable | grep -v '^lakeflow\|^pip==' > requirements/lock.txt

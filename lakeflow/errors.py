@@ -101,3 +101,12 @@ class PluginError(ConfigError):
     """A config names an extension (workflow, environment, reward, dataset loader, loss, engine, actuator)
     that is not shipped, not importable as `package.module:attr`, not registered by an installed package,
     or not of the right shape; the message names the key, the name and what is known."""
+
+
+class LaunchCheckError(ConfigError):
+    """`lakeflow launch` found problems a run would meet when it starts on the cluster (unknown GPU type,
+    unreachable dataset, a local path the nodes cannot see, …); nothing was written. One problem per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))

@@ -160,8 +160,9 @@ def _apps_api() -> Any:
 
 
 class SkyPilotActuator:
-    """One single-node cluster per service (`<prefix>-<pool>-<i>`, as `lakeflow launch --target skypilot`
-    names them), started with `sky launch` from the pool's task file and removed with `sky down`."""
+    """One single-node cluster per service (`<prefix>-raas-<pool>-<i>`), started with `sky launch --num-nodes 1`
+    from the pool's task file (`lakeflow launch --target skypilot` renders the pool as one cluster of
+    `replicas` nodes; the actuator adds and removes services one node at a time) and removed with `sky down`."""
 
     def __init__(
         self,
@@ -185,7 +186,8 @@ class SkyPilotActuator:
             raise ConfigError(f"no task file for pool {pool!r}; pass --task {pool}=PATH")
         count = self.counts.get(pool, 0)
         for i in range(count, n):
-            self.run(["sky", "launch", "--yes", "--detach-run", "--cluster", self._cluster(pool, i), self.tasks[pool]])
+            one = ["--num-nodes", "1", "--cluster", self._cluster(pool, i)]
+            self.run(["sky", "launch", "--yes", "--detach-run", *one, self.tasks[pool]])
         for i in range(count - 1, n - 1, -1):
             self.run(
                 ["sky", "down", "--yes", self._cluster(pool, i)]

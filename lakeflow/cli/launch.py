@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lakeflow.errors import ConfigError, MissingToolError
+from lakeflow.errors import ConfigError, LaunchCheckError, MissingToolError
 
 
 def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
@@ -29,7 +29,9 @@ def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
 @click.option("--out", "out_dir", default=None, help="Where the files go (default: ./runs/<name>/launch/<target>).")
 @click.option("--apply", "do_apply", is_flag=True, help="Then run kubectl apply / sky launch / sbatch on them.")
 @click.option("--engine", type=click.Choice(["hf", "vllm"]), default=None, help="Every rollout pool on this engine.")
-@click.option("--image", default="lakeflow:latest", show_default=True, help="k8s: image with lakeflow installed.")
+@click.option(
+    "--image", default=None, help="Image built from the Dockerfile (default: launch.image, else lakeflow:cuda|cpu)."
+)
 @click.option("--namespace", default="default", show_default=True, help="k8s: namespace of every object.")
 @click.option(
     "--role-arn",
@@ -39,9 +41,14 @@ def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
     help="k8s: IAM role of a service account (raas, dataflow, trainer, eval): eks.amazonaws.com/role-arn.",
 )
 @click.option("--raas-gpus", type=click.IntRange(min=0), default=None, help="GPUs per rollout service.")
-@click.option("--trainer-gpus", type=click.IntRange(min=0), default=None, help="GPUs per trainer (torchrun ranks).")
+@click.option(
+    "--trainer-gpus", type=click.IntRange(min=0), default=None, help="GPUs per trainer node (torchrun ranks)."
+)
+@click.option("--trainer-nodes", type=click.IntRange(min=1), default=None, help="Machines per trainer.")
 @click.option("--grace-s", type=click.IntRange(min=1), default=None, help="Rollout drain time after SIGTERM.")
 @click.option("--workdir", default=".", show_default=True, help="skypilot/slurm: the lakeflow checkout to use.")
+@click.option("--put-data", is_flag=True, help="Copy local datasets too big to ship with the configs into the lake.")
+@click.option("--offline", is_flag=True, help="Do not reach the lake or dataset stores (their checks are skipped).")
 def launch(
     config_path: str,
     target: str,
@@ -50,16 +57,20 @@ def launch(
     out_dir: str | None,
     do_apply: bool,
     engine: str | None,
-    image: str,
+    image: str | None,
     namespace: str,
     role_arns: tuple[str, ...],
     raas_gpus: int | None,
     trainer_gpus: int | None,
+    trainer_nodes: int | None,
     grace_s: int | None,
     workdir: str,
+    put_data: bool,
+    offline: bool,
 ) -> None:
     """Render CONFIG (the file `lakeflow run` takes) as TARGET's objects, one per lakeflow process, and print
-    where they are; with --apply, hand them to the target's client (which must be installed and configured)."""
+    where they are; with --apply, hand them to the target's client (which must be installed and configured).
+    What the run would resolve at start is checked first: each problem on one line, exit 1."""
     from lakeflow.cli.common import refuse
     from lakeflow.launch.render import LaunchOptions
     from lakeflow.launch.targets import apply, launch
@@ -82,11 +93,16 @@ def launch(
             role_arns=_role_arns(role_arns),
             raas_gpus=raas_gpus,
             trainer_gpus=trainer_gpus,
+            trainer_nodes=trainer_nodes,
             grace_s=grace_s,
             workdir=str(Path(workdir).resolve()),
+            offline=offline,
+            put_data=put_data,
         )
         out = Path(out_dir) if out_dir else Path("runs") / config.name / "launch" / target
         rendered = launch(config, target, options, out)
+    except LaunchCheckError as e:  # one line per problem, then exit 1 (nothing was written)
+        refuse(e.problems)
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
     for name in sorted(rendered.files):

@@ -21,9 +21,10 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from lakeflow.dataflow.config import Dataset, FileDataset, HumanEvalDataset, LoaderDataset, ReasoningGymDataset
-from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.errors import ConfigError, LakeflowError, MissingExtraError
 from lakeflow.humaneval import TASK_TYPE as HUMANEVAL_TASK_TYPE
 from lakeflow.humaneval import humaneval_rows
+from lakeflow.io import open_store
 from lakeflow.plugins import call_problem, resolve
 
 PROMPT_COLUMNS = ("prompt_id", "prompt_order", "prompt", "answer", "task_type", "dataset")
@@ -48,16 +49,26 @@ def load_prompts(dataset: Dataset) -> pa.Table:
     return _table([f"arith-{dataset.seed}-{i}" for i in range(dataset.prompts)], prompts, answers, "math", "synthetic")
 
 
+def _read(location: str) -> Any:
+    """A local path, or a store URL (`s3://bucket/key`: credentials and endpoint from the environment, as
+    boto3 finds them) read whole through lakeflow's store."""
+    if "://" not in location:
+        return location
+    parent, _, name = location.rpartition("/")
+    return pa.BufferReader(open_store(parent).get(name))
+
+
 def _from_file(dataset: FileDataset) -> pa.Table:
     path = Path(dataset.path)
     try:
-        raw = pq.read_table(path) if path.suffix == ".parquet" else pajson.read_json(path)
-    except (OSError, pa.ArrowInvalid) as e:
+        source = _read(dataset.path)
+        raw = pq.read_table(source) if path.suffix == ".parquet" else pajson.read_json(source)
+    except (OSError, pa.ArrowInvalid, LakeflowError) as e:
         raise ConfigError(
-            f"cannot read dataset {path}: {e} (expected .jsonl or .parquet rows with prompt, answer)"
+            f"cannot read dataset {dataset.path}: {e} (expected .jsonl or .parquet rows with prompt, answer)"
         ) from e
     if "prompt" not in raw.column_names:
-        raise ConfigError(f"dataset {path} has no 'prompt' column; columns: {', '.join(raw.column_names)}")
+        raise ConfigError(f"dataset {dataset.path} has no 'prompt' column; columns: {', '.join(raw.column_names)}")
     prompts = [str(p) for p in raw.column("prompt").to_pylist()]
     answers = (
         [str(a) for a in raw.column("answer").to_pylist()] if "answer" in raw.column_names else [""] * len(prompts)
@@ -65,7 +76,7 @@ def _from_file(dataset: FileDataset) -> pa.Table:
     if "prompt_id" in raw.column_names:
         ids = [str(i) for i in raw.column("prompt_id").to_pylist()]
         if pc.count_distinct(pa.array(ids)).as_py() != len(ids):
-            raise ConfigError(f"dataset {path}: prompt_id values are not unique")
+            raise ConfigError(f"dataset {dataset.path}: prompt_id values are not unique")
     else:
         ids = [hashlib.sha1(p.encode()).hexdigest()[:16] + f"-{i}" for i, p in enumerate(prompts)]
     given = raw.column("task_type").to_pylist() if "task_type" in raw.column_names else [None] * len(prompts)

@@ -203,6 +203,11 @@ def trainer_stats_key(model_id: str, step: int) -> str:
     return f"stats/trainer/{check_name(model_id, 'model id')}/{_number(step, 'step')}.json"
 
 
+def dataset_key(name: str) -> str:
+    """A dataset file `lakeflow launch --put-data` copied into the lake (the run's configs read it there)."""
+    return f"data/{check_name(name, 'dataset file name')}"
+
+
 def autoscale_stats_key(model_id: str) -> str:
     """The autoscaler's latest decisions for one model's rollout pool (inputs, target, reason)."""
     return f"stats/autoscale/{check_name(model_id, 'model id')}.json"

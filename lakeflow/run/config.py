@@ -17,6 +17,7 @@ from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, Ta
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
 
@@ -172,11 +173,19 @@ class RunConfig(_Strict):
         "killer sends SIGKILL), saying why, before it stops the run; a process that exits with an error "
         "code stops the run at once.",
     )
+    launch: LaunchConfig = Field(
+        default_factory=LaunchConfig, description="Placement on a cluster for `lakeflow launch` (resources, image)."
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
         flow = self.dataflow()  # validates every model's dataflow section
         models = {m.id: m for m in self.models}
+        regions = {r.region for m in self.models for r in m.regions}
+        for key, known, what in ((self.launch.models, models, "models"), (self.launch.regions, regions, "regions")):
+            unknown = sorted(set(key) - set(known))
+            if unknown:
+                raise ValueError(f"launch.{what}: {unknown} not in the run's {what} ({', '.join(sorted(known))})")
         for m in self.models:
             pool = m.raas.config
             roles = pool.roles or {"policy": m.id}

@@ -140,9 +140,10 @@ def test_skypilot_actuator_launches_and_downs_one_cluster_per_service(
     (tmp_path / "sky").chmod(0o755)
     act.scale("policy", 2)
     act.scale("policy", 1)
+    launch = ["sky", "launch", "--yes", "--detach-run", "--num-nodes", "1", "--cluster"]  # one node per service
     assert calls == [
-        ["sky", "launch", "--yes", "--detach-run", "--cluster", "run-raas-policy-0", "sky/raas-policy.yaml"],
-        ["sky", "launch", "--yes", "--detach-run", "--cluster", "run-raas-policy-1", "sky/raas-policy.yaml"],
+        [*launch, "run-raas-policy-0", "sky/raas-policy.yaml"],
+        [*launch, "run-raas-policy-1", "sky/raas-policy.yaml"],
         ["sky", "down", "--yes", "run-raas-policy-1"],
     ]
     assert act.replicas("policy") == 1

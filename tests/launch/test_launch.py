@@ -10,6 +10,7 @@ no cluster is reachable from the test machines.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from click.testing import CliRunner
 
 from lakeflow.cli import main
 from lakeflow.dataflow.config import DataflowConfig
-from lakeflow.errors import ConfigError, MissingToolError
+from lakeflow.errors import ConfigError, LaunchCheckError, MissingToolError
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.launch import slurm
 from lakeflow.launch.render import LaunchOptions
@@ -39,7 +40,19 @@ CONFIG_CLASSES = {"dataflow": DataflowConfig, "trainer": TrainerConfig, "raas": 
 
 # SkyPilot 0.14 task fields (docs: "YAML spec"); what we render must be among them
 SKY_TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run"}
-SKY_RESOURCE_KEYS = {"cpus", "memory", "accelerators", "infra", "cloud", "disk_size", "use_spot", "autostop"}
+SKY_RESOURCE_KEYS = {
+    "cpus",
+    "memory",
+    "accelerators",
+    "infra",
+    "cloud",
+    "disk_size",
+    "use_spot",
+    "autostop",
+    "image_id",
+}
+# JobSet v1alpha2 spec fields (kubernetes-sigs/jobset API reference) that we may render
+JOBSET_SPEC_KEYS = {"replicatedJobs", "network", "failurePolicy", "successPolicy", "startupPolicy", "suspend"}
 
 
 @pytest.fixture(autouse=True)
@@ -48,12 +61,22 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _render(path: Path, target: str, out: Path, **kw: Any) -> Any:
-    options = LaunchOptions(lake=LAKE, role_arns={"raas": ARN}, workdir=str(REPO), **kw)
+    kw.setdefault("offline", True)  # dataset URLs of the examples are not reachable from here
+    kw.setdefault("role_arns", {"raas": ARN} if target == "k8s" else {})  # IRSA: Kubernetes service accounts
+    options = LaunchOptions(lake=LAKE, workdir=str(REPO), **kw)
     return launch(load_run_config(path), target, options, out)
 
 
 def _config_of(command: list[str]) -> str:
+    if "-c" in command:  # a multi-node trainer on Slurm: srun … bash -c 'exec torchrun …'
+        command = shlex.split(command[command.index("-c") + 1])
     return command[command.index("--config") + 1]
+
+
+def _child_job(doc: dict[str, Any]) -> dict[str, Any]:
+    """A JobSet's pods are a plain batch/v1 Job's: validated by the official schema as such."""
+    [replicated] = doc["spec"]["replicatedJobs"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}, "spec": replicated["template"]["spec"]}
 
 
 @pytest.mark.parametrize("path", RUN_CONFIGS, ids=lambda p: p.name)
@@ -63,21 +86,30 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
     rendered = _render(path, "k8s", tmp_path)
     [name] = rendered.files
     docs = list(yaml.safe_load_all((tmp_path / name).read_text()))
-    for doc in docs:
-        kubernetes_validate.validate(doc, "1.37.0", strict=True)  # raises on any schema error
+    for doc in docs:  # raises on any schema error
+        if doc["kind"] == "JobSet":  # a CRD: its fields are checked against JobSet's API, its Job strictly
+            assert doc["apiVersion"] == "jobset.x-k8s.io/v1alpha2"
+            assert set(doc["spec"]) <= JOBSET_SPEC_KEYS and set(doc["spec"]["replicatedJobs"][0]) <= {
+                "name",
+                "replicas",
+                "template",
+                "dependsOn",
+            }
+            doc = _child_job(doc)
+        kubernetes_validate.validate(doc, "1.37.0", strict=True)
     kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
     accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
     assert set(accounts) == {f"{config.name}-{r}" for r in ("raas", "dataflow", "trainer", "eval")}
     assert accounts[f"{config.name}-raas"]["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": ARN}
     assert "annotations" not in accounts[f"{config.name}-trainer"]["metadata"]
     [configmap] = [d for d in docs if d["kind"] == "ConfigMap"]
-    workloads = [d for d in docs if d["kind"] in ("Deployment", "Job")]
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "Job", "JobSet")]
     pools = {f"raas-{m.id}-{r}" if r else f"raas-{m.id}": (m, p) for m in config.models for r, p in m.pools()}
     pools = {name: mp for name, mp in pools.items() if mp[1].replicas > 0}
     evals = [m for m in config.models if m.eval is not None]
     assert len(workloads) == 1 + len(config.models) + len(pools) + len(evals), kinds
     for d in workloads:
-        pod = d["spec"]["template"]["spec"]
+        pod = (_child_job(d) if d["kind"] == "JobSet" else d)["spec"]["template"]["spec"]
         [container] = pod["containers"]
         role = d["metadata"]["labels"]["lakeflow/role"]
         assert pod["serviceAccountName"] == f"{config.name}-{role}"
@@ -88,10 +120,18 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
         if role == "dataflow":
             assert d["kind"] == "Deployment" and d["spec"]["replicas"] == 1
         if role == "trainer":
-            assert d["kind"] == "Job" and container["command"][0] == "torchrun"
+            assert container["command"][0] == "torchrun"
             model = next(m for m in config.models if m.id == d["metadata"]["labels"]["lakeflow/process"][6:])
+            want = config.launch.resources("trainer", model.id)
             gpus = container["resources"].get("limits", {}).get("nvidia.com/gpu", 0)
-            assert gpus == (1 if model.trainer.device.startswith("cuda") else 0)
+            default = 1 if model.trainer.device.startswith("cuda") else 0
+            assert gpus == (want.gpus_per_node if want.gpus_per_node is not None else default)
+            assert f"--nproc_per_node={max(1, gpus)}" in container["command"]
+            if (want.nodes or 1) > 1:  # torchrun across the JobSet's pods, node 0 the master
+                assert d["kind"] == "JobSet" and f"--nnodes={want.nodes}" in container["command"]
+                assert "--node_rank=$(NODE_RANK)" in container["command"]
+            else:
+                assert d["kind"] == "Job" and "--standalone" in container["command"]
         if role == "eval":  # ends once the last version is evaluated; its held-out prompts travel along
             section = EvalConfig.model_validate(yaml.safe_load(configmap["data"][config_file]))
             assert d["kind"] == "Job" and container["command"][:2] == ["lakeflow", "eval"]
@@ -146,14 +186,17 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
         assert set(task) <= SKY_TASK_KEYS, name
         assert set(task["resources"]) <= SKY_RESOURCE_KEYS, name
         assert task["resources"]["autostop"]["idle_minutes"] > 0
-        assert "requirements/lock.txt" in task["setup"]
-        assert task["run"].startswith("exec ")
+        gpus = "accelerators" in task["resources"]
+        variant = "cuda" if gpus else "cpu"  # GPU nodes: CUDA builds only (requirements/lock-cuda.txt)
+        assert task["setup"] == f"scripts/install-env {variant} .venv\n", name
+        assert task["run"].startswith("source .venv/bin/activate\nexec ")
         config_file = _config_of(task["run"].split())
         assert config_file.startswith(task["file_mounts"]["/lakeflow/configs"].replace("./", "/lakeflow/"))
         assert Path(config_file).name in {Path(n).name for n in rendered.files if n.startswith("configs/")}
-    replicas = sum(p.replicas for m in config.models for _, p in m.pools())
-    evals = sum(m.eval is not None for m in config.models)
-    assert len(rendered.commands) == 1 + len(config.models) + replicas + evals  # one cluster per rollout service
+    pools = {name: p for m in config.models for name, p in [(f"raas-{m.id}", m.raas)] if p.replicas > 0}
+    for name, pool in pools.items():  # a pool is one cluster of `replicas` nodes
+        assert tasks[f"sky/{name}.yaml"]["num_nodes"] == pool.replicas
+    assert len(rendered.commands) == len(tasks)  # one cluster per task
 
 
 def test_skypilot_tasks_parse_with_skypilot(tmp_path: Path) -> None:
@@ -164,6 +207,8 @@ def test_skypilot_tasks_parse_with_skypilot(tmp_path: Path) -> None:
     for path in RUN_CONFIGS:
         rendered = _render(path, "skypilot", tmp_path / path.stem)
         paths += [str(rendered.out_dir / n) for n in rendered.files if n.startswith("sky/")]
+    imaged = _render(REPO / "jobs/examples/tiny-math.yaml", "skypilot", tmp_path / "image", image="lakeflow:cpu")
+    paths += [str(imaged.out_dir / n) for n in imaged.files if n.startswith("sky/")]  # image_id: docker:…
     bad = tmp_path / "bad.yaml"
     bad.write_text(Path(paths[0]).read_text() + "colour: red\n")
     script = (
@@ -194,7 +239,7 @@ def test_slurm_scripts_pass_bash_and_directive_checks(path: Path, tmp_path: Path
         assert all(lines.index(d) < first_command for d in directives)  # sbatch stops reading at a command
         assert {d.split()[1].split("=")[0].removeprefix("--") for d in directives} <= set(slurm.DIRECTIVES)
         assert lines[-1].startswith("exec ")
-        config_file = _config_of(lines[-1].split())
+        config_file = _config_of(shlex.split(lines[-1]))
         assert Path(config_file).is_file() and config_file.startswith(str(tmp_path))
     for m in config.models:
         for region, pool in m.pools():
@@ -213,11 +258,12 @@ def test_gpu_options_reach_every_target(tmp_path: Path) -> None:
     k8s = _render(path, "k8s", tmp_path / "k", raas_gpus=1, trainer_gpus=8)
     docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(next(iter(k8s.files.values())))}
     trainer = docs["tiny-math-train-policy"]["spec"]["template"]["spec"]["containers"][0]
-    assert trainer["resources"]["limits"] == {"nvidia.com/gpu": 8} and "--nproc_per_node=8" in trainer["command"]
+    assert trainer["resources"]["limits"] == {"nvidia.com/gpu": 8, "memory": "64Gi"}  # the trainer's default memory
+    assert "--nproc_per_node=8" in trainer["command"]
     raas = docs["tiny-math-raas-policy"]["spec"]["template"]["spec"]["containers"][0]
-    assert raas["resources"]["limits"] == {"nvidia.com/gpu": 1}
-    sky = _render(path, "skypilot", tmp_path / "s", trainer_gpus=8)
-    assert yaml.safe_load(sky.files["sky/train-policy.yaml"])["resources"]["accelerators"] == "H100:8"
+    assert raas["resources"]["limits"] == {"nvidia.com/gpu": 1, "memory": "32Gi"}
+    with pytest.raises(LaunchCheckError, match=r"train-policy: SkyPilot needs a GPU type: set launch.trainer.gpu_type"):
+        _render(path, "skypilot", tmp_path / "s", trainer_gpus=8)  # no default type any more
     sl = _render(path, "slurm", tmp_path / "l", trainer_gpus=8)
     assert "#SBATCH --gres=gpu:8" in sl.files["slurm/train-policy.sbatch"]
 
@@ -255,13 +301,8 @@ def test_apply_runs_the_targets_client_on_the_files(
         "slurm": [["sbatch", str(rendered.out_dir / f"slurm/{n}.sbatch")] for n in ("dataflow", "raas-solver")]
         + [["sbatch", str(rendered.out_dir / f"slurm/train-{m}.sbatch")] for m in ("solver", "verifier")],
         "skypilot": [
-            ["sky", "launch", "--yes", "--detach-run", "--cluster", f"tiny-solve-verify-{n}", f"sky/{f}.yaml"]
-            for n, f in [
-                ("dataflow", "dataflow"),
-                ("train-solver", "train-solver"),
-                ("raas-solver-0", "raas-solver"),
-                ("train-verifier", "train-verifier"),
-            ]
+            ["sky", "launch", "--yes", "--detach-run", "--cluster", f"tiny-solve-verify-{n}", f"sky/{n}.yaml"]
+            for n in ("dataflow", "train-solver", "raas-solver", "train-verifier")
         ],
     }[target]
     assert sorted(rendered.commands) == sorted(expected)
