@@ -61,7 +61,8 @@ class PolicyError(LakeflowError):
 
 
 class LeaseHeldError(LakeflowError):
-    """Another dataflow process serves this lake; the message names it and when its lease ends."""
+    """Another process holds a lease (the dataflow's serving lease, a model's trainer lease); the message
+    names the holder and when its lease ends."""
 
 
 class LakeNotFoundError(LakeflowError):

@@ -19,7 +19,7 @@ from lakeflow.catalog import connect_lake
 from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.compact import CompactStats
-from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.lease import Lease, serving_lease
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor
@@ -259,7 +259,7 @@ def gc(
 @contextlib.contextmanager
 def _lease(store: Store, ttl_s: float = 60.0) -> Iterator[Lease]:
     """The dataflow lease for the length of a one-shot command (LeaseHeldError while a process serves)."""
-    lease = Lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
+    lease = serving_lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
     lease.acquire()
     try:
         yield lease

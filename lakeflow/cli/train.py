@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -34,6 +35,7 @@ from lakeflow.tracking.config import parse_tracker
     default=None,
     help="Local directory for pulled weights (default: a temporary directory, removed at exit).",
 )
+@click.option("--wait", is_flag=True, help="If another trainer holds the model's lease, wait for it to end.")
 @tracker_options
 def train(
     lake_url: str,
@@ -42,6 +44,7 @@ def train(
     config_path: str,
     steps: int | None,
     work_dir: str | None,
+    wait: bool,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -51,6 +54,7 @@ def train(
     cleanly (exit 0): the step in progress is finished if it is publishing, else abandoned.
     """
     from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
+    from lakeflow.trainer.lease import TrainerLease
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -70,13 +74,19 @@ def train(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    lease = TrainerLease(store, model_id, config.lease_ttl_s) if os.environ.get("RANK", "0") == "0" else None
     try:
+        if lease is not None:  # one trainer per model: taken before anything is published (version 0 too)
+            lease.acquire(wait=wait)
+            trainer.publisher.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
     except WeightsConflictError as e:
         raise click.ClickException(str(e)) from e
     finally:
         trainer.close()  # leaves the torchrun job, if any
+        if lease is not None:
+            lease.release()
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
     click.echo(f"{model_id}: weights version {trainer.version} published in {store.url}")
