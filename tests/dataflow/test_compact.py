@@ -120,6 +120,8 @@ def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
     assert before == 28 and lake.sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py() == 31
     assert len(_table_ids(store)) == 27  # the quarantined row never reached the table
     assert layout.TABLE.startswith("tables/")
+    # the catalog records every log entry it committed (appends and the optimize): retention obeys those
+    assert set(service.catalog.table_log()) == set(range(snap.version + 1))
     service.close()
 
 
