@@ -78,6 +78,14 @@ class StorePermissionError(StoreAccessError):
     """The store refused one action on one key (S3 AccessDenied); the message names both."""
 
 
+class StoreUnreachableError(StoreAccessError):
+    """The store could not be reached (connection refused or reset, timeouts, 5xx): may be transient."""
+
+
+class StoreOutageError(StoreAccessError):
+    """The store stayed unreachable for longer than the process's outage budget; the message says how long."""
+
+
 class MissingToolError(LakeflowError):
     """An external command lakeflow drives (kubectl, sky, sbatch) is not on PATH; the message names it
     and what it is for."""

@@ -11,7 +11,7 @@ from types import FrameType
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, tracker_options
+from lakeflow.cli.common import lake_options, open_service_lake, outage_option, tracker_options
 from lakeflow.errors import ConfigError, WeightsConflictError
 from lakeflow.tracking.config import parse_tracker
 
@@ -36,6 +36,7 @@ from lakeflow.tracking.config import parse_tracker
     help="Local directory for pulled weights (default: a temporary directory, removed at exit).",
 )
 @click.option("--wait", is_flag=True, help="If another trainer holds the model's lease, wait for it to end.")
+@outage_option
 @tracker_options
 def train(
     lake_url: str,
@@ -45,6 +46,7 @@ def train(
     steps: int | None,
     work_dir: str | None,
     wait: bool,
+    outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -63,7 +65,7 @@ def train(
         raise click.ClickException(str(e)) from e
     if tracker is not None:
         config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
-    store = open_lake(lake_url, endpoint_url)
+    store = open_service_lake(lake_url, endpoint_url, outage_s)
     own_dir = work_dir is None
     work = work_dir or tempfile.mkdtemp(prefix=f"lakeflow-train-{model_id}-")
     trainer = Trainer(store, model_id, config, work)

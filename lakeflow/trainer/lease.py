@@ -55,6 +55,14 @@ class TrainerLease:
         """Raise WeightsConflictError unless this process may still publish the model."""
         if self._lost is not None:
             raise WeightsConflictError(str(self._lost))
+        if not self.lease.valid() and self.lease.held:
+            # lapsed by our clock (an outage kept it from being renewed): renewing by compare-and-swap
+            # succeeds only if no other trainer took it meanwhile, so it is safe to go on then
+            try:
+                self.lease.renew()
+            except LeaseHeldError as e:
+                self._lost = e
+                raise WeightsConflictError(str(e)) from e
         if not self.lease.valid():
             raise WeightsConflictError(
                 f"the trainer lease of {self.model_id!r} may have lapsed (not renewed in time: is the lake "
