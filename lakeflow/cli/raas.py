@@ -61,12 +61,15 @@ def raas(
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        from lakeflow.raas.children import guard_children
         from lakeflow.raas.service import RolloutService
 
         config = _config(config_path, engine, region, raas_id, weights_url)
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_service_lake(lake_url, endpoint_url, outage_s)
+        if config.engine.type == "vllm":
+            guard_children()  # its engine processes (vLLM's EngineCore) end with this one, kill -9 included
         try:
             service = RolloutService(store, model_id, config)
         except MissingExtraError as e:
