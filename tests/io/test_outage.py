@@ -127,7 +127,7 @@ def test_the_dataflow_process_waits_out_a_cut_store_and_goes_on(
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.communicate()
     assert proc.returncode == 0, log.read_text()
     assert json.loads(out.decode().strip().splitlines()[-1])["commits"] >= 1
 
@@ -143,11 +143,12 @@ def test_an_outage_past_the_budget_ends_the_process_with_one_line(
     try:
         _wait_for("serving", log, proc)
         relay.cut()  # and never restored
-        assert proc.wait(timeout=180) == 1, log.read_text()
+        proc.communicate(timeout=180)
+        assert proc.returncode == 1, log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.communicate()
     lines = [line for line in log.read_text().splitlines() if line.strip()]
     assert "Traceback" not in log.read_text()
     assert "unreachable for" in lines[-1] and "longer than the outage budget of 2 s" in lines[-1], lines[-3:]
