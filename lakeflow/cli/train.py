@@ -12,7 +12,7 @@ from types import FrameType
 import click
 
 from lakeflow.cli.common import lake_options, open_service_lake, outage_option, tracker_options
-from lakeflow.errors import ConfigError, WeightsConflictError
+from lakeflow.errors import ConfigError, LeaseHeldError, WeightsConflictError
 from lakeflow.tracking.config import parse_tracker
 
 
@@ -79,7 +79,11 @@ def train(
     lease = TrainerLease(store, model_id, config.lease_ttl_s) if os.environ.get("RANK", "0") == "0" else None
     try:
         if lease is not None:  # one trainer per model: taken before anything is published (version 0 too)
-            lease.acquire(wait=wait)
+            try:
+                lease.acquire(wait=wait)
+            except LeaseHeldError as e:
+                lease = None  # not ours: nothing to give back
+                raise click.ClickException(str(e)) from e
             trainer.publisher.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
