@@ -66,7 +66,8 @@ class PolicyError(LakeflowError):
 
 
 class LeaseHeldError(LakeflowError):
-    """Another dataflow process serves this lake; the message names it and when its lease ends."""
+    """Another process holds a lease (the dataflow's serving lease, a model's trainer lease); the message
+    names the holder and when its lease ends."""
 
 
 class LakeNotFoundError(LakeflowError):
@@ -80,6 +81,14 @@ class StoreAccessError(LakeflowError):
 
 class StorePermissionError(StoreAccessError):
     """The store refused one action on one key (S3 AccessDenied); the message names both."""
+
+
+class StoreUnreachableError(StoreAccessError):
+    """The store could not be reached (connection refused or reset, timeouts, 5xx): may be transient."""
+
+
+class StoreOutageError(StoreAccessError):
+    """The store stayed unreachable for longer than the process's outage budget; the message says how long."""
 
 
 class MissingToolError(LakeflowError):

@@ -24,7 +24,7 @@ from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import PolicyError
 
 log = logging.getLogger("lakeflow.catalog")
-APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine")
+APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine", "table_log")
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 GROUP_COLUMNS = "model_id, group_id, prompt_id, n, reward_mean, reward_std, zero_adv, policy_version, arrival"
 _REFS = "sample_ids, shard_idx, rows, rewards"
@@ -366,6 +366,17 @@ class Catalog:
 
     def quarantine(self, key: str, rows: int, reason: str, at: datetime) -> None:
         self.con.execute("INSERT INTO quarantine VALUES (?, ?, ?, ?, ?)", [key, rows, reason, at, self.ckpt])
+
+    def record_table_commits(self, written: dict[int, str], at: datetime) -> None:
+        """Record the compacted table's log entries this process committed (version -> SHA-256 of the entry)."""
+        known = self.table_log()
+        for version, digest in sorted(written.items()):
+            if version not in known:
+                self.con.execute("INSERT INTO table_log VALUES (?, ?, ?, ?)", [version, digest, at, self.ckpt])
+
+    def table_log(self) -> dict[int, str]:
+        """The table versions this dataflow committed, with the SHA-256 of each log entry as written."""
+        return {int(v): str(d) for v, d in self.con.execute("SELECT version, sha256 FROM table_log").fetchall()}
 
     def set_weights_version(self, model_id: str, version: int) -> None:
         self.con.execute(

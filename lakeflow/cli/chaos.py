@@ -15,6 +15,13 @@ from lakeflow.text import text_table
 @click.command()
 @click.argument("config_path", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.option("--kills", type=click.IntRange(min=0), default=10, show_default=True, help="Kill points (SIGKILL).")
+@click.option(
+    "--twins",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Two-trainers faults: start a second trainer of a model beside its trainer this many times.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the kill plan.")
 @click.option("--steps", type=click.IntRange(min=1), default=None, help="Weight versions to train (default: CONFIG's).")
 @click.option(
@@ -31,6 +38,7 @@ from lakeflow.text import text_table
 def chaos(
     config_path: str,
     kills: int,
+    twins: int,
     seed: int,
     steps: int | None,
     mean_gap_s: float,
@@ -53,13 +61,15 @@ def chaos(
     store = open_lake(url, endpoint_url)
     if next(iter(store.list("")), None) is not None:
         raise click.UsageError(f"{url} already holds a lake: chaos needs a new one (--lake or --run-dir)")
-    result = run_chaos(config, store, url, directory, kills, seed, mean_gap_s, timeout_s, endpoint_url)
+    result = run_chaos(config, store, url, directory, kills, seed, mean_gap_s, timeout_s, endpoint_url, twins)
     summary = {"config": config_path, "seed": seed, "steps": config.steps, **result.summary()}
     if as_json:
         click.echo(json.dumps(summary, indent=1))
     else:
         rows = [[f"{k.at_s:.1f}", k.kind, ", ".join(k.targets)] for k in result.kills]
         click.echo("\n".join(text_table(["at_s", "kill", "processes"], rows)))
+        for t in result.twins:
+            click.echo(f"{t.at_s:.1f} second trainer {t.name}: {t.outcome}")
         click.echo(f"{len(result.kills)} kill points, {result.restarts} restarts, {result.wall_s:.0f} s; seed {seed}")
         for what, n in result.verdict.checked.items():
             click.echo(f"checked: {what}: {n}")

@@ -9,6 +9,7 @@ import click
 
 from lakeflow.errors import LakeNotFoundError, UnsupportedStoreError
 from lakeflow.io import S3Options, Store, open_store
+from lakeflow.io.patient import DEFAULT_OUTAGE_S, PatientStore
 
 
 def lake_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,6 +35,28 @@ def open_lake(lake_url: str, endpoint_url: str | None, interactive: bool = False
     options = S3Options(endpoint_url=endpoint_url)
     try:
         return open_store(lake_url, options.interactive() if interactive else options)
+    except (ValueError, UnsupportedStoreError) as e:
+        raise click.BadParameter(str(e), param_hint="--lake") from e
+
+
+def outage_option(func: click.decorators.FC) -> click.decorators.FC:
+    """`--outage-s`: how long a long-running process waits out an unreachable lake before it exits."""
+    return click.option(
+        "--outage-s",
+        type=click.FloatRange(min=0),
+        default=DEFAULT_OUTAGE_S,
+        show_default=True,
+        help="Seconds an unreachable lake is waited out (retries with backoff, a status line on the log) "
+        "before the process exits with one line.",
+    )(func)
+
+
+def open_service_lake(lake_url: str, endpoint_url: str | None, outage_s: float) -> Store:
+    """The store of a long-running process: `open_lake`, with outages waited out for `outage_s` (the
+    client's own retries are few: the waiting, and its status line, are the PatientStore's)."""
+    options = S3Options(endpoint_url=endpoint_url, max_attempts=3)
+    try:
+        return PatientStore(open_store(lake_url, options), outage_s)
     except (ValueError, UnsupportedStoreError) as e:
         raise click.BadParameter(str(e), param_hint="--lake") from e
 

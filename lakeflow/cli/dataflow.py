@@ -10,7 +10,7 @@ import click
 
 from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import KINDS, load_policy
-from lakeflow.cli.common import lake_options, open_existing_lake, open_lake, refuse
+from lakeflow.cli.common import lake_options, open_existing_lake, open_service_lake, outage_option, refuse
 from lakeflow.dataflow.check import check_dataflow_config
 from lakeflow.dataflow.config import load_config
 from lakeflow.dataflow.service import DataflowService
@@ -24,6 +24,7 @@ from lakeflow.errors import ConfigError, LeaseHeldError, PolicyError
 @click.option("--wait", is_flag=True, help="If another process serves the lake, wait for its lease to expire.")
 @click.option("--iterations", type=int, default=None, help="Stop after N loop iterations (default: run until SIGTERM).")
 @click.option("--catalog-path", default=None, help="Local DuckDB file for the catalog (default: in memory).")
+@outage_option
 def dataflow(
     lake_url: str,
     endpoint_url: str | None,
@@ -31,6 +32,7 @@ def dataflow(
     wait: bool,
     iterations: int | None,
     catalog_path: str | None,
+    outage_s: float,
 ) -> None:
     """Serve a lake: ingest commits, run data policies, issue tasks, materialise batches."""
     try:
@@ -38,7 +40,7 @@ def dataflow(
     except ConfigError as e:
         raise click.UsageError(str(e)) from e
     refuse(check_dataflow_config(config))
-    store = open_lake(lake_url, endpoint_url)
+    store = open_service_lake(lake_url, endpoint_url, outage_s)
     service = DataflowService(store, config, catalog_path)
     stopping = []
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
+from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
 from lakeflow.errors import ConfigError
 from lakeflow.tracking.config import parse_tracker
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 @click.option("--engine", type=click.Choice(["hf", "vllm"]), default=None, help="Inference engine.")
 @click.option("--version", "versions", type=click.IntRange(min=0), multiple=True, help="Evaluate these and exit.")
 @click.option("--until-version", type=click.IntRange(min=0), default=None, help="Exit once this one is evaluated.")
+@outage_option
 @tracker_options
 def evaluate(
     lake_url: str,
@@ -44,6 +45,7 @@ def evaluate(
     engine: str | None,
     versions: tuple[int, ...],
     until_version: int | None,
+    outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -65,7 +67,7 @@ def evaluate(
     }
     config = _config(config_path, {k: v for k, v in overrides.items() if v is not None})
     refuse(check_eval_config(config))
-    store = open_lake(lake_url, endpoint_url)
+    store = open_service_lake(lake_url, endpoint_url, outage_s)
     service = EvalService(store, model_id, config)
 
     def stop(signum: int, frame: FrameType | None) -> None:

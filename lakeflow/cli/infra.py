@@ -9,13 +9,13 @@ import click
 
 from lakeflow.infra import ROLES, grants_for, policy_document, template_document
 from lakeflow.infra.evaluate import markdown_table
-from lakeflow.infra.model import ROLE_SUMMARY
+from lakeflow.infra.model import MODEL, ROLE_SUMMARY
 from lakeflow.infra.policy import describe
 
 role_option = click.option("--role", required=True, type=click.Choice(ROLES), help="The lakeflow role.")
 
 # What `lakeflow infra render` writes: Terraform's templatefile() fills these in.
-TEMPLATE_VARS = {"bucket": "${bucket}", "root": "${root}", "partition": "${partition}"}
+TEMPLATE_VARS = {"bucket": "${bucket}", "root": "${root}", "partition": "${partition}", "model": MODEL}
 
 
 @click.group()
@@ -33,10 +33,19 @@ def infra() -> None:
     is_flag=True,
     help="Leave out the s3:if-none-match / s3:if-match conditions (for stores that do not know them, e.g. MinIO).",
 )
-def policy_cmd(role: str, bucket: str, prefix: str, partition: str, no_write_conditions: bool) -> None:
+@click.option(
+    "--model",
+    default=None,
+    help="For raas and trainer: the identity of this model only (default: of every model in the lake).",
+)
+def policy_cmd(
+    role: str, bucket: str, prefix: str, partition: str, no_write_conditions: bool, model: str | None
+) -> None:
     """Print ROLE's IAM policy document for the lake at s3://BUCKET/PREFIX."""
     try:
-        document = policy_document(role, bucket, prefix, partition, write_conditions=not no_write_conditions)
+        document = policy_document(
+            role, bucket, prefix, partition, write_conditions=not no_write_conditions, model=model
+        )
     except ValueError as e:
         raise click.BadParameter(str(e)) from e
     click.echo(json.dumps(document, indent=2))
@@ -45,10 +54,11 @@ def policy_cmd(role: str, bucket: str, prefix: str, partition: str, no_write_con
 @infra.command("grants")
 @click.option("--role", type=click.Choice(ROLES), default=None, help="Only this role (default: all).")
 def grants_cmd(role: str | None) -> None:
-    """List what each role may do to which keys (relative to the lake root), and why."""
+    """List what each role may do to which keys (relative to the lake root), and why; ${model} is the
+    model of a per-model identity (raas, trainer)."""
     for r in [role] if role else ROLES:
         click.echo(f"{r}: {ROLE_SUMMARY[r]}")  # type: ignore[index]
-        for g in grants_for(r):
+        for g in grants_for(r, MODEL):
             click.echo(f"  {describe(g)}")
 
 
@@ -72,5 +82,6 @@ def render_cmd(directory: str) -> None:
 
 def render_template(role: str) -> str:
     """The Terraform template of `role`'s policy (what `render` writes)."""
-    document = template_document(role, TEMPLATE_VARS["bucket"], TEMPLATE_VARS["root"], TEMPLATE_VARS["partition"])
+    v = TEMPLATE_VARS
+    document = template_document(role, v["bucket"], v["root"], v["partition"], model=v["model"])
     return json.dumps(document, indent=2) + "\n"

@@ -22,7 +22,7 @@ import pyarrow as pa
 from lakeflow.catalog.engine import QueryError
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.compact import CompactStats
-from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.lease import Lease, serving_lease
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor
@@ -343,7 +343,14 @@ def gc(
     checkpoint a trainer resumes from. Dry run unless --apply.
     """
     from lakeflow.dataflow.compact import compaction_bound
-    from lakeflow.dataflow.retention import RetentionPolicy, apply_gc, plan_gc, pool_shards, referenced_shards
+    from lakeflow.dataflow.retention import (
+        UNTRUSTED,
+        RetentionPolicy,
+        apply_gc,
+        plan_gc,
+        pool_shards,
+        referenced_shards,
+    )
 
     store = open_existing_lake(lake_url, endpoint_url)
     policy = RetentionPolicy(
@@ -356,11 +363,17 @@ def gc(
         tables, _ = checkpoint_tables(store)
         position = _checkpointed_position(store)
         before = compaction_bound(position, timedelta(seconds=settle_s)) if position else None
-        plan = plan_gc(store, policy, referenced_shards(store, pool_shards(tables)), before)
+        log = tables.get("table_log")  # the table versions the dataflow committed: only those are obeyed
+        written = (
+            {}
+            if log is None
+            else dict(zip(log.column("version").to_pylist(), log.column("sha256").to_pylist(), strict=True))
+        )
+        plan = plan_gc(store, policy, referenced_shards(store, pool_shards(tables)), before, written=written)
         removed = apply_gc(store, plan, policy) if apply and _renewed(lease) else 0
     rows = [[why, str(n)] for why, n in sorted(plan.counts().items())]
     click.echo("\n".join(text_table(["what", "objects"], rows)) if rows else "nothing to delete")
-    for key, why in plan.kept[:20]:
+    for key, why in [k for k in plan.kept if k[1] == UNTRUSTED] + [k for k in plan.kept if k[1] != UNTRUSTED][:20]:
         click.echo(f"kept {key}: {why}")
     click.echo(f"deleted {removed} objects" if apply else "dry run: pass --apply to delete")
 
@@ -368,7 +381,7 @@ def gc(
 @contextlib.contextmanager
 def _lease(store: Store, ttl_s: float = 60.0) -> Iterator[Lease]:
     """The dataflow lease for the length of a one-shot command (LeaseHeldError while a process serves)."""
-    lease = Lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
+    lease = serving_lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
     lease.acquire()
     try:
         yield lease

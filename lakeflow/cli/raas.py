@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
+from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
 from lakeflow.errors import ConfigError, MissingExtraError, UnsupportedStoreError
 from lakeflow.tracking.config import parse_tracker
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
 )
 @click.option("--max-groups", type=int, default=None, help="Exit after committing N groups (default: until SIGTERM).")
+@outage_option
 @tracker_options
 def raas(
     lake_url: str,
@@ -45,6 +46,7 @@ def raas(
     weights_url: str | None,
     config_path: str | None,
     max_groups: int | None,
+    outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -60,13 +62,16 @@ def raas(
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         from lakeflow.raas.check import check_raas_config
+        from lakeflow.raas.children import guard_children
         from lakeflow.raas.service import RolloutService
 
         config = _config(config_path, engine, region, raas_id, weights_url)
         refuse(check_raas_config(config))
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
-        store = open_lake(lake_url, endpoint_url)
+        store = open_service_lake(lake_url, endpoint_url, outage_s)
+        if config.engine.type == "vllm":
+            guard_children()  # its engine processes (vLLM's EngineCore) end with this one, kill -9 included
         try:
             service = RolloutService(store, model_id, config)
         except MissingExtraError as e:

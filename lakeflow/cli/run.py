@@ -11,7 +11,7 @@ from types import FrameType
 import click
 from tqdm import tqdm
 
-from lakeflow.cli.common import open_lake, refuse, tracker_options
+from lakeflow.cli.common import open_service_lake, outage_option, refuse, tracker_options
 from lakeflow.errors import ConfigError
 from lakeflow.run import Launcher, load_run_config
 from lakeflow.run.check import check_run_config
@@ -49,6 +49,7 @@ def load_job(config_path: str, engine: str | None) -> RunConfig:
     is_flag=True,
     help="Size the rollout pools with `lakeflow autoscale` (the config's `autoscale` section, else 1 to 4 each).",
 )
+@outage_option
 @tracker_options
 def run(
     config_path: str,
@@ -57,6 +58,7 @@ def run(
     run_dir: str | None,
     engine: str | None,
     autoscale: bool,
+    outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -68,7 +70,7 @@ def run(
     directory = Path(run_dir or Path("runs") / config.name)
     config = with_tracker(config, parse_tracker(tracker, tracker_dir), directory)
     url = lake_url or config.lake or str(directory / "lake")
-    store = open_lake(url, endpoint_url)
+    store = open_service_lake(url, endpoint_url, outage_s)  # the progress loop waits out an outage too
     launcher = Launcher(config, store, url, directory, endpoint_url)
     interrupted: list[int] = []
 

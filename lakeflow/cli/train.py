@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -10,8 +11,8 @@ from types import FrameType
 
 import click
 
-from lakeflow.cli.common import lake_options, open_lake, refuse, tracker_options
-from lakeflow.errors import ConfigError, WeightsConflictError
+from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
+from lakeflow.errors import ConfigError, LeaseHeldError, WeightsConflictError
 from lakeflow.tracking.config import parse_tracker
 
 
@@ -34,6 +35,8 @@ from lakeflow.tracking.config import parse_tracker
     default=None,
     help="Local directory for pulled weights (default: a temporary directory, removed at exit).",
 )
+@click.option("--wait", is_flag=True, help="If another trainer holds the model's lease, wait for it to end.")
+@outage_option
 @tracker_options
 def train(
     lake_url: str,
@@ -42,6 +45,8 @@ def train(
     config_path: str,
     steps: int | None,
     work_dir: str | None,
+    wait: bool,
+    outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
 ) -> None:
@@ -52,6 +57,7 @@ def train(
     """
     from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
     from lakeflow.trainer.check import check_trainer_config
+    from lakeflow.trainer.lease import TrainerLease
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
@@ -61,7 +67,7 @@ def train(
     refuse(check_trainer_config(config))
     if tracker is not None:
         config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
-    store = open_lake(lake_url, endpoint_url)
+    store = open_service_lake(lake_url, endpoint_url, outage_s)
     own_dir = work_dir is None
     work = work_dir or tempfile.mkdtemp(prefix=f"lakeflow-train-{model_id}-")
     trainer = Trainer(store, model_id, config, work)
@@ -72,13 +78,23 @@ def train(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    lease = TrainerLease(store, model_id, config.lease_ttl_s) if os.environ.get("RANK", "0") == "0" else None
     try:
+        if lease is not None:  # one trainer per model: taken before anything is published (version 0 too)
+            try:
+                lease.acquire(wait=wait)
+            except LeaseHeldError as e:
+                lease = None  # not ours: nothing to give back
+                raise click.ClickException(str(e)) from e
+            trainer.publisher.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
     except WeightsConflictError as e:
         raise click.ClickException(str(e)) from e
     finally:
         trainer.close()  # leaves the torchrun job, if any
+        if lease is not None:
+            lease.release()
         if own_dir:
             shutil.rmtree(work, ignore_errors=True)
     click.echo(f"{model_id}: weights version {trainer.version} published in {store.url}")

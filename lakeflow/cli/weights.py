@@ -9,6 +9,7 @@ import signal
 import sys
 import tempfile
 import threading
+import uuid
 
 import click
 from pydantic import ValidationError
@@ -44,7 +45,8 @@ def weights() -> None:
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--full-every", default=DEFAULT_FULL_EVERY, show_default=True, help="Full copy every K versions.")
 @click.option("--publisher", default="cli", show_default=True, help="Trainer id recorded in the manifest.")
-@click.option("--force", is_flag=True, help="Overwrite leftovers of a crashed publish (single trainer only).")
+@click.option("--force", is_flag=True, help="Overwrite leftovers of a crashed publish (never a published version).")
+@click.option("--wait", is_flag=True, help="If a trainer holds the model's lease, wait for it to end.")
 def publish_cmd(
     lake_url: str,
     endpoint_url: str | None,
@@ -53,14 +55,32 @@ def publish_cmd(
     full_every: int,
     publisher: str,
     force: bool,
+    wait: bool,
 ) -> None:
-    """Publish PATH (a Hugging Face directory or a .safetensors file) as the next version."""
+    """Publish PATH (a Hugging Face directory or a .safetensors file) as the next version.
+
+    Holds the model's trainer lease while it publishes: it refuses while a trainer runs."""
+    from lakeflow.trainer.lease import TrainerLease
+
     store = open_lake(lake_url, endpoint_url)
     state, files = read_source(path)
+    lease = TrainerLease(store, model, ttl_s=60.0, owner=f"{publisher}-{uuid.uuid4().hex[:6]}")
+    lease.acquire(wait=wait)
     try:
-        m = publish(store, model, state, files=files or None, full_every=full_every, publisher=publisher, force=force)
+        m = publish(
+            store,
+            model,
+            state,
+            files=files or None,
+            full_every=full_every,
+            publisher=publisher,
+            force=force,
+            lease=lease,
+        )
     except WeightsConflictError as e:
         raise click.ClickException(str(e)) from e
+    finally:
+        lease.release()
     size = m.full_bytes() if m.kind == "full" else (m.delta.size if m.delta else 0)
     sparsity = "" if m.sparsity is None else f", {m.sparsity:.4%} unchanged"
     click.echo(f"published {model} version {m.version} ({m.kind}, {size:,} bytes{sparsity})")

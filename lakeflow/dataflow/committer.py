@@ -18,7 +18,7 @@ from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.compact import Compactor, CompactStats, compaction_bound
 from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.dataflow.lease import Lease
-from lakeflow.dataflow.retention import RetentionPolicy, apply_gc, plan_gc, referenced_shards
+from lakeflow.dataflow.retention import UNTRUSTED, RetentionPolicy, apply_gc, plan_gc, referenced_shards
 from lakeflow.errors import TableConflictError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, layout
@@ -69,6 +69,7 @@ class Committer:
             self._last_compact = now
             wrote |= self._compact(compaction_bound(cursor.position, self.settle), force)
             wrote |= self._optimize()
+            self.catalog.record_table_commits(self.compactor.written, datetime.now(UTC))
         gc_s = self.config.table.gc_s
         if gc_s and now - self._last_gc >= gc_s and self.checkpointed.position is not None:
             self._last_gc = now
@@ -140,7 +141,10 @@ class Committer:
         policy = retention_policy(self.config)
         replaying = [m.id for m in self.config.models if m.replay_ratio > 0 and m.policies.replay != "none"]
         protected = referenced_shards(self.store, self.catalog.pool_shards(replaying))
-        plan = plan_gc(self.store, policy, protected, ingested_before)
+        plan = plan_gc(self.store, policy, protected, ingested_before, written=self.catalog.table_log())
+        for key, why in plan.kept:
+            if why == UNTRUSTED:
+                log.warning("retention: %s is a %s", key, why)
         if not self.lease.valid():
             return 0
         removed = apply_gc(self.store, plan, policy)

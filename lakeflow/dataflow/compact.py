@@ -38,6 +38,7 @@ from lakeflow.lake.table import (
     append,
     delete_rows,
     file_sizes,
+    log_entry_sha256,
     optimize,
     read_snapshot,
 )
@@ -82,6 +83,14 @@ class Compactor:
         self.reader = LakeReader(store, threads=threads)
         self.threads = threads
         self.may_write = may_write  # the lease: checked right before each commit
+        # version -> SHA-256 of the log entry, for every commit this compactor wrote: the committer's own
+        # record of the table (retention obeys only entries in it)
+        self.written: dict[int, str] = {}
+
+    def _wrote(self, version: int) -> None:
+        digest = log_entry_sha256(self.store, version)
+        if digest is not None:
+            self.written[version] = digest
 
     def step(self, before: str) -> CompactStats:
         """At most one compaction: commits after the watermark and before the key `before`."""
@@ -102,7 +111,7 @@ class Compactor:
         watermark = commits[-1][0]
         meta = {"from": snap.watermark or "", "commits": len(commits), "rows": table.num_rows}
         applied = max((t for t in (newest, snap.quarantine_at) if t is not None), default=None)
-        append(self.store, table, snap, watermark, applied, meta)
+        self._wrote(append(self.store, table, snap, watermark, applied, meta))
         stats.versions += 1
         stats.commits, stats.rows, stats.watermark = len(commits), table.num_rows, watermark
         return stats
@@ -115,6 +124,8 @@ class Compactor:
         if len(small) < max(2, min_files) or not self.may_write():
             return 0
         metrics = optimize(self.store, snap, target_bytes)
+        if snap.version is not None:
+            self._wrote(snap.version + 1)  # optimize commits version base + 1 or raises
         return int(metrics.get("numFilesRemoved", 0))
 
     def compact_all(
@@ -197,7 +208,7 @@ class Compactor:
         if not ids or not self.may_write():
             return snap
         predicate = "sample_id IN (" + ", ".join("'" + i.replace("'", "''") + "'" for i in ids) + ")"
-        delete_rows(self.store, snap, predicate, newest)
+        self._wrote(delete_rows(self.store, snap, predicate, newest))
         stats.deleted += 1
         return read_snapshot(self.store)
 

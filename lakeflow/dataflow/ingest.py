@@ -6,6 +6,11 @@ values are skipped). A shard whose schema lacks a column or has one of another t
 whole (a trainer, a policy or `lakeflow sql` would fail on it). Rows that
 fail a check are quarantined with the reason; the others are ingested. Nothing here
 raises on bad input: every problem becomes a quarantine record and a counter.
+
+Claims are checked too: samples of one of the model's outstanding tasks are taken only from the
+rollout service that holds the task's claim (read from the bucket when the shard is ingested), or
+when the claim has expired or is gone (nobody else holds the task). So a group committed for a task
+another service holds is quarantined and cannot evict the holder's group as a duplicate.
 """
 
 from __future__ import annotations
@@ -20,17 +25,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakeflow.catalog import tasks_table
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig
-from lakeflow.errors import CorruptShardError
+from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, CommitRecord, LakeReader
 from lakeflow.lake.checks import row_problems, schema_problem
 from lakeflow.lake.quarantine import write_quarantine
 from lakeflow.lake.schema import METADATA_COLUMNS, SAMPLE_SCHEMA
+from lakeflow.lake.tasks import read_claim
 
 _METADATA = pa.schema([SAMPLE_SCHEMA.field(n) for n in METADATA_COLUMNS])
 INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward"]
+CLAIM_REASON = "committed by a rollout service that does not hold the task's claim"
 
 
 @dataclass
@@ -50,6 +58,7 @@ class Ingestor:
         self.reader = LakeReader(store, settle=timedelta(seconds=config.loop.settle_s))
         self.threads = threads
         self._reported: set[str] = set()
+        self._outstanding: dict[str, set[str]] = {}  # each model's outstanding task ids, per ingest call
 
     def ingest(self, cursor: CommitCursor, limit: int = 256) -> tuple[CommitCursor, IngestStats]:
         """Ingest up to `limit` new commits after `cursor`; returns the new cursor and counts."""
@@ -65,6 +74,7 @@ class Ingestor:
         with ThreadPoolExecutor(min(self.threads, len(poll.commits))) as pool:
             tables = list(pool.map(self._read, [c for _, c in poll.commits]))
         versions = {m.id: self.catalog.weights_version(m.id) for m in self.config.models}  # once per call
+        self._outstanding = {m.id: set(tasks_table.outstanding_tasks(self.catalog, m.id)) for m in self.config.models}
         accepted: list[tuple[str, CommitRecord, pa.Table]] = []
         for (key, commit), (table, error) in zip(poll.commits, tables, strict=True):
             if error is not None or table is None:
@@ -140,9 +150,33 @@ class Ingestor:
             rows = np.flatnonzero(mask).tolist()
             self.quarantine(commit.shard, len(rows), reason, now, list(ids[mask]), stats, positions=rows)
             bad |= mask
+        claimless = self._claim_problems(commit.model_id, table, bad, now)
+        if claimless.any():
+            rows = np.flatnonzero(claimless).tolist()
+            self.quarantine(commit.shard, len(rows), CLAIM_REASON, now, list(ids[claimless]), stats, positions=rows)
+            bad |= claimless
         out = table.select(INGEST_COLUMNS)
         out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))
         return out.filter(pa.array(~bad)) if bad.any() else out
+
+    def _claim_problems(self, model_id: str, table: pa.Table, bad: np.ndarray, now: datetime) -> np.ndarray:
+        """Rows (not already refused) of an outstanding task whose live claim another service holds."""
+        out = np.zeros(table.num_rows, dtype=bool)
+        outstanding = self._outstanding.get(model_id, set())
+        if not outstanding:
+            return out
+        tasks = table.column("task_id").to_numpy(zero_copy_only=False)
+        writers = table.column("raas_id").to_numpy(zero_copy_only=False)
+        for task_id, raas_id in {(t, r) for t, r, b in zip(tasks, writers, bad, strict=True) if not b}:
+            if task_id not in outstanding:
+                continue  # not a task of this dataflow's (or finished): the group checks decide
+            try:
+                found = read_claim(self.store, model_id, str(task_id))
+            except LakeflowError:
+                continue  # a corrupt claim is voided by the task issuer: nobody holds the task
+            if found is not None and found[0].raas_id != raas_id and not found[0].expired(now):
+                out |= (tasks == task_id) & (writers == raas_id)
+        return out
 
     def quarantine(
         self,

@@ -10,6 +10,13 @@ Four kinds of objects go (a plan first; deleted only with `apply`):
   the newest published version's (the one a resume loads) nor any newer one;
 - quarantine records older than `quarantine_days` whose effect the table already holds (applied,
   and their shards compacted), plus table data files no version inside `source_grace` needs.
+
+Nothing is deleted on the table's word alone: the committer records the SHA-256 of every log entry it
+writes (`written`, the catalog's `table_log`), and only a watermark of such an entry covers sources.
+A log entry after its first recorded one that it did not write, or one changed since (a forged
+watermark, add or remove), is reported (`kept`, UNTRUSTED) and not obeyed; while one is in the log,
+neither quarantine records nor table files (vacuum) are collected, since both judge by the log's newest
+state. Versions before the first record (one-shot compactions) cover no sources.
 """
 
 from __future__ import annotations
@@ -27,9 +34,10 @@ from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.commit import MAX_COMMIT_BYTES
 from lakeflow.lake.quarantine import QuarantineRecord
-from lakeflow.lake.table import history, read_snapshot, vacuum
+from lakeflow.lake.table import history, log_entry_sha256, log_versions, read_snapshot, vacuum
 from lakeflow.weights.manifest import latest_version
 
+UNTRUSTED = "table log entry the dataflow did not write (or changed since): reported, not obeyed"
 MAX_FUTURE = timedelta(minutes=10)  # a commit may be stamped this far ahead of the dataflow's clock (reader)
 
 
@@ -84,12 +92,16 @@ def plan_gc(
     ingested_before: str | None,
     now: datetime | None = None,
     quarantine: list[QuarantineRecord] | None = None,
+    written: dict[int, str] | None = None,
 ) -> GcPlan:
     """What retention would delete now. `protected`: shard keys that must stay (`referenced_shards`);
     `ingested_before`: a commit key the dataflow has ingested everything before (None: no dataflow has
-    served the lake, so compacted sources stay for the one that will)."""
+    served the lake, so compacted sources stay for the one that will); `written`: the table versions the
+    committer wrote, with the SHA-256 of each log entry (None or empty: no record, sources stay)."""
     now = now or datetime.now(UTC)
     plan = GcPlan()
+    trusted, untrusted = _judge_log(store, written or {})
+    plan.kept += [(layout.table_log_key(v), UNTRUSTED) for v in untrusted]
     shards = {}
     for info in store.list(layout.TRAJECTORIES):
         try:
@@ -104,7 +116,7 @@ def plan_gc(
         except ValueError:
             continue
         commits[(parsed_commit.writer_id, parsed_commit.seq)] = (info.key, info.size)
-    _plan_sources(store, policy, protected, ingested_before, now, shards, commits, plan)
+    _plan_sources(store, policy, protected, ingested_before, now, shards, commits, plan, trusted)
     for ident, (key, day) in sorted(shards.items()):
         if ident in commits:
             continue
@@ -114,9 +126,29 @@ def plan_gc(
         elif now - ended > policy.orphan_grace:
             plan.delete.append((key, "orphan shard (no commit record)"))
     _plan_checkpoints(store, policy, plan)
-    _plan_quarantine(store, policy, now, quarantine, plan)
-    plan.table_files = vacuum(store, policy.source_grace, apply=False)
+    if not untrusted:
+        _plan_quarantine(store, policy, now, quarantine, plan)
+        plan.table_files = vacuum(store, policy.source_grace, apply=False)
     return plan
+
+
+def _judge_log(store: Store, written: dict[int, str]) -> tuple[set[int], list[int]]:
+    """Versions in the log whose entry is byte for byte what the committer wrote, and the others from
+    its first recorded version on. Versions before any record (a one-shot `lakeflow lake compact`, a lake
+    older than the record) are neither: their watermarks are not obeyed, and they are not reported."""
+    trusted, untrusted = set(), []
+    first = min(written, default=None)
+    for version in log_versions(store):
+        if first is None or version < first:
+            continue
+        digest = log_entry_sha256(store, version)
+        if digest is None:
+            continue  # expired from the log meanwhile
+        if written.get(version) == digest:
+            trusted.add(version)
+        else:
+            untrusted.append(version)
+    return trusted, untrusted
 
 
 def _plan_sources(
@@ -128,13 +160,17 @@ def _plan_sources(
     shards: dict[tuple[str, int], tuple[str, str]],
     commits: dict[tuple[str, int], tuple[str, int]],
     plan: GcPlan,
+    trusted: set[int],
 ) -> None:
     """Commit records (and their shards) at or before the watermark of the newest table version older
-    than the grace period, and before what the dataflow has ingested."""
+    than the grace period that the committer wrote, and before what the dataflow has ingested."""
     if ingested_before is None:
         plan.kept.append(("compacted sources", "no dataflow checkpoint: kept for the dataflow that will ingest"))
         return
-    settled = [c for c in history(store, until=now - policy.source_grace) if c.at <= now - policy.source_grace]
+    if not trusted:
+        plan.kept.append(("compacted sources", "no table version recorded by the dataflow: kept"))
+        return
+    settled = [c for c in history(store) if c.at <= now - policy.source_grace and c.version in trusted]
     watermark = next((c.watermark for c in settled if c.watermark), None)
     if watermark is None:
         return

@@ -28,7 +28,7 @@ from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
-from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.metrics import DataflowMetrics
 from lakeflow.dataflow.tasks import GresoState, TaskIssuer
 from lakeflow.errors import PolicyError
@@ -66,7 +66,7 @@ class DataflowService:
         self.store = store
         self.config = config
         self.catalog = Catalog(catalog_path)
-        self.lease = Lease(store, timedelta(seconds=config.loop.lease_ttl_s))
+        self.lease = serving_lease(store, timedelta(seconds=config.loop.lease_ttl_s))
         self.ingestor = Ingestor(store, self.catalog, config)
         self.issuer = TaskIssuer(store, self.catalog, config)
         self.cursor = CommitCursor()

@@ -55,6 +55,18 @@ PROBES: tuple[Probe, ...] = (
     Probe("move weights LATEST (compare-and-swap)", "swap", "weights/policy/LATEST"),
     Probe("delete weights (gc)", "delete", "weights/policy/00000098/manifest.json"),
     Probe("write an optimizer checkpoint", "put", "checkpoints/policy/00000001/optimizer.pt"),
+    Probe("take the trainer lease (compare-and-swap)", "swap", "weights/policy/LEASE"),
+    Probe("write another model's weights", "put", "weights/other/00000099/model.safetensors"),
+    Probe("move another model's LATEST", "swap", "weights/other/LATEST"),
+    Probe("write another model's manifest", "create", "weights/other/00000099/manifest.json"),
+    Probe("take another model's trainer lease", "swap", "weights/other/LEASE"),
+    Probe("delete another model's weights", "delete", "weights/other/00000098/manifest.json"),
+    Probe("write another model's optimizer checkpoint", "put", "checkpoints/other/00000001/optimizer.pt"),
+    Probe("write another model's trainer stats", "put", "stats/trainer/other/00000001.json"),
+    Probe("claim another model's task", "create", "tasks/other/tprobe.claim"),
+    Probe("swap another model's claim", "swap", "tasks/other/tseed.claim"),
+    Probe("delete another model's claim", "delete", "tasks/other/tgone.claim"),
+    Probe("create another model's trajectory shard", "create", _SHARD.replace("model=policy", "model=other")),
     Probe("write the catalog", "put", "catalog/checkpoints/00000001/manifest.json"),
     Probe("take the dataflow lease (compare-and-swap)", "swap", "_dataflow/lease.json"),
     Probe("write quarantine records", "put", "_quarantine/2025-01-01/probe.json"),
@@ -99,10 +111,14 @@ def decided_by_condition(document: dict[str, Any], action: str, resource: str, c
 Row = tuple[Probe, dict[str, bool], dict[str, bool]]
 
 
+TABLE_MODEL = "policy"  # the table's trainer and rollout identities are those of this model
+
+
 def probe_table(bucket: str = "lake", prefix: str = "run") -> list[Row]:
-    """Per probe: whether each role is allowed, and whether a denial rests on a condition alone."""
+    """Per probe: whether each role is allowed, and whether a denial rests on a condition alone. The
+    trainer and rollout documents are those of model TABLE_MODEL's identities."""
     root = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-    documents = {role: policy_document(role, bucket, prefix) for role in ROLES}
+    documents = {role: policy_document(role, bucket, prefix, model=TABLE_MODEL) for role in ROLES}
     rows: list[Row] = []
     for probe in PROBES:
         action, resource, context = probe.request(bucket, root)

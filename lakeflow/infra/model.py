@@ -11,11 +11,16 @@ Verbs, from weakest to strongest write:
 - `delete`: remove an object (s3:DeleteObject).
 No role needs multipart uploads (nothing calls `Store.put_file`), so none may start or abort one.
 Each grant names the code that needs it; tests/infra checks the code against the grants.
+
+The roles of one model (`PER_MODEL`: a trainer, a rollout pool) have patterns with MODEL where the
+model id goes: a policy for model `m` puts `m` there (one identity per model: nothing it writes
+reaches another model's keys), a policy for every model `*`, and Terraform's template `${model}`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from lakeflow.lake import layout
@@ -24,6 +29,8 @@ Role = Literal["raas", "dataflow", "trainer", "eval", "analyst"]
 Verb = Literal["list", "read", "create", "swap", "write", "delete"]
 
 ROLES: tuple[Role, ...] = ("raas", "dataflow", "trainer", "eval", "analyst")
+PER_MODEL: tuple[Role, ...] = ("raas", "trainer")  # scoped to one model when a policy names one
+MODEL = "${model}"  # the model id in the patterns of PER_MODEL roles (Terraform's template variable)
 VERBS: tuple[Verb, ...] = ("list", "read", "create", "swap", "write", "delete")
 
 ROLE_SUMMARY: dict[Role, str] = {
@@ -44,6 +51,11 @@ def glob(key: str) -> str:
     for sample in (_MODEL, _TASK, _RAAS, _NUMBER):
         key = key.replace(sample, "*")
     return key + "*" if key.endswith("/") else key
+
+
+def scoped(key: str) -> str:
+    """Like `glob`, with MODEL where the model id goes (for the grants of PER_MODEL roles)."""
+    return glob(key.replace(_MODEL, MODEL))
 
 
 @dataclass(frozen=True)
@@ -80,22 +92,30 @@ ROLLOUT_METRICS = glob(layout.metrics_prefix("rollout_stats"))
 DATAFLOW_METRICS = glob(layout.metrics_prefix("dataflow_stats"))
 TRAINER_METRICS = glob(layout.metrics_prefix("trainer_steps"))
 EVAL_METRICS = glob(layout.metrics_prefix("eval"))
+# the same keys, of one model (PER_MODEL roles)
+MODEL_TASKS = scoped(layout.tasks_prefix(_MODEL))
+MODEL_CLAIM = scoped(layout.claim_key(_MODEL, _TASK))
+MODEL_SHARDS = scoped(layout.shard_key(_MODEL, datetime(2000, 1, 1), _RAAS, 0).rsplit("/", 2)[0] + "/")
+MODEL_BATCHES = scoped(layout.batches_prefix(_MODEL))
+MODEL_WEIGHTS = scoped(layout.weights_prefix(_MODEL))
+MODEL_CHECKPOINTS = scoped(layout.checkpoint_prefix(_MODEL, 0).rsplit("/", 2)[0] + "/")
+MODEL_TRAINER_STATS = scoped(layout.trainer_stats_prefix(_MODEL))
 
 GRANTS: tuple[Grant, ...] = (
     # --- rollout service: lakeflow/raas/service.py, lakeflow/lake/tasks.py, lakeflow/lake/writer.py
-    Grant("raas", "list", TASKS, "finds open tasks and claims (lake.tasks.list_tasks)"),
+    Grant("raas", "list", MODEL_TASKS, "finds open tasks and claims of its model (lake.tasks.list_tasks)"),
     Grant("raas", "list", WEIGHTS, "finds the newest manifest when LATEST is missing or wrong (latest_version)"),
-    Grant("raas", "read", TASK_OBJECTS, "reads a claimed task and its claim (read_task, read_claim)"),
+    Grant("raas", "read", MODEL_TASKS, "reads a claimed task and its claim (read_task, read_claim)"),
     Grant("raas", "read", WEIGHTS, "pulls published weights: LATEST, manifests, ranged object reads"),
     Grant("raas", "read", TRAJECTORIES, "a retried create-only write compares the bytes already there"),
     Grant("raas", "read", COMMITS, "a retried create-only write compares the bytes already there"),
-    Grant("raas", "create", TRAJECTORIES, "ShardWriter: each shard, create-only"),
+    Grant("raas", "create", MODEL_SHARDS, "ShardWriter: each shard of its model, create-only"),
     Grant("raas", "create", COMMITS, "ShardWriter: the commit record that makes a shard visible"),
-    Grant("raas", "swap", CLAIM, "claims a task create-only, renews the claim by compare-and-swap"),
+    Grant("raas", "swap", MODEL_CLAIM, "claims a task create-only, renews the claim by compare-and-swap"),
     Grant("raas", "write", RAAS_STATS, "its heartbeat, overwritten every heartbeat_s"),
     Grant("raas", "create", ROLLOUT_METRICS, "its rollout_stats metric rows (object, then commit record)"),
     Grant("raas", "read", ROLLOUT_METRICS, "a retried create-only write compares the bytes already there"),
-    Grant("raas", "delete", CLAIM, "drops its own claim on a task released between listing and claiming"),
+    Grant("raas", "delete", MODEL_CLAIM, "drops its own claim on a task released between listing and claiming"),
     # --- dataflow process: lakeflow/dataflow/*
     Grant("dataflow", "list", COMMITS, "tails commit records (LakeReader.poll)"),
     Grant("dataflow", "list", TASKS, "rebuilds outstanding tasks and claims (TaskIssuer.sync)"),
@@ -147,23 +167,23 @@ GRANTS: tuple[Grant, ...] = (
     Grant("dataflow", "delete", TASK_OBJECTS, "releases finished tasks (task and claim), reopens expired claims"),
     Grant("dataflow", "delete", CATALOG_CHECKPOINTS, "drops superseded copies of mutable catalog tables"),
     # --- trainer: lakeflow/trainer/*, lakeflow/weights/publish.py, lakeflow/weights/retention.py
-    Grant("trainer", "list", WEIGHTS, "resumes from the newest manifest (latest_version); gc lists versions"),
-    Grant("trainer", "read", BATCHES, "reads the batch of each step"),
-    Grant("trainer", "read", TRAJECTORIES, "reads the samples a batch names, by ranged reads"),
-    Grant("trainer", "read", WEIGHTS, "resumes from the newest version; codes deltas against the previous one"),
-    Grant("trainer", "read", CHECKPOINTS, "resumes its optimizer state"),
+    Grant("trainer", "list", MODEL_WEIGHTS, "resumes from the newest manifest (latest_version); gc lists versions"),
+    Grant("trainer", "read", MODEL_BATCHES, "reads the batch of each step"),
+    Grant("trainer", "read", MODEL_SHARDS, "reads the samples a batch names, by ranged reads"),
+    Grant("trainer", "read", MODEL_WEIGHTS, "resumes from the newest version; codes deltas against the previous one"),
+    Grant("trainer", "read", MODEL_CHECKPOINTS, "resumes its optimizer state"),
     Grant(
         "trainer",
         "write",
-        WEIGHTS,
-        "publishes versions (create-only, LATEST by compare-and-swap); the first publish after a start "
-        "overwrites leftovers of a crashed one (publish force=True), so this is a plain write",
+        MODEL_WEIGHTS,
+        "publishes versions (create-only, LATEST by compare-and-swap) and holds the model's lease (LEASE); the "
+        "first publish after a start may overwrite leftovers of a crashed one (force, only under the lease)",
     ),
-    Grant("trainer", "write", CHECKPOINTS, "optimizer checkpoint of each version"),
-    Grant("trainer", "write", TRAINER_STATS, "one stats record per step"),
+    Grant("trainer", "write", MODEL_CHECKPOINTS, "optimizer checkpoint of each version"),
+    Grant("trainer", "write", MODEL_TRAINER_STATS, "one stats record per step"),
     Grant("trainer", "create", TRAINER_METRICS, "its trainer_steps metric rows (object, then commit record)"),
     Grant("trainer", "read", TRAINER_METRICS, "a retried create-only write compares the bytes already there"),
-    Grant("trainer", "delete", WEIGHTS, "`lakeflow weights gc` (retention), run with the trainer's credentials"),
+    Grant("trainer", "delete", MODEL_WEIGHTS, "`lakeflow weights gc` (retention), run with the trainer's credentials"),
     # --- evaluation service: lakeflow/evaluation/service.py
     Grant("eval", "list", WEIGHTS, "finds the newest manifest when LATEST is missing or wrong (latest_version)"),
     Grant("eval", "read", WEIGHTS, "pulls each version it scores"),
@@ -176,8 +196,13 @@ GRANTS: tuple[Grant, ...] = (
 )
 
 
-def grants_for(role: str) -> list[Grant]:
-    """The grants of one role; ValueError for an unknown role."""
+def grants_for(role: str, model: str | None = None) -> list[Grant]:
+    """The grants of one role, for one model's identity (`model`; PER_MODEL roles) or for every model
+    (None; MODEL becomes `*`, or stays as it is when `model` is MODEL itself: a Terraform template).
+    ValueError for an unknown role or a bad model id."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
-    return [g for g in GRANTS if g.role == role]
+    if model is not None and model != MODEL:
+        layout.check_name(model, "model id")
+    fill = "*" if model is None else model
+    return [Grant(g.role, g.verb, g.pattern.replace(MODEL, fill), g.why) for g in GRANTS if g.role == role]

@@ -35,19 +35,31 @@ def lake_root(prefix: str) -> str:
 
 
 def policy_document(
-    role: str, bucket: str, prefix: str = "", partition: str = "aws", write_conditions: bool = True
+    role: str,
+    bucket: str,
+    prefix: str = "",
+    partition: str = "aws",
+    write_conditions: bool = True,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """The identity policy of `role` for the lake at `s3://bucket/prefix`."""
+    """The identity policy of `role` for the lake at `s3://bucket/prefix`; for a trainer or rollout
+    identity of one `model` (None: of every model)."""
     if not bucket or any(c in bucket for c in "/*?"):
         raise ValueError(f"invalid bucket name {bucket!r}")
-    return template_document(role, bucket, lake_root(prefix), partition, write_conditions)
+    return template_document(role, bucket, lake_root(prefix), partition, write_conditions, model)
 
 
 def template_document(
-    role: str, bucket: str, root: str, partition: str = "aws", write_conditions: bool = True
+    role: str,
+    bucket: str,
+    root: str,
+    partition: str = "aws",
+    write_conditions: bool = True,
+    model: str | None = None,
 ) -> dict[str, Any]:
-    """Like `policy_document` with `root` used verbatim (Terraform templates pass `${root}`)."""
-    grants = grants_for(role)
+    """Like `policy_document` with `root` (and `model`) used verbatim (Terraform templates pass `${root}`
+    and `${model}`)."""
+    grants = grants_for(role, model)
     objects = f"arn:{partition}:s3:::{bucket}/{root}"
     statements: list[dict[str, Any]] = []
     by_verb: dict[str, list[str]] = {v: [] for v in VERBS}

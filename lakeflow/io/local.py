@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from lakeflow.errors import EtagMismatchError
+from lakeflow.errors import EtagMismatchError, StoreAccessError
 from lakeflow.io.store import ObjectInfo, S3Access, check_key, content_etag
 
 TMP_PREFIX = ".~lakeflow-"
@@ -60,25 +60,44 @@ class LocalStore:
             return ObjectInfo(key, os.fstat(f.fileno()).st_size)
 
     def _write_tmp(self, path: str, data: bytes | None = None, src: str | None = None) -> str:
+        """A temp file beside `path` holding the bytes; a full disk removes it and raises StoreAccessError."""
         directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
         tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-        if src is not None:
-            shutil.copyfile(src, tmp)
-        else:
-            with open(tmp, "wb") as f:
-                f.write(data or b"")
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            os.makedirs(directory, exist_ok=True)
+            if src is not None:
+                shutil.copyfile(src, tmp)
+            else:
+                with open(tmp, "wb") as f:
+                    f.write(data or b"")
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise StoreAccessError(
+                    f"cannot write {path}: {os.strerror(e.errno)} on the lake's disk ({self.root}); "
+                    "free space there (or move the lake) and start again: nothing written was lost"
+                ) from e
+            raise
         return tmp
+
+    def _move(self, tmp: str, path: str) -> None:
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        os.replace(self._write_tmp(path, data), path)
+        self._move(self._write_tmp(path, data), path)
 
     def put_file(self, key: str, path: str) -> None:
         dest = self._path(key)
-        os.replace(self._write_tmp(dest, src=path), dest)
+        self._move(self._write_tmp(dest, src=path), dest)
 
     def put_if_absent(self, key: str, data: bytes) -> None:
         path = self._path(key)
@@ -103,7 +122,7 @@ class LocalStore:
                 if current == data:  # a retry whose first attempt landed
                     return content_etag(data)
                 raise EtagMismatchError(f"{key} changed since etag {etag} was read")
-            os.replace(self._write_tmp(path, data), path)
+            self._move(self._write_tmp(path, data), path)
         return content_etag(data)
 
     def _same_bytes(self, path: str, data: bytes) -> bool:

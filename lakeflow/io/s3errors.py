@@ -13,12 +13,14 @@ from botocore.exceptions import (
     ClientError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    HTTPClientError,
     NoCredentialsError,
     PartialCredentialsError,
     ReadTimeoutError,
 )
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from lakeflow.errors import LakeflowError, StoreAccessError, StorePermissionError
+from lakeflow.errors import LakeflowError, StoreAccessError, StorePermissionError, StoreUnreachableError
 
 _DENIED = {"AccessDenied", "403", "Forbidden", "AllAccessDisabled", "AccountProblem"}
 _BAD_CREDENTIALS = {
@@ -28,6 +30,7 @@ _BAD_CREDENTIALS = {
     "InvalidToken",
     "TokenRefreshRequired",
 }
+_TRANSIENT = {"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "503", "500", "502", "504"}
 _CREDENTIALS_HELP = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE, or an instance role)"
 
 
@@ -43,7 +46,7 @@ def translate(e: Exception, store: _HasUrl, key: str, action: str) -> LakeflowEr
         return StoreAccessError(f"{where}: no S3 credentials found: {_CREDENTIALS_HELP}")
     if isinstance(e, EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError):
         endpoint = getattr(e, "kwargs", {}).get("endpoint_url", "the S3 endpoint")
-        return StoreAccessError(
+        return StoreUnreachableError(
             f"{where}: cannot reach {endpoint} ({type(e).__name__}): check --endpoint-url / AWS_ENDPOINT_URL "
             "and that the server is running"
         )
@@ -61,7 +64,12 @@ def translate(e: Exception, store: _HasUrl, key: str, action: str) -> LakeflowEr
                 f"{where}: access denied for {action}: these credentials lack {action} on this key "
                 "(use the credentials of the role meant for this process, or widen its policy)"
             )
+        status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if status >= 500 or code in _TRANSIENT:
+            return StoreUnreachableError(f"{where}: {action} failed: {code} {message}".rstrip())
         return StoreAccessError(f"{where}: {action} failed: {code} {message}".rstrip())
+    if isinstance(e, BotoConnectionError | HTTPClientError):  # connection reset or closed mid-request
+        return StoreUnreachableError(f"{where}: {action} failed: {type(e).__name__}: {e}")
     return StoreAccessError(f"{where}: {action} failed: {type(e).__name__}: {e}")
 
 

@@ -156,6 +156,11 @@ def latest_weights_key(model_id: str) -> str:
     return weights_prefix(model_id) + "LATEST"
 
 
+def trainer_lease_key(model_id: str) -> str:
+    """The model's trainer lease: which trainer process may publish it, until when."""
+    return weights_prefix(model_id) + "LEASE"
+
+
 def parse_weights_version(key: str, model_id: str) -> int | None:
     """Version number of a key under `weights/<model>/<version>/`, or None."""
     rest = key.removeprefix(weights_prefix(model_id))

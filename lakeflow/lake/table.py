@@ -13,6 +13,7 @@ object-store client): it gets the connection details from the `Store` (`local_pa
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -152,6 +153,15 @@ def _commit_info(store: Store, version: int) -> dict[str, Any] | None:
         if isinstance(action.get("commitInfo"), dict):
             return dict(action["commitInfo"])
     return {}
+
+
+def log_entry_sha256(store: Store, version: int) -> str | None:
+    """SHA-256 of the log entry of `version` as stored (None when it is not there): what the committer
+    records after each of its commits, so that an entry it did not write (or one changed since) shows."""
+    try:
+        return hashlib.sha256(store.get(layout.table_log_key(version))).hexdigest()
+    except FileNotFoundError:
+        return None
 
 
 def history(store: Store, until: datetime | None = None) -> list[TableCommit]:

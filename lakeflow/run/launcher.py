@@ -52,7 +52,8 @@ def dataflow_spec(config: RunConfig) -> ProcessSpec:
 
 
 def trainer_spec(config: RunConfig, m: RunModel) -> ProcessSpec:
-    flags = ("--model", m.id, "--steps", str(config.steps))
+    # --wait: a restarted trainer waits out its killed predecessor's lease (one trainer per model)
+    flags = ("--model", m.id, "--steps", str(config.steps), "--wait")
     trainer = m.trainer.model_dump(mode="json")
     return ProcessSpec(f"train-{m.id}", "trainer", m.id, "train", flags, f"trainer-{m.id}.yaml", trainer)
 
@@ -188,12 +189,14 @@ class Launcher:
         if c.log is None or c.log.closed:
             c.log_path.parent.mkdir(parents=True, exist_ok=True)
             c.log = open(c.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = self.environment(c.role)
         # its own session: a signal for the process group reaches its children (vLLM workers), nothing else
-        c.process = subprocess.Popen(
-            c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=self._env(env, c.role), start_new_session=True
-        )
+        c.process = subprocess.Popen(c.argv, stdout=c.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         c.done = False
+
+    def environment(self, role: str) -> dict[str, str]:
+        """The environment a process of `role` runs with (its credentials, unbuffered output)."""
+        return self._env({**os.environ, "PYTHONUNBUFFERED": "1"}, role)
 
     def _env(self, env: dict[str, str], role: str) -> dict[str, str]:
         """`env` with only the AWS profile of `role` when the config names one (least privilege)."""

@@ -126,6 +126,12 @@ class TrainerConfig(_Strict):
     metrics_flush_s: float = Field(
         10.0, gt=0, description="Seconds between flushes of the trainer_steps metric table (and at exit)."
     )
+    lease_ttl_s: float = Field(
+        60.0,
+        ge=1.0,
+        description="Lifetime of the model's trainer lease, renewed every sixth of it; a trainer killed without "
+        "releasing it blocks its successor (`--wait`) for up to this long.",
+    )
 
 
 def load_config(path: str | Path) -> TrainerConfig:

@@ -15,6 +15,7 @@ from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.weights import State, latest_version, publish
+from lakeflow.weights.publish import PublishGuard
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -34,6 +35,7 @@ class Publisher:
         self.published = -1
         self.spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
         self._force = True  # leftovers of a crashed predecessor may exist for the first publish
+        self.lease: PublishGuard | None = None  # the model's trainer lease (lakeflow train sets it): force needs it
 
     def take_spare(self) -> State | None:
         """A buffer to copy the next weights into, if one is free."""
@@ -46,7 +48,14 @@ class Publisher:
     def publish_base(self, state: State, files: dict[str, bytes]) -> int:
         """Version 0: the base model, with its config and tokenizer files."""
         manifest = publish(
-            self.store, self.model_id, state, files=files, full_every=self.full_every, publisher="trainer", force=True
+            self.store,
+            self.model_id,
+            state,
+            files=files,
+            full_every=self.full_every,
+            publisher="trainer",
+            force=self.lease is not None,
+            lease=self.lease,
         )
         self._force = False
         self.resumed(manifest.version, state)
@@ -55,6 +64,8 @@ class Publisher:
     def write_step(self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State) -> None:
         """Checkpoint objects, heartbeat, then the weights of `stats["version"]`."""
         version = stats["version"]
+        if self.lease is not None:
+            self.lease.check()  # a trainer that lost its model's lease writes nothing more
         for name, data in checkpoint.items():
             self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
         self.store.put(layout.trainer_stats_key(self.model_id, stats["step"]), json.dumps(stats).encode())
@@ -75,7 +86,8 @@ class Publisher:
             base=self.base,
             full_every=self.full_every,
             publisher="trainer",
-            force=self._force,
+            force=self._force and self.lease is not None,
+            lease=self.lease,
             workers=self.workers,
             processes=self.processes,
         )

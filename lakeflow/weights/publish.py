@@ -6,7 +6,13 @@ would not be smaller. Keeping the delta of periodic full versions lets a puller 
 behind cross them by chain. A full version's directory is an ordinary Hugging Face model
 directory.
 Objects and manifests are written create-only, so a second trainer racing for the same
-version gets `WeightsConflictError` and never overwrites the winner's objects.
+version gets `WeightsConflictError` and never overwrites the winner's objects. The manifest is
+the commit point: once it is written the version is published (readers resolve the newest
+manifest, not LATEST alone), so `publish` then moves LATEST forward and returns the manifest
+even if LATEST moved meanwhile; it never raises after the manifest is written.
+`force` (overwrite the objects of an unfinished version) needs a `PublishGuard`, the model's
+trainer lease (`trainer/lease.py`): only its holder publishes, so leftovers are an earlier
+holder's, and a version whose manifest exists is never overwritten.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import os
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Protocol
 
 from lakeflow.errors import EtagMismatchError, WeightsConflictError
 from lakeflow.io import Store
@@ -45,6 +52,14 @@ from lakeflow.weights.tensors import (
 
 DEFAULT_FULL_EVERY = 10
 DELTA_FILE = "delta.safetensors"
+_LATEST_TRIES = 5  # moving LATEST forward after the manifest: a few compare-and-swap rounds
+
+
+class PublishGuard(Protocol):
+    """Proof that this process alone may publish the model (the trainer lease)."""
+
+    def check(self) -> None:
+        """Raise a `LakeflowError` unless this process may still publish."""
 
 
 def read_side_files(directory: str) -> dict[str, bytes]:
@@ -76,22 +91,34 @@ def publish(
     max_shard_bytes: int = DEFAULT_SHARD_BYTES,
     workers: int | None = None,
     processes: bool = False,
+    lease: PublishGuard | None = None,
 ) -> Manifest:
     """Publish `state` as the next version of `model` and return its manifest.
 
     `files`: side files to ship with full versions (None: keep the previous version's).
     `base`: the previous version's state, which a delta is coded against; when None and a
-    delta is due, it is rebuilt from the lake. `force`: overwrite leftovers of a publish
-    that crashed before moving LATEST (only when no other trainer publishes this model). `workers`,
+    delta is due, it is rebuilt from the lake. `force`: overwrite the objects of an unfinished
+    version (no manifest) left by a publish that crashed; needs `lease`. `lease`: checked before the
+    first write and before the manifest, so a publisher that lost it commits nothing. `workers`,
     `processes`: threads (or forked processes) of the delta codec (default: every CPU, threads).
-    Raises `WeightsConflictError` when another trainer published this version first.
+    Raises `WeightsConflictError` when another trainer published this version first (before the
+    manifest is written: the version is then not published by this call).
     """
     if full_every < 1:
         raise ValueError(f"full_every must be >= 1, got {full_every}")
-    pointer = read_pointer(store, model)  # its etag: LATEST moves by compare-and-swap from what it is now
+    if force and lease is None:
+        raise ValueError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
+    if lease is not None:
+        lease.check()
     current = latest_version(store, model)  # not LATEST itself: a deleted or rolled-back pointer is no reset
     version = 0 if current is None else current + 1
     prev = read_manifest(store, model, version - 1) if version > 0 else None
+    manifest_key = layout.weights_manifest_key(model, version)
+    if force and _exists(store, manifest_key):  # a manifest that does not parse is still someone's commit
+        raise WeightsConflictError(
+            f"{manifest_key} exists but does not parse: version {version} of {model!r} cannot be published over; "
+            "inspect it (`lakeflow weights verify`) and remove it by hand if it is garbage"
+        )
     write = store.put if force else store.put_if_absent
     side = _side_entries(store, model, version, files, prev, write)
     delta_entry, changed, digest = None, None, None
@@ -133,14 +160,10 @@ def publish(
         publisher=publisher,
         created_at=datetime.now(UTC).isoformat(),
     )
-    _put(
-        write,
-        layout.weights_manifest_key(model, version),
-        manifest.model_dump_json(indent=1).encode(),
-        model,
-        version,
-    )
-    _move_latest(store, model, version, publisher, None if pointer is None else pointer[1])
+    if lease is not None:
+        lease.check()  # the last moment a lost lease can stop this publish: the manifest commits it
+    _put(store.put_if_absent, manifest_key, manifest.model_dump_json(indent=1).encode(), model, version)
+    _advance_latest(store, model, version, publisher)
     return manifest
 
 
@@ -152,6 +175,30 @@ def repair_latest(store: Store, model: str, publisher: str) -> int | None:
     if version is not None and (pointer is None or pointer[0] is None or pointer[0].version != version):
         _move_latest(store, model, version, publisher, None if pointer is None else pointer[1])
     return version
+
+
+def _advance_latest(store: Store, model: str, version: int, publisher: str) -> None:
+    """Move LATEST forward to `version` (already committed by its manifest) unless it is there or beyond.
+
+    Never raises on a lost swap: a racing writer moved it, and readers find the newest manifest anyway."""
+    for _ in range(_LATEST_TRIES):
+        pointer = read_pointer(store, model)
+        at = None if pointer is None or pointer[0] is None else pointer[0].version
+        if at is not None and at >= version and _exists(store, layout.weights_manifest_key(model, at)):
+            return
+        try:
+            _move_latest(store, model, version, publisher, None if pointer is None else pointer[1])
+            return
+        except WeightsConflictError:
+            continue
+
+
+def _exists(store: Store, key: str) -> bool:
+    try:
+        store.head(key)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _write_full(write, model: str, version: int, state: State, max_shard_bytes: int) -> list[ObjectEntry]:  # type: ignore[no-untyped-def]

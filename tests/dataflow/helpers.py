@@ -78,6 +78,7 @@ def roll_out_tasks(
                 group_id=task_id,
                 task_id=task_id,
                 prompt_id=task.prompt_id,
+                raas_id=raas_id,
             )
         )
         done.append(task_id)

@@ -52,10 +52,10 @@ def test_dataflow_status_and_sql_end_to_end(tmp_path: Path) -> None:
 
 def test_a_second_dataflow_process_is_refused(tmp_path: Path) -> None:
     lake = str(tmp_path / "lake")
-    from lakeflow.dataflow.lease import Lease
+    from lakeflow.dataflow.lease import serving_lease
     from lakeflow.io import open_store
 
-    held = Lease(open_store(lake), ttl=__import__("datetime").timedelta(minutes=5), owner="other-host")
+    held = serving_lease(open_store(lake), ttl=__import__("datetime").timedelta(minutes=5), owner="other-host")
     held.acquire()
     out = run("dataflow", "--lake", lake, "--config", str(ROOT / "jobs/examples/dataflow-tiny.yaml"), code=1)
     assert "lake is served by dataflow process other-host" in out and "--wait" in out

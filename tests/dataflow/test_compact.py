@@ -17,7 +17,7 @@ import pytest
 
 from lakeflow.catalog import connect_lake
 from lakeflow.dataflow.config import TableConfig
-from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.lake import LakeReader, iter_commits, layout
@@ -88,7 +88,7 @@ def test_the_one_shot_command_refuses_while_a_dataflow_process_holds_the_lease(t
     lake = str(tmp_path / "lake")
     store = open_store(lake)
     write_synthetic(store, SynthSpec(samples=16, prompt_tokens=8, response_tokens=8), max_rows=8)
-    held = Lease(store, timedelta(seconds=30), owner="serving")
+    held = serving_lease(store, timedelta(seconds=30), owner="serving")
     held.acquire()
     for command in (_compact_cmd(lake), [sys.executable, "-m", "lakeflow", "lake", "gc", "--lake", lake]):
         result = subprocess.run(command, capture_output=True)
@@ -120,6 +120,8 @@ def test_the_dataflow_process_compacts_what_it_ingested(tmp_path: Path) -> None:
     assert before == 28 and lake.sql("SELECT count(*) AS n FROM trajectories").column("n")[0].as_py() == 31
     assert len(_table_ids(store)) == 27  # the quarantined row never reached the table
     assert layout.TABLE.startswith("tables/")
+    # the catalog records every log entry it committed (appends and the optimize): retention obeys those
+    assert set(service.catalog.table_log()) == set(range(snap.version + 1))
     service.close()
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from lakeflow.dataflow.ingest import CLAIM_REASON
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.io import Store
 from lakeflow.lake import ShardWriter
+from lakeflow.lake import tasks as lake_tasks
+from lakeflow.lake.batch import read_batch
 from lakeflow.lake.schema import SAMPLE_SCHEMA
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
 
@@ -112,4 +115,48 @@ def test_a_group_split_over_shards_is_assembled(store: Store) -> None:
     write_groups(store, [late])
     service.run(iterations=1)
     assert service.counters.quarantined["group already complete"] == 1
+    service.close()
+
+
+def test_a_group_for_a_task_another_service_holds_is_quarantined_and_the_holders_is_served(store: Store) -> None:
+    service = DataflowService(store, config(dataset={"type": "synthetic", "prompts": 8}, prompts_per_step=1))
+    service.start()
+    service.run(iterations=1)  # issues tasks
+    open_ids, _ = lake_tasks.list_tasks(store, "policy")
+    task_id = sorted(open_ids)[0]
+    task = lake_tasks.read_task(store, "policy", task_id)
+    assert lake_tasks.claim_task(store, "policy", task_id, "raas-honest", timedelta(minutes=5)) is not None
+    ids = dict(group_id=task_id, task_id=task_id, prompt_id=task.prompt_id)
+    forged = group("policy", [1, 1, 1, 1], raas_id="raas-forger", **ids)
+    write_groups(store, [forged], "raas-forger")  # committed first, for a task it never claimed
+    honest = group("policy", [1, 0, 0, 0], raas_id="raas-honest", **ids)
+    write_groups(store, [honest], "raas-honest")
+    service.run(iterations=1)
+    assert service.counters.quarantined[CLAIM_REASON] == 4
+    assert "group already complete" not in service.counters.quarantined  # the holder's group is not evicted
+    groups = service.catalog.sql(f"SELECT n, reward_mean FROM groups WHERE group_id = '{task_id}'").to_pylist()
+    assert groups == [{"n": 4, "reward_mean": 0.25}]  # the honest rewards, not the forged ones
+    served = {
+        r["sample_id"] for s in range(service.counters.batches) for r in read_batch(store, "policy", s)[0].to_pylist()
+    }
+    assert not served & {s["sample_id"] for s in forged}
+    record = next(json.loads(store.get(o.key)) for o in store.list("_quarantine/") if b"claim" in store.get(o.key))
+    assert record["rows"] == 4 and record["reason"] == CLAIM_REASON
+    service.close()
+
+
+def test_a_group_whose_claim_expired_unclaimed_is_taken(store: Store) -> None:
+    service = DataflowService(store, config(dataset={"type": "synthetic", "prompts": 8}, prompts_per_step=1))
+    service.start()
+    service.run(iterations=1)
+    task_id = sorted(lake_tasks.list_tasks(store, "policy")[0])[0]
+    task = lake_tasks.read_task(store, "policy", task_id)
+    lake_tasks.claim_task(store, "policy", task_id, "raas-slow", timedelta(seconds=-1))  # expired already
+    late = group(
+        "policy", [1, 0, 0, 0], raas_id="raas-other", group_id=task_id, task_id=task_id, prompt_id=task.prompt_id
+    )
+    write_groups(store, [late], "raas-other")  # nobody else committed the task: the group is taken
+    service.run(iterations=1)
+    assert CLAIM_REASON not in service.counters.quarantined
+    assert service.catalog.sql(f"SELECT n FROM groups WHERE group_id = '{task_id}'").to_pylist() == [{"n": 4}]
     service.close()

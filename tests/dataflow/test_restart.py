@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lakeflow.catalog.serving import batch_table, plan_batch
-from lakeflow.dataflow.lease import Lease
+from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.errors import LeaseHeldError
 from lakeflow.io import S3Options, Store, open_store
@@ -105,9 +105,9 @@ def test_batches_adopted_before_their_samples_are_ingested_are_not_served_again(
 
 
 def test_only_one_process_serves_and_an_expired_lease_is_taken_over(store: Store) -> None:
-    first = Lease(store, ttl=__import__("datetime").timedelta(seconds=0.5), owner="first")
+    first = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=0.5), owner="first")
     first.acquire()
-    second = Lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="second")
+    second = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="second")
     with pytest.raises(LeaseHeldError, match="served by dataflow process first"):
         second.acquire()
     assert first.valid()
@@ -118,7 +118,7 @@ def test_only_one_process_serves_and_an_expired_lease_is_taken_over(store: Store
     with pytest.raises(LeaseHeldError, match="lost the serving lease"):
         first.renew()
     second.release()
-    third = Lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="third")
+    third = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="third")
     third.acquire()  # released: no need to wait for expiry
     third.release()
 

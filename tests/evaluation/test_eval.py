@@ -60,7 +60,7 @@ class Scripted:
 def publish_versions(store: Store, n: int) -> None:
     for v in range(n):
         state = {"w": raw_tensor("F32", (2,), np.array([v, v + 1], np.float32).view(np.uint32))}
-        publish(store, "policy", state, files={"config.json": b"{}"}, full_every=1, force=v == 0)
+        publish(store, "policy", state, files={"config.json": b"{}"}, full_every=1)
 
 
 def test_follows_versions_and_writes_the_eval_table(tmp_path: Path) -> None:

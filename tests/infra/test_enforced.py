@@ -25,7 +25,8 @@ import yaml
 from botocore.exceptions import ClientError
 
 from lakeflow.infra import ROLES
-from lakeflow.infra.evaluate import probe_table
+from lakeflow.infra.evaluate import TABLE_MODEL, probe_table
+from lakeflow.infra.model import PER_MODEL
 from tests.infra.conftest import Terraform
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.timeout(900)]
@@ -33,6 +34,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 BUCKET, PREFIX = "lakeflow-lake", "runs/tiny"
 LAKE = f"s3://{BUCKET}/{PREFIX}"
+# examples/moto creates per-model identities for model "policy": the lakeflow role -> its identity
+IDENTITY = {r: f"{r}-{TABLE_MODEL}" if r in PER_MODEL else r for r in ROLES}
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +75,14 @@ def enforce(endpoint: str, on: bool) -> None:
 
 @pytest.fixture(scope="module")
 def keys(terraform: Terraform, moto_endpoint: str) -> dict[str, dict[str, str]]:
-    """Apply examples/moto (bucket, lifecycle, four users with inline policies and access keys)."""
+    """Apply examples/moto (bucket, lifecycle, a user with an inline policy and an access key per identity:
+    the trainer and rollout ones of model "policy")."""
     enforce(moto_endpoint, False)
     terraform.init("examples/moto")
     variables = ["-var", f"endpoint={moto_endpoint}", "-var", f"bucket={BUCKET}", "-var", f"prefix={PREFIX}"]
     terraform("examples/moto", "apply", "-auto-approve", "-input=false", "-no-color", *variables, timeout=400)
     out: dict[str, dict[str, str]] = json.loads(terraform("examples/moto", "output", "-json", "access_keys"))
-    assert sorted(out) == sorted(ROLES)
+    assert sorted(out) == sorted(IDENTITY.values())
     enforce(moto_endpoint, True)
     return out
 
@@ -132,7 +136,7 @@ def test_tiny_run_with_one_role_per_process(
     config["models"][0]["eval"]["dataset"]["path"] = str(data / config["models"][0]["eval"]["dataset"]["path"])
     config["loop"] |= {"checkpoint_s": 1}  # the dataflow also writes (and supersedes) catalog checkpoints
     config["models"][0]["trainer"]["model_cache_dir"] = str(tmp_path / "models")
-    config["credentials"] = {r: f"lakeflow-{r}" for r in ("dataflow", "trainer", "raas", "eval")}
+    config["credentials"] = {r: f"lakeflow-{IDENTITY[r]}" for r in ("dataflow", "trainer", "raas", "eval")}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
     env = lakeflow_env(tmp_path, moto_endpoint, keys, "lakeflow-analyst")
@@ -148,7 +152,7 @@ def test_tiny_run_with_one_role_per_process(
 
     # through lakeflow too: `synth` writes what a rollout service writes, which the analyst may not
     synth = ["synth", "--lake", LAKE, "--samples", "16", "--prompt-tokens", "8", "--response-tokens", "8"]
-    assert lakeflow({**env, "AWS_PROFILE": "lakeflow-raas"}, *synth).returncode == 0
+    assert lakeflow({**env, "AWS_PROFILE": f"lakeflow-{IDENTITY['raas']}"}, *synth).returncode == 0
     denied = lakeflow(env, *synth)
     assert denied.returncode != 0 and "PutObject" in denied.stderr and "trajectories/" in denied.stderr
     assert "Traceback" not in denied.stderr  # one line naming the key and the action
@@ -159,7 +163,7 @@ def test_every_request_is_answered_as_the_policy_says(
 ) -> None:
     rows = probe_table(BUCKET, PREFIX)
     etags = seed(moto_endpoint, [p.key if p.outside else f"{PREFIX}/{p.key}" for p, _, _ in rows])
-    clients = {role: client(moto_endpoint, keys[role]) for role in ROLES}
+    clients = {role: client(moto_endpoint, keys[IDENTITY[role]]) for role in ROLES}
     mismatches = []
     for probe, verdict, by_condition in rows:
         key = probe.key if probe.outside else f"{PREFIX}/{probe.key}"

@@ -169,6 +169,51 @@ def test_the_table_in_docs_security_md_is_generated() -> None:
         pytest.fail("docs/security.md's table was out of date and has been regenerated: review and commit it")
 
 
+CROSS_MODEL = [  # what an identity of model "policy" must never write: model "other"'s keys
+    ("put", layout.weights_object_key("other", 4, "model.safetensors")),
+    ("create", layout.weights_manifest_key("other", 4)),
+    ("swap", layout.latest_weights_key("other")),
+    ("swap", layout.trainer_lease_key("other")),
+    ("delete", layout.weights_manifest_key("other", 1)),
+    ("put", layout.checkpoint_object_key("other", 4, "optimizer.pt")),
+    ("put", layout.trainer_stats_key("other", 4)),
+    ("create", layout.claim_key("other", "t1")),
+    ("swap", layout.claim_key("other", "t1")),
+    ("delete", layout.claim_key("other", "t1")),
+    ("create", layout.shard_key("other", NOW, "raas-1", 3)),
+]
+
+
+def test_per_model_identities_write_nothing_of_another_model() -> None:
+    for role in ("raas", "trainer"):
+        own = policy_document(role, BUCKET, PREFIX, model="policy")
+        assert [(op, key) for op, key in CROSS_MODEL if can(own, op, key)] == [], role
+        every = policy_document(role, BUCKET, PREFIX)  # the identity of every model: the old reach
+        assert any(can(every, op, key) for op, key in CROSS_MODEL), role
+    trainer = policy_document("trainer", BUCKET, PREFIX, model="policy")
+    for op, key in [
+        ("put", layout.weights_object_key("policy", 4, "model.safetensors")),
+        ("swap", layout.trainer_lease_key("policy")),
+        ("put", layout.checkpoint_object_key("policy", 4, "optimizer.pt")),
+        ("put", layout.trainer_stats_key("policy", 4)),
+        ("get", layout.batch_key("policy", 7)),
+        ("get", layout.shard_key("policy", NOW, "raas-1", 3)),
+        ("list", layout.weights_prefix("policy")),
+    ]:
+        assert can(trainer, op, key), (op, key)
+    raas = policy_document("raas", BUCKET, PREFIX, model="policy")
+    for op, key in [
+        ("create", layout.claim_key("policy", "t1")),
+        ("swap", layout.claim_key("policy", "t1")),
+        ("create", layout.shard_key("policy", NOW, "raas-1", 3)),
+        ("list", layout.tasks_prefix("policy")),
+        ("get", layout.latest_weights_key("other")),  # reads every model's weights (multi-model workflows)
+    ]:
+        assert can(raas, op, key), (op, key)
+    with pytest.raises(ValueError, match="model id"):
+        policy_document("trainer", BUCKET, PREFIX, model="a/*")
+
+
 def test_terraform_policy_templates_are_generated() -> None:
     """infra/terraform/modules/lake/policies/*.json.tftpl are `lakeflow infra render`'s output."""
     stale = [role for role in ROLES if (TEMPLATES / f"{role}.json.tftpl").read_text() != render_template(role)]
@@ -195,6 +240,11 @@ def test_cli_prints_the_policy() -> None:
     bad = CliRunner().invoke(main, ["infra", "policy", "--role", "raas", "--bucket", BUCKET, "--prefix", "a/*"])
     assert bad.exit_code == 2 and "wildcards" in bad.output
     grants = CliRunner().invoke(main, ["infra", "grants", "--role", "trainer"])
-    assert "delete weights/*" in " ".join(grants.output.split())
+    assert "delete weights/${model}/*" in " ".join(grants.output.split())
+    scoped = CliRunner().invoke(
+        main, ["infra", "policy", "--role", "trainer", "--bucket", BUCKET, "--prefix", PREFIX, "--model", "policy"]
+    )
+    assert json.loads(scoped.output) == policy_document("trainer", BUCKET, PREFIX, model="policy")
+    assert "weights/policy/*" in scoped.output and "weights/*" not in scoped.output
     table = CliRunner().invoke(main, ["infra", "table"])
     assert table.output == markdown_table()

@@ -23,4 +23,4 @@ def test_example_is_valid(terraform: Terraform, example: str) -> None:
 def test_module_logic_with_a_mock_provider(terraform: Terraform) -> None:
     terraform.init("modules/lake")
     out = terraform("modules/lake", "test", "-no-color")
-    assert "0 failed" in out and "4 passed" in out, out
+    assert "0 failed" in out and "6 passed" in out, out

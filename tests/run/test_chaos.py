@@ -1,5 +1,6 @@
-"""`lakeflow chaos`: a short run under random SIGKILLs completes with every invariant holding, and the
-invariant check does catch a violation planted afterwards (it can fail)."""
+"""`lakeflow chaos`: a short run under random SIGKILLs and a second trainer started beside the first
+completes with every invariant holding, and the invariant check does catch a violation planted
+afterwards (it can fail)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "tiny-math.
 
 @pytest.mark.slow
 def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
-    args = ["--kills", "3", "--seed", "7", "--steps", "4", "--engine", "hf", "--mean-gap-s", "3"]
+    args = ["--kills", "3", "--twins", "1", "--seed", "7", "--steps", "4", "--engine", "hf", "--mean-gap-s", "3"]
     result = subprocess.run(
         [sys.executable, "-m", "lakeflow", "chaos", str(CONFIG), *args, "--run-dir", str(tmp_path), "--json"],
         capture_output=True,
@@ -33,6 +34,9 @@ def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert summary["kills"] == 3 and summary["broken"] == []
+    # the second trainer was refused (one line naming the holder) or took over from a dead one: never both publishing
+    assert sum(summary["twins"].values()) == 1
+    assert summary["checked"]["second trainers refused or waited out"] == 1
     assert summary["checked"]["policy weight versions verified"] == 5
 
     store = open_store(str(tmp_path / "lake"))

@@ -24,6 +24,7 @@ ENTRY = "from lakeflow.cli.train import train; train()"
 def start(lake: str, config: Path, log: Path, steps: int | None, work: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", ENTRY, "--lake", lake, "--model", MODEL, "--config", str(config)]
     args += ["--work-dir", str(work)] + (["--steps", str(steps)] if steps is not None else [])
+    args += ["--wait"]  # a restart waits out the killed trainer's lease (lease_ttl_s below)
     with open(log, "wb") as out:
         return subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
@@ -53,7 +54,7 @@ def test_kill_9_after_version_1_resumes_without_repeating_or_skipping(
     tok = tokenizer(tiny_dir)
     for step in (0, 1):
         write_step_batch(store, step, tok)
-    config = write_config(tmp_path / "trainer.yaml", tiny_cache)
+    config = write_config(tmp_path / "trainer.yaml", tiny_cache, lease_ttl_s=2)
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     proc = start(lake, config, first_log, 3, tmp_path / "work1")
     try:

@@ -14,6 +14,7 @@ from lakeflow.lake import layout
 from lakeflow.weights import (
     TransferOptions,
     collect,
+    latest_version,
     list_versions,
     load_state,
     publish,
@@ -184,17 +185,83 @@ class _StaleLatest:
         return self.latest if key == layout.latest_weights_key("m") else self.inner.get_with_etag(key)
 
 
-@pytest.mark.parametrize("force", [False, True])
-def test_trainer_that_lost_the_race_gets_a_clear_error(store: Store, states: list[State], force: bool) -> None:
+def test_a_publish_whose_latest_swap_loses_after_its_manifest_is_still_published(
+    store: Store, states: list[State], tmp_path: str
+) -> None:
+    """The manifest is the commit point: a publish that wrote it never raises (it would leave a live
+    version its trainer believes lost); it leaves LATEST to readers, who resolve the newest manifest."""
     publish(store, "m", states[0])
     stale = store.get_with_etag(layout.latest_weights_key("m"))
     winner = publish(store, "m", states[1], base=states[0], publisher="a")
-    loser = _StaleLatest(store, stale)
+    loser = _StaleLatest(store, stale)  # every LATEST swap it tries loses
+    late = publish(loser, "m", states[2], base=states[1], publisher="b")  # type: ignore[arg-type]
+    assert late.version == 2 and read_manifest(store, "m", 1) == winner
+    assert latest_version(store, "m") == 2
+    pull(store, "m", os.path.join(tmp_path, "model"), options=FAST)
+    assert_same_state(load_state(os.path.join(tmp_path, "model")), states[2])
+
+
+def test_a_publish_that_loses_the_manifest_race_raises_and_leaves_the_winner_intact(
+    store: Store, states: list[State]
+) -> None:
+    publish(store, "m", states[0])
+
+    class _Late:
+        """Sees version 0 as the newest (as a trainer that resolved it just before another published)."""
+
+        def __init__(self, inner: Store) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.inner, name)
+
+        def list(self, prefix: str, start_after: str = "") -> object:
+            return [i for i in self.inner.list(prefix, start_after) if "/00000001/" not in i.key]
+
+        def head(self, key: str) -> object:
+            if "/00000001/" in key:
+                raise FileNotFoundError(key)
+            return self.inner.head(key)
+
+        def get_with_etag(self, key: str) -> tuple[bytes, str]:
+            return stale if key == layout.latest_weights_key("m") else self.inner.get_with_etag(key)
+
+    stale = store.get_with_etag(layout.latest_weights_key("m"))
+    winner = publish(store, "m", states[1], base=states[0], publisher="a")
     with pytest.raises(WeightsConflictError, match="another trainer"):
-        publish(loser, "m", states[2], base=states[0], publisher="b", force=force)  # type: ignore[arg-type]
+        publish(_Late(store), "m", states[2], base=states[0], publisher="b")  # type: ignore[arg-type]
+    assert read_manifest(store, "m", 1) == winner and latest_version(store, "m") == 1
     assert read_latest(store, "m")[0].publisher == "a"  # type: ignore[index]
-    if not force:  # create-only writes: the winner's objects are untouched
-        assert read_manifest(store, "m", 1) == winner
+
+
+def test_force_needs_the_lease_and_never_overwrites_a_committed_version(store: Store, states: list[State]) -> None:
+    class _Held:
+        def check(self) -> None:
+            return None
+
+    with pytest.raises(ValueError, match="trainer lease"):
+        publish(store, "m", states[0], force=True)
+    publish(store, "m", states[0])
+    # leftovers of a crashed publish of version 1 (objects, no manifest): force overwrites them
+    store.put(layout.weights_delta_key("m", 1), b"half a delta")
+    publish(store, "m", states[1], base=states[0], force=True, lease=_Held())
+    # a manifest that does not parse is still somebody's commit: force refuses rather than write over it
+    store.put(layout.weights_manifest_key("m", 2), b"{not json")
+    kept = store.get(layout.weights_delta_key("m", 1))
+    with pytest.raises(WeightsConflictError, match="does not parse"):
+        publish(store, "m", states[2], base=states[1], force=True, lease=_Held())
+    assert store.get(layout.weights_delta_key("m", 1)) == kept
+
+
+def test_a_publisher_that_lost_its_lease_commits_nothing(store: Store, states: list[State]) -> None:
+    class _Lost:
+        def check(self) -> None:
+            raise WeightsConflictError("lost the trainer lease")
+
+    publish(store, "m", states[0])
+    with pytest.raises(WeightsConflictError, match="lost the trainer lease"):
+        publish(store, "m", states[1], base=states[0], lease=_Lost())
+    assert list_versions(store, "m") == [0]
 
 
 def test_racing_trainers_leave_a_consistent_lake(store: Store, states: list[State], tmp_path: str) -> None:

@@ -110,3 +110,6 @@ CREATE TABLE quarantine (           -- rejected input: which object, how many ro
     _ckpt INTEGER NOT NULL
 );
 CREATE TABLE weights (model_id VARCHAR PRIMARY KEY, version BIGINT NOT NULL);
+CREATE TABLE table_log (            -- the compacted table's log entries this dataflow committed (retention obeys only these)
+    version BIGINT NOT NULL, sha256 VARCHAR NOT NULL, recorded_at TIMESTAMPTZ NOT NULL, _ckpt INTEGER NOT NULL
+);

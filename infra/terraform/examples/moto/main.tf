@@ -49,7 +49,8 @@ module "lake" {
   bucket        = var.bucket
   prefix        = var.prefix
   identity      = "user"
-  require_tls   = false # the local server speaks plain HTTP
+  models        = ["policy"] # one trainer and one rollout identity for the model of jobs/examples/tiny-math.yaml
+  require_tls   = false      # the local server speaks plain HTTP
   force_destroy = true
 }
 

@@ -14,22 +14,22 @@ output "lake_url" {
 }
 
 output "role_arns" {
-  description = "identity = 'role': lakeflow role -> IAM role ARN (for pod identities, instance profiles, AWS_ROLE_ARN)."
+  description = "identity = 'role': lakeflow identity (role, or role-<model> with models) -> IAM role ARN (for pod identities, instance profiles, AWS_ROLE_ARN)."
   value       = { for role, r in aws_iam_role.lakeflow : role => r.arn }
 }
 
 output "role_names" {
-  description = "identity = 'role': lakeflow role -> IAM role name (to attach more policies, e.g. a replica's reads)."
+  description = "identity = 'role': lakeflow identity -> IAM role name (to attach more policies, e.g. a replica's reads)."
   value       = { for role, r in aws_iam_role.lakeflow : role => r.name }
 }
 
 output "user_names" {
-  description = "identity = 'user': lakeflow role -> IAM user name."
+  description = "identity = 'user': lakeflow identity -> IAM user name."
   value       = { for role, u in aws_iam_user.lakeflow : role => u.name }
 }
 
 output "access_keys" {
-  description = "identity = 'user': lakeflow role -> AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY of its user."
+  description = "identity = 'user': lakeflow identity -> AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY of its user."
   sensitive   = true
   value = {
     for role, k in aws_iam_access_key.lakeflow : role => {
@@ -40,7 +40,7 @@ output "access_keys" {
 }
 
 output "policies" {
-  description = "lakeflow role -> its IAM policy document (JSON), as attached."
+  description = "lakeflow identity -> its IAM policy document (JSON), as attached."
   value       = local.policies
 }
 

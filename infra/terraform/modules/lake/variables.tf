@@ -29,6 +29,16 @@ variable "roles" {
   }
 }
 
+variable "models" {
+  description = "Model ids of the lake. Each gets its own trainer and rollout identity (trainer-<model>, raas-<model>) that can write only that model's weights, checkpoints, stats, claims and shards; empty: one trainer and one rollout identity for every model (a rollout pool whose workflow writes samples of several models needs that)."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for m in var.models : can(regex("^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", m))])
+    error_message = "model ids are 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."
+  }
+}
+
 variable "identity" {
   description = "'role': an IAM role per lakeflow role, assumed by trusted_principals (AWS; no long-lived keys). 'user': an IAM user with an inline policy and an access key per role (S3-compatible servers without STS, moto in tests)."
   type        = string
@@ -40,7 +50,7 @@ variable "identity" {
 }
 
 variable "trusted_principals" {
-  description = "identity = 'role': per lakeflow role, the principal ARNs allowed to assume it (e.g. an EKS pod identity or instance role). A role not listed trusts this account's root, so the account's IAM decides."
+  description = "identity = 'role': per lakeflow role (or identity, e.g. trainer-<model>), the principal ARNs allowed to assume it (e.g. an EKS pod identity or instance role). A role not listed trusts this account's root, so the account's IAM decides."
   type        = map(list(string))
   default     = {}
 }

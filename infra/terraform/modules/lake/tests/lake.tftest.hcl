@@ -119,3 +119,34 @@ run "refuses_a_wildcard_prefix" {
 
   expect_failures = [var.prefix]
 }
+
+run "one_trainer_and_rollout_identity_per_model" {
+  command = plan
+
+  variables {
+    models = ["alpha", "beta"]
+  }
+
+  assert {
+    condition     = toset(keys(aws_iam_role.lakeflow)) == toset(["raas-alpha", "raas-beta", "trainer-alpha", "trainer-beta", "dataflow", "eval", "analyst"])
+    error_message = "with models, raas and trainer get one identity per model and no identity for every model"
+  }
+  assert {
+    condition     = strcontains(local.policies["trainer-alpha"], "/weights/alpha/*") && !strcontains(local.policies["trainer-alpha"], "/weights/beta/") && !strcontains(local.policies["trainer-alpha"], "/weights/*")
+    error_message = "a model's trainer writes only that model's weights"
+  }
+  assert {
+    condition     = strcontains(local.policies["raas-beta"], "/tasks/beta/*.claim") && !strcontains(local.policies["raas-beta"], "/tasks/alpha/") && !strcontains(local.policies["raas-beta"], "/trajectories/model=alpha/")
+    error_message = "a model's rollout identity claims only that model's tasks and writes only its shards"
+  }
+}
+
+run "refuses_a_bad_model_id" {
+  command = plan
+
+  variables {
+    models = ["../other"]
+  }
+
+  expect_failures = [var.models]
+}
