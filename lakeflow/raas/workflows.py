@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping
 
 from lakeflow.lake.tasks import Task
+from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, task_messages
 from lakeflow.raas.multi import solve_verify
@@ -73,6 +74,7 @@ WORKFLOWS: dict[str, Workflow] = {
     "solve_verify": solve_verify,
     "code_select": code_select,
     "code_testgen": code_testgen,
+    "agent": agent,  # multi-turn, tool-using episodes of `RaasConfig.environment` (lakeflow/raas/agent/)
 }
 
 
