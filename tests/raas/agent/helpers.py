@@ -150,3 +150,26 @@ class Chatter:
 
     def final_reward(self) -> Reward:
         return Reward(0.5, "played")
+
+
+def check_trainer_reproduces(model_dir: str, trajectories: Sequence[Any], temperature: float) -> float:
+    """The trainer's forward over each stored context reproduces the engine's logprob of every sampled
+    token (fp32); every token the model did not sample has loss_mask 0 and logprob 0.0. Returns the
+    largest absolute difference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from lakeflow.trainer.model import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    worst = 0.0
+    for t in trajectories:
+        ids = torch.tensor([t.prompt_ids + t.response_ids])
+        with torch.inference_mode():
+            lp = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(t.prompt_ids) :]
+        mask = torch.tensor(t.loss_mask, dtype=torch.bool)
+        stored = torch.tensor(t.response_logprobs)
+        assert mask.any() and (~mask).any()  # sampled turns and observations both present
+        assert (stored[~mask] == 0.0).all()
+        worst = max(worst, float((lp[mask] - stored[mask]).abs().max()))
+    return worst
