@@ -51,7 +51,7 @@ def hermes(text: str) -> ParsedCalls:
 def _call(body: str) -> ToolCall | str:
     try:
         data = json.loads(body)
-    except ValueError as e:
+    except json.JSONDecodeError as e:
         return f"tool call is not JSON ({e.msg}): {body[:_SHOWN]!r}"
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
         return f'tool call needs {{"name": "...", "arguments": {{...}}}}: {body[:_SHOWN]!r}'

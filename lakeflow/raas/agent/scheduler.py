@@ -203,7 +203,9 @@ class EpisodeScheduler:
         trajectories = []
         for e in group.episodes:
             del self._owner[id(e)]
-            trajectories += e.trajectories(uuid.uuid4().hex, self._reward(e), self.sampling, self.config.per_turn_samples)
+            trajectories += e.trajectories(
+                uuid.uuid4().hex, self._reward(e), self.sampling, self.config.per_turn_samples
+            )
         del self._groups[group.key]
         self._finished.append(FinishedGroup(group.key, group.task, trajectories, time.monotonic() - group.started))
 

@@ -70,9 +70,7 @@ def _is(value: Any, json_type: str) -> bool:
     return isinstance(value, _TYPES.get(json_type, (object,)))
 
 
-def run_call(
-    tools: Sequence[Tool], call: ToolCall, timeout_s: float, memory_mb: int | None = None
-) -> ToolResult:
+def run_call(tools: Sequence[Tool], call: ToolCall, timeout_s: float, memory_mb: int | None = None) -> ToolResult:
     """Run one call against the episode's tools within the limits; always a result, never a raise."""
     started = time.monotonic()
     found = next((t for t in tools if t.name == call.name), None)
@@ -122,7 +120,8 @@ def _in_child(tool: Tool, call: ToolCall, timeout_s: float, memory_mb: int) -> t
         code = 0
         try:
             os.close(read_fd)
-            vm_bytes = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/statm") as statm:  # the first field: address space size, in pages
+                vm_bytes = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
             limit = vm_bytes + (memory_mb << 20)
             resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
             content, error = _invoke(tool, call.arguments)

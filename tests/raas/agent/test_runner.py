@@ -175,13 +175,13 @@ def test_an_environment_that_raises_ends_its_episode_with_the_reason(tok: Any) -
 
 
 def test_names_and_sections_are_checked() -> None:
-    with pytest.raises(PluginError, match="environment.name: unknown environment 'nope'"):
+    with pytest.raises(PluginError, match=r"environment\.name: unknown environment 'nope'"):
         build_environment(EnvironmentConfig(name="nope"))
-    with pytest.raises(ConfigError, match="workflow 'agent' and an `environment` section go together"):
+    with pytest.raises(ConfigError, match=r"workflow 'agent' and an `environment` section go together"):
         parse_config({"workflow": "agent"})
     config = parse_config({"workflow": "agent", "environment": {"name": ENV, "max_turns": 4}})
     assert config.environment is not None and config.environment.tool_parser == "hermes"
-    with pytest.raises(ConfigError, match="needs an `environment` section"):
+    with pytest.raises(ConfigError, match=r"needs an `environment` section"):
         agent(make_task(1), {}, lambda *_: None, SAMPLING)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"factory\(\*\*environment.args\) failed"):
         _play(None, args={"nope": 1})

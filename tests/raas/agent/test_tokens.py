@@ -18,5 +18,7 @@ def test_multi_turn_episodes_from_the_hf_engine_match_the_trainer(engine: Any, t
     sampling = Sampling(max_tokens=12, temperature=T)
     trajectories = agent(make_task(3), {POLICY: engine}, lambda *_: None, sampling, environment=config)  # type: ignore[arg-type]
     assert len(trajectories) == 3 and all(t.extra["turns"] == 3 for t in trajectories)
-    assert {t.reward for t in trajectories} == {0.5} and all(t.extra["turn_rewards"] == [0.0, 0.0, 1.0] for t in trajectories)
+    assert {t.reward for t in trajectories} == {0.5} and all(
+        t.extra["turn_rewards"] == [0.0, 0.0, 1.0] for t in trajectories
+    )
     assert check_trainer_reproduces(tiny_dir, trajectories, T) <= 1e-3

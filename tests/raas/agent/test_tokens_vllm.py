@@ -11,12 +11,12 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from lakeflow.raas.agent.config import EnvironmentConfig  # noqa: E402
-from lakeflow.raas.agent.workflow import agent  # noqa: E402
-from lakeflow.raas.config import VLLMEngineConfig  # noqa: E402
-from lakeflow.raas.engines import build_engine  # noqa: E402
-from lakeflow.raas.episodes import POLICY, Sampling  # noqa: E402
-from tests.raas.agent.helpers import check_trainer_reproduces, make_task  # noqa: E402
+from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.agent.workflow import agent
+from lakeflow.raas.config import VLLMEngineConfig
+from lakeflow.raas.engines import build_engine
+from lakeflow.raas.episodes import POLICY, Sampling
+from tests.raas.agent.helpers import check_trainer_reproduces, make_task
 
 pytestmark = [
     pytest.mark.slow,
