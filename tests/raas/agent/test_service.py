@@ -5,7 +5,9 @@ claims renewed meanwhile; new weights loaded only between groups; the structure 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,17 +26,14 @@ from tests.raas.agent.helpers import Calculator, Scripted, call
 from tests.raas.conftest import perturbed
 from tests.raas.test_service import N, committed, dataflow, raas_config
 
-AGENT_SQL = """
-SELECT policy_version,
-       avg(CAST(json_extract(extra, '$.turns') AS INTEGER)) AS turns_per_episode,
-       sum(CAST(json_extract(extra, '$.tool_errors') AS INTEGER)) AS tool_errors,
-       avg(CAST(json_extract(extra, '$.tool_seconds') AS DOUBLE)) AS tool_s
-FROM trajectories GROUP BY 1 ORDER BY 1
-"""
-CALLS_SQL = """
-SELECT t.key AS tool, sum(CAST(t.value AS INTEGER)) AS calls
-FROM trajectories, json_each(json_extract(extra, '$.tool_calls')) AS t GROUP BY 1 ORDER BY 1
-"""
+DOC = Path(__file__).parents[3] / "docs" / "agent-episodes.md"
+
+
+def documented_queries() -> list[str]:
+    """The SQL examples of docs/agent-episodes.md, one statement each."""
+    text = DOC.read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", text, re.S)
+    return [q.strip() for block in blocks for q in block.split(";") if q.strip()]
 
 
 class Loaded(Scripted):
@@ -85,10 +84,13 @@ def test_agent_groups_are_played_together_committed_ingested_and_served(
     assert list_batch_steps(store, "policy")  # the agent groups were served to the trainer
 
     lake_view = connect_lake(store)
-    (summary,) = lake_view.sql(AGENT_SQL).to_pylist()
-    assert summary["turns_per_episode"] == 3 and summary["tool_errors"] == 3 * N and summary["tool_s"] >= 0.3
-    calls = lake_view.sql(CALLS_SQL).to_pylist()
-    assert calls == [{"tool": t, "calls": 3 * N} for t in ("add", "nope", "slow")]
+    per_version, by_name, rate, ended = (lake_view.sql(q).to_pylist() for q in documented_queries())
+    (summary,) = per_version
+    assert summary["turns_per_episode"] == 3 and summary["tool_errors_per_episode"] == 1
+    assert summary["tool_s_per_episode"] >= 0.3
+    assert sorted(by_name, key=lambda r: r["tool"]) == [{"tool": t, "calls": 3 * N} for t in ("add", "nope", "slow")]
+    assert rate == [{"policy_version": 0, "tool_calls_per_turn": 1.0}]
+    assert ended == [{"ended": "done", "episodes": 3 * N, "malformed": 0}]
     flow.close()
     service.close()
 
