@@ -10,6 +10,7 @@ setting runs the real `RolloutService` (workflow `agent`) on a local lake until 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -107,12 +108,21 @@ def run(
     engine_type: str = "hf",
 ) -> dict[str, Any]:
     """Episodes/s of one rollout service at each concurrency (the same engine, loaded once)."""
+    work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-agent-"))
+    try:
+        return _run(work, episodes, concurrency, tool_s, calls, engine_type)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(
+    work: Path, episodes: int, concurrency: Sequence[int], tool_s: float, calls: int, engine_type: str
+) -> dict[str, Any]:
     from lakeflow.models import resolve_model
     from lakeflow.raas.config import RaasConfig
     from lakeflow.raas.engines import build_engine
     from lakeflow.raas.service import RolloutService
 
-    work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-agent-"))
     base = resolve_model("tiny:bench-agent", work / "models")
     taught = teach_tool_calls(base, str(work / "taught"))
     engine_config: dict[str, Any] = {"type": engine_type}
@@ -129,6 +139,7 @@ def run(
                 "model": taught,
                 "workflow": "agent",
                 "max_new_tokens": 48,
+                "temperature": 0.25,  # the taught call nearly always (the tiny model learns it only roughly)
                 "poll_s": 0.05,
                 "seed": 0,
                 "commit_window_s": 0,
