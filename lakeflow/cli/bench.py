@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from lakeflow.bench.lake import add_ratios, bench_store, make_samples
+from lakeflow.cli.bench_agent import bench_agent
 from lakeflow.cli.bench_gpu import bench_gpu
 from lakeflow.cli.bench_loop import bench_loop
 from lakeflow.cli.weights import bench_weights
@@ -31,6 +32,7 @@ def bench() -> None:
 bench.add_command(bench_weights)
 bench.add_command(bench_loop)
 bench.add_command(bench_gpu)
+bench.add_command(bench_agent)
 
 
 @bench.command("regions")

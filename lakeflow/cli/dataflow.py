@@ -68,10 +68,30 @@ def dataflow(
 @click.command()
 @lake_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(lake_url: str, endpoint_url: str | None, as_json: bool) -> None:
+@click.option(
+    "--agents", is_flag=True, help="Also agent episodes per weight version (reads the samples: slower on a big lake)."
+)
+def status(lake_url: str, endpoint_url: str | None, as_json: bool, agents: bool) -> None:
     """Per model: weights version, fresh/replay/stale/quarantined counts, tasks, trainer wait, RaaS."""
-    report = lake_status(open_existing_lake(lake_url, endpoint_url))
-    click.echo(json.dumps(report, indent=2, default=str) if as_json else render_status(report))
+    store = open_existing_lake(lake_url, endpoint_url)
+    report = lake_status(store)
+    rows = []
+    if agents:
+        from dataclasses import asdict
+
+        from lakeflow.catalog import connect_lake
+        from lakeflow.report.agents import agent_by_version
+
+        rows = agent_by_version(connect_lake(store))
+        report["agents"] = [asdict(r) for r in rows]
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+        return
+    click.echo(render_status(report))
+    if agents:
+        from lakeflow.report.agents import render_text
+
+        click.echo("\n".join(render_text(rows)))
 
 
 @click.group()

@@ -1,14 +1,15 @@
 """The check of a rollout service's config before it starts: every name it gives resolves to the right shape.
 
-`check_raas_config` imports the workflow, the reward and a factory engine the config names (shipped names,
-`package.module:attr`, entry points), checks their signatures and that the workflow's declared roles match
-the pool's `roles`, and returns one line per problem, each naming the config key. `lakeflow run`,
+`check_raas_config` imports the workflow, the reward, the agent environment and a factory engine the config
+names (shipped names, `package.module:attr`, entry points), checks their signatures and that the workflow's
+declared roles match the pool's `roles`, and returns one line per problem, each naming the config key. `lakeflow run`,
 `lakeflow launch` and `lakeflow raas` refuse to start on any.
 """
 
 from __future__ import annotations
 
 from lakeflow.errors import PluginError
+from lakeflow.raas.agent.registry import build_environment, build_tool_parser
 from lakeflow.raas.config import FactoryEngineConfig, RaasConfig
 from lakeflow.raas.engines import engine_factory
 from lakeflow.raas.rewards import build_reward
@@ -34,6 +35,12 @@ def check_raas_config(config: RaasConfig, key: str = "") -> list[str]:
             build_reward("", config.reward_max_chars, config.reward, key=_at(key, "reward"))
         except PluginError as e:
             problems.append(str(e))
+    if config.environment is not None:  # the agent workflow's environment and tool-call parser
+        for build in (build_environment, build_tool_parser):
+            try:
+                build(config.environment, key=_at(key, "environment"))
+            except PluginError as e:
+                problems.append(str(e))
     if isinstance(config.engine, FactoryEngineConfig):
         try:
             engine_factory(config.engine, key=_at(key, "engine.factory"))

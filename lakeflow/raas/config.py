@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lakeflow.configfile import load_config_file, validate_config
+from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -175,6 +176,19 @@ class RaasConfig(_Strict):
     tracker: TrackerConfig | None = Field(
         None, description="Also log each window to this tracker (wandb, tensorboard, mlflow)."
     )
+    environment: EnvironmentConfig | None = Field(
+        None,
+        description=(
+            "Workflow 'agent': the environment of its multi-turn, tool-using episodes and their limits "
+            "(name, args, max_turns, max_episode_tokens, tool limits, tool_parser, per_turn_samples)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _agent_has_environment(self) -> RaasConfig:
+        if (self.workflow == "agent") != (self.environment is not None):
+            raise ValueError("workflow 'agent' and an `environment` section go together: give both or neither")
+        return self
 
 
 def load_config(path: str | Path) -> RaasConfig:

@@ -49,8 +49,13 @@ class Engine(Protocol):
     def load(self, model_dir: str) -> None:
         """Load (or reload in place, between generations) the weights of a Hugging Face directory."""
 
-    def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-        """Token ids of chat messages under the model's chat template."""
+    def encode_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Token ids of chat messages under the model's chat template (`tools`: function schemas it renders)."""
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Text of token ids, special tokens dropped."""
@@ -65,10 +70,19 @@ def is_token_ids(prompt: Prompt) -> bool:
     return all(isinstance(t, int) for t in prompt)
 
 
-def chat_token_ids(tokenizer: Any, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
-    """Token ids of chat messages through the tokenizer's chat template (shared by every engine)."""
+def chat_token_ids(
+    tokenizer: Any,
+    messages: Sequence[ChatMessage],
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
+    """Token ids of chat messages through the tokenizer's chat template (shared by every engine); `tools`
+    (function schemas) go to the template's `tools=`, so the model sees them in its own format."""
     ids = tokenizer.apply_chat_template(
-        [dict(m) for m in messages], add_generation_prompt=add_generation_prompt, return_dict=False
+        [dict(m) for m in messages],
+        add_generation_prompt=add_generation_prompt,
+        tools=[dict(t) for t in tools] if tools else None,
+        return_dict=False,
     )
     return [int(t) for t in ids]
 
@@ -91,9 +105,14 @@ class TokenizedEngine:
 
     tokenizer: Any
 
-    def encode_chat(self, messages: Sequence[ChatMessage], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
         self._require_model()
-        return chat_token_ids(self.tokenizer, messages, add_generation_prompt)
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt, tools)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         self._require_model()

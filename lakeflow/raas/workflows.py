@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import call_problem, resolve
+from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, plays, task_messages, workflow_roles
 from lakeflow.raas.multi import solve_verify
@@ -90,6 +91,7 @@ WORKFLOWS: dict[str, Workflow] = {
     "solve_verify": solve_verify,
     "code_select": code_select,
     "code_testgen": code_testgen,
+    "agent": agent,  # multi-turn, tool-using episodes of `RaasConfig.environment` (lakeflow/raas/agent/)
 }
 
 

@@ -26,6 +26,7 @@ from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import Production, production, read_heartbeats
 from lakeflow.lake.quarantine import read_quarantine
+from lakeflow.report.agents import AgentVersion, agent_by_version
 from lakeflow.report.curves import Curves, curves
 from lakeflow.report.samples import SampleShown, sample_completions
 from lakeflow.weights.manifest import latest_version, read_manifest
@@ -112,6 +113,7 @@ class ReportData:
     quarantined_unattributed: int = 0  # quarantined rows whose source names no model
     notes: list[str] = field(default_factory=list)
     rollout: Production = field(default_factory=lambda: Production([], []))  # per service and per pool
+    agents: list[AgentVersion] = field(default_factory=list)  # agent episodes per (model, version)
 
 
 def gather(store: Store, now: datetime | None = None) -> ReportData:
@@ -144,7 +146,7 @@ def gather(store: Store, now: datetime | None = None) -> ReportData:
             unattributed += n
     published = {m: latest_version(store, m) for m in models}
     rollout = production(read_heartbeats(store), now or datetime.now(UTC), published)
-    return ReportData(store.url, models, unattributed, notes, rollout)
+    return ReportData(store.url, models, unattributed, notes, rollout, agent_by_version(lake))
 
 
 def model_ids(store: Store, lake: LakeQuery) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from lakeflow.io import Store
 from lakeflow.lake.heartbeats import Production
 from lakeflow.report import curve_plots, plots
+from lakeflow.report.agents import render_html as render_agents
 from lakeflow.report.data import ModelData, ReportData, gather, summary
 
 INDEX = "index.html"
@@ -176,6 +177,7 @@ def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
         _summary_table(data),
         "<h2>Rollout services</h2>",
         _rollout_tables(data.rollout),
+        render_agents(data.agents),
     ]
     for plot in PLOTS:
         parts.append(f"<h2>{e(plot.title)}</h2>")

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from lakeflow.cli import main
 
-WORKFLOWS = "code_select, code_testgen, rlvr, solve_verify"
+WORKFLOWS = "agent, code_select, code_testgen, rlvr, solve_verify"
 
 
 def run_config(tmp_path: Path, raas: dict[str, Any] | None = None, **dataflow: Any) -> Path:

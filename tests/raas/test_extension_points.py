@@ -94,6 +94,7 @@ def test_workflows_by_shipped_name_and_import_path() -> None:
         "solve_verify": ("solver", "verifier"),
         "code_select": ("solver", "selector"),
         "code_testgen": ("solver", "testgen"),
+        "agent": ("policy",),
     }
     with pytest.raises(PluginError, match=r"workflow: workflow '.*:one_arg' is not callable as \(task, engines"):
         build_workflow(f"{HERE}:one_arg")

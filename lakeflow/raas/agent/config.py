@@ -1,0 +1,70 @@
+"""The `environment` section of a rollout config: which environment plays the `agent` workflow, and its limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EnvironmentConfig(BaseModel):
+    """The environment of multi-turn, tool-using episodes (workflow `agent`) and the limits of an episode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        description=(
+            "The environment factory: a shipped name (lakeflow.raas.agent.registry.ENVIRONMENTS), "
+            "'package.module:attr', or a name registered in the entry-point group 'lakeflow.environments'. "
+            "Called as factory(**args) once per episode."
+        )
+    )
+    args: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of the environment factory.")
+    max_turns: int = Field(8, ge=1, le=1024, description="Most assistant turns of one episode; then it ends (length).")
+    max_episode_tokens: int = Field(
+        4096,
+        ge=16,
+        description=(
+            "Most tokens of one episode's context (prompt, sampled turns, observations); capped by the engine's "
+            "max_model_len. An episode that reaches it ends with finish_reason 'length'."
+        ),
+    )
+    tool_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="Time limit of one tool call; past it the model sees a timeout error."
+    )
+    tool_memory_mb: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "When set, each tool call runs in a forked child process that may grow its address space by at most "
+            "this many MiB beyond the service's own and is killed at the time limit (Linux). State the tool "
+            "changes in its environment is lost in that child, so stateful tools need None (the default: the "
+            "call runs in a thread of the service, memory is not limited, a call past its time limit is "
+            "abandoned, not stopped)."
+        ),
+    )
+    tool_parser: str = Field(
+        "hermes",
+        description=(
+            "How tool calls are read from the model's text: 'hermes' (Hermes/Qwen <tool_call>{json}</tool_call>), "
+            "'package.module:attr', or a name in the entry-point group 'lakeflow.tool_parsers'."
+        ),
+    )
+    per_turn_samples: bool = Field(
+        False,
+        description=(
+            "Store one sample per assistant turn, each with the chat template's rendering of the history as its "
+            "prompt, instead of one sample per episode whose context grows by appended tokens. For chat "
+            "templates that rewrite earlier turns (e.g. strip reasoning), which cannot extend a conversation "
+            "as a prefix."
+        ),
+    )
+    max_concurrent_episodes: int = Field(
+        32,
+        ge=1,
+        le=4096,
+        description=(
+            "Most episodes in flight in one rollout service (whole groups are admitted while there is room); "
+            "each round of their next turns goes to the engine as one batch, their tools run concurrently."
+        ),
+    )

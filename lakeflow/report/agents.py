@@ -1,0 +1,83 @@
+"""Agent episodes per weight version, from the samples' `extra` (workflow `agent`): tool-call rate,
+turns per episode, tool errors. Shown by `lakeflow report` and `lakeflow status --agents`; the keys
+are documented in docs/agent-episodes.md."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from lakeflow.catalog.engine import LakeQuery
+from lakeflow.text import text_table
+
+_SQL = """
+SELECT model_id, policy_version, count(*) AS samples,
+       avg(CAST(json_extract(extra, '$.turns') AS DOUBLE)) AS turns,
+       sum((SELECT coalesce(sum(CAST(value AS INTEGER)), 0) FROM json_each(json_extract(extra, '$.tool_calls'))))
+         / nullif(sum(CAST(json_extract(extra, '$.turns') AS DOUBLE)), 0) AS calls_per_turn,
+       avg(CAST(json_extract(extra, '$.tool_errors') AS DOUBLE)) AS errors,
+       avg(CAST(json_extract(extra, '$.malformed_calls') AS DOUBLE)) AS malformed
+FROM trajectories
+WHERE json_extract(extra, '$.turns') IS NOT NULL
+GROUP BY model_id, policy_version ORDER BY model_id, policy_version
+"""
+
+
+@dataclass(frozen=True)
+class AgentVersion:
+    """What one weight version's agent episodes did (per sample: one per episode, or per turn)."""
+
+    model_id: str
+    version: int
+    samples: int
+    turns_per_episode: float
+    tool_calls_per_turn: float  # the tool-call rate
+    tool_errors_per_episode: float
+    malformed_per_episode: float
+
+
+def agent_by_version(lake: LakeQuery) -> list[AgentVersion]:
+    """One row per (model, version) that has agent samples; empty for a lake without any."""
+    return [
+        AgentVersion(
+            r["model_id"],
+            r["policy_version"],
+            r["samples"],
+            r["turns"] or 0.0,
+            r["calls_per_turn"] or 0.0,
+            r["errors"] or 0.0,
+            r["malformed"] or 0.0,
+        )
+        for r in lake.sql(_SQL).to_pylist()
+    ]
+
+
+_HEAD = ["model", "version", "samples", "turns/episode", "tool calls/turn", "tool errors/episode", "malformed/episode"]
+
+
+def _cells(r: AgentVersion) -> list[str]:
+    return [
+        r.model_id,
+        str(r.version),
+        str(r.samples),
+        f"{r.turns_per_episode:.2f}",
+        f"{r.tool_calls_per_turn:.2f}",
+        f"{r.tool_errors_per_episode:.2f}",
+        f"{r.malformed_per_episode:.2f}",
+    ]
+
+
+def render_text(rows: list[AgentVersion]) -> list[str]:
+    """The per-version table for `lakeflow status --agents`."""
+    if not rows:
+        return ["agent episodes: none in the lake"]
+    return ["agent episodes per weight version:", *text_table(_HEAD, [_cells(r) for r in rows])]
+
+
+def render_html(rows: list[AgentVersion]) -> str:
+    """The report's table ('' when the lake has no agent samples: the section is left out)."""
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEAD)
+    body = "".join("<tr>" + "".join(f'<td class="n">{html.escape(c)}</td>' for c in _cells(r)) + "</tr>" for r in rows)
+    return f"<h2>Agent episodes</h2><table><tr>{head}</tr>{body}</table>"

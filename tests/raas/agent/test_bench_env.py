@@ -1,0 +1,33 @@
+"""`lakeflow bench agent`'s pieces: its sleeping-tool environment played by the runner, and its table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakeflow.bench.agent import CALL, Waiting, render
+from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.agent.workflow import agent
+from lakeflow.raas.episodes import POLICY, Sampling
+from tests.raas.agent.helpers import Scripted, make_task
+
+
+def test_the_waiting_environment_ends_after_its_calls(tok: Any) -> None:
+    config = EnvironmentConfig(name="lakeflow.bench.agent:Waiting", args={"tool_s": 0.01, "calls": 2})
+    engine = Scripted(tok, lambda ctx: CALL)
+    (t,) = agent(make_task(1), {POLICY: engine}, lambda *_: None, Sampling(200, 0.25), environment=config)  # type: ignore[arg-type]
+    assert t.extra["tool_calls"] == {"wait": 2} and t.extra["turns"] == 2 and t.reward == 1.0
+    assert Waiting().final_reward().value == 0.0
+
+
+def test_the_table_shows_the_ratio() -> None:
+    row = {
+        "concurrent_episodes": 32,
+        "episodes": 32,
+        "seconds": 2.9,
+        "episodes_per_s": 11.0,
+        "ratio_to_one_at_a_time": 49.8,
+        "tool_calls_per_episode": 1.9,
+        "turns_per_episode": 2.0,
+    }
+    text = render({"engine": "vllm", "tool_s": 0.2, "calls_per_episode": 2, "results": [row]})
+    assert "x one-at-a-time" in text and "49.8" in text

@@ -1,0 +1,160 @@
+"""The rollout service with workflow `agent` against a real local lake and the real dataflow loop:
+groups of multi-turn episodes in flight together, committed when they end, ingested and served;
+claims renewed meanwhile; new weights loaded only between groups; the structure queryable in SQL."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakeflow.catalog import connect_lake
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.lake import tasks as lake_tasks
+from lakeflow.lake.batch import list_batch_steps
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.agent import registry
+from lakeflow.raas.agent.env import Feedback, Turn
+from lakeflow.raas.service import RolloutService
+from lakeflow.weights import State, publish
+from tests.raas.agent.helpers import Calculator, Scripted, call
+from tests.raas.conftest import perturbed
+from tests.raas.test_service import N, committed, dataflow, raas_config
+
+DOC = Path(__file__).parents[3] / "docs" / "agent-episodes.md"
+
+
+def documented_queries() -> list[str]:
+    """The SQL examples of docs/agent-episodes.md, one statement each."""
+    text = DOC.read_text()
+    blocks = re.findall(r"```sql\n(.*?)```", text, re.S)
+    return [q.strip() for block in blocks for q in block.split(";") if q.strip()]
+
+
+class Loaded(Scripted):
+    """A scripted engine that accepts weights (recording each directory it was given)."""
+
+    def __init__(self, tokenizer: Any, reply: Any) -> None:
+        super().__init__(tokenizer, reply, max_model_len=512)
+        self.loads: list[str] = []
+
+    def load(self, model_dir: str) -> None:
+        self.loads.append(model_dir)
+
+
+def _reply(ctx: str) -> str:
+    tools = ctx.count("<|im_start|>tool")
+    return [call("add", a=3, b=4), call("slow") + call("nope"), "The answer is 7."][min(tools, 2)]
+
+
+def _cfg(tmp_path: Any, **kw: Any) -> Any:
+    env = {"name": "tests.raas.agent.helpers:Calculator", "args": {"slow_s": 0.3}, "max_concurrent_episodes": 8}
+    return raas_config(tmp_path, workflow="agent", max_new_tokens=200, environment=env | kw.pop("env", {}), **kw)
+
+
+def test_agent_groups_are_played_together_committed_ingested_and_served(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any
+) -> None:
+    store, _ = lake
+    flow = dataflow(store)
+    flow.run(iterations=1)
+    engine = Loaded(tok, _reply)
+    service = RolloutService(store, "policy", _cfg(tmp_path, id="raas-agent"), engine=engine)
+    stats = service.run(max_groups=3)
+    assert (stats.groups, stats.samples, stats.abandoned) == (3, 3 * N, 0)
+    assert engine.calls[0] == 2 * N  # two groups' first turns in one batch (room for 8 episodes)
+
+    rows = committed(store).to_pylist()
+    assert len(rows) == 3 * N and {r["finish_reason"] for r in rows} == {"stop"}
+    for r in rows:
+        extra = json.loads(r["extra"])
+        assert extra["reward_reason"] in ("correct", "wrong") and extra["turns"] == 3 and extra["end"] == "done"
+        assert extra["tool_calls"] == {"add": 1, "nope": 1, "slow": 1} and extra["tool_errors"] == 1
+        assert 0 in r["loss_mask"] and 1 in r["loss_mask"] and r["policy_version"] == 0
+    beat = json.loads(store.get(layout.raas_stats_key("raas-agent")))
+    assert beat["state"] == "stopped" and beat["live_groups"] == 0 and beat["groups"] == 3
+
+    flow.run(iterations=1)
+    assert flow.counters.samples == 3 * N and not flow.counters.quarantined
+    assert list_batch_steps(store, "policy")  # the agent groups were served to the trainer
+
+    lake_view = connect_lake(store)
+    per_version, by_name, rate, ended = (lake_view.sql(q).to_pylist() for q in documented_queries())
+    (summary,) = per_version
+    assert summary["turns_per_episode"] == 3 and summary["tool_errors_per_episode"] == 1
+    assert summary["tool_s_per_episode"] >= 0.3
+    assert sorted(by_name, key=lambda r: r["tool"]) == [{"tool": t, "calls": 3 * N} for t in ("add", "nope", "slow")]
+    assert rate == [{"policy_version": 0, "tool_calls_per_turn": 1.0}]
+    assert ended == [{"ended": "done", "episodes": 3 * N, "malformed": 0}]
+    flow.close()
+    service.close()
+
+
+def test_claims_are_renewed_while_episodes_run(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _ = lake
+    seen: list[tuple[Any, Any]] = []
+
+    class Watching(Calculator):
+        def reset(self, task: Task) -> Sequence[Any]:
+            self.task_id = task.task_id
+            return super().reset(task)
+
+        def step(self, turn: Turn) -> Feedback:
+            if turn.index == 2:  # the episode's last turn, after two slow tools
+                found = lake_tasks.read_claim(store, "policy", self.task_id)
+                assert found is not None
+                seen.append((found[0].claimed_at, found[0].expires_at))
+            return super().step(turn)
+
+    monkeypatch.setitem(registry.ENVIRONMENTS, "watching", Watching)
+    reply = lambda ctx: [call("slow"), call("slow"), "7"][min(ctx.count("<|im_start|>tool"), 2)]  # noqa: E731
+    flow = dataflow(store)
+    flow.run(iterations=1)
+    config = _cfg(tmp_path, claim_ttl_s=0.6, env={"name": "watching", "args": {"slow_s": 0.4}})
+    service = RolloutService(store, "policy", config, engine=Loaded(tok, reply))
+    assert service.run(max_groups=1).groups == 1
+    assert len(seen) == N
+    # renewed mid-group: every renewal moves the expiry to now + ttl, past the first claim's
+    assert all((expires - claimed).total_seconds() > 0.6 for claimed, expires in seen)
+    flow.close()
+    service.close()
+
+
+def test_new_weights_wait_until_the_groups_in_flight_end(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, v0 = lake
+    published: list[bool] = []
+    v1 = perturbed(v0)
+
+    class Publishing(Calculator):
+        def reset(self, task: Task) -> Sequence[Any]:
+            if not published:  # the trainer publishes as the first group is admitted
+                published.append(True)
+                publish(store, "policy", v1, base=v0, publisher="test")
+            return super().reset(task)
+
+    monkeypatch.setitem(registry.ENVIRONMENTS, "publishing", Publishing)
+    flow = dataflow(store, prompts_per_step=4)
+    flow.run(iterations=1)
+    engine = Loaded(tok, _reply)
+    config = _cfg(tmp_path, env={"name": "publishing", "args": {"slow_s": 0.05}})
+    service = RolloutService(store, "policy", config, engine=engine)
+    assert service.run(max_groups=6).groups == 6
+    assert service.version == 1 and len(engine.loads) == 2
+    rows = committed(store).sort_by("created_at").to_pylist()
+    by_group: dict[str, set[int]] = {}
+    for r in rows:
+        by_group.setdefault(r["group_id"], set()).add(r["policy_version"])
+    assert all(len(v) == 1 for v in by_group.values())  # no group mixes versions
+    versions = [r["policy_version"] for r in rows]
+    assert versions == [0] * 2 * N + [1] * 4 * N  # the two groups in flight at v0, then v1 only
+    flow.close()
+    service.close()

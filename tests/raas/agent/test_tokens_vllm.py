@@ -1,0 +1,51 @@
+"""Token-in, token-out on the vLLM engine: multi-turn episodes continued from token ids, whose stored
+ids the trainer's forward scores as vLLM sampled them. Skipped where vLLM is not installed."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.agent.workflow import agent
+from lakeflow.raas.config import VLLMEngineConfig
+from lakeflow.raas.engines import build_engine
+from lakeflow.raas.episodes import POLICY, Sampling
+from tests.raas.agent.helpers import check_trainer_reproduces, make_task
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+T = 0.8
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_vllm_leftovers() -> Iterator[None]:
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
+def test_multi_turn_episodes_from_vllm_match_the_trainer(tiny_dir: str) -> None:
+    engine = build_engine(VLLMEngineConfig(max_model_len=512, enforce_eager=True), seed=0)
+    try:
+        engine.load(tiny_dir)
+        config = EnvironmentConfig(name="tests.raas.agent.helpers:Chatter", args={"turns": 3})
+        sampling = Sampling(max_tokens=12, temperature=T)
+        trajectories = agent(make_task(4), {POLICY: engine}, lambda *_: None, sampling, environment=config)  # type: ignore[arg-type]
+    finally:
+        engine.close()  # type: ignore[attr-defined]
+    assert len(trajectories) == 4 and all(t.extra["turns"] == 3 for t in trajectories)
+    worst = check_trainer_reproduces(tiny_dir, trajectories, T)
+    print(f"max |trainer - vLLM| over sampled tokens of multi-turn episodes: {worst:.2e}")
+    assert worst <= 1e-3
