@@ -5,8 +5,9 @@ so guessing scores one time in ten and the reward can rise above that only as th
 call the tool and then copy what it returned. The call takes no arguments, so it is always the same
 text (one token of the tiny tokenizer, `lakeflow.models.tiny.LOOKUP_CALL`). After a turn that
 calls the tool the model has one more turn; the last number in it is its answer. `call_credit`
-(default 0) is the reward of an episode that called the tool but answered wrong: a small credit
-helps a model that has never seen the tool find it.
+(default 0) is the reward of an episode that called the tool, then answered a wrong number without
+calling again: a small credit helps a model that has never seen the tool find it, and because it
+asks for an answer after the call, the model keeps trying numbers there until it copies the right one.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class LookupEnv:
         self.system_prompt = system_prompt
         self.value = ""
         self.called = False
+        self.final_called = False
         self.final_text = ""
 
     def reset(self, task: Task) -> list[ChatMessage]:
@@ -43,7 +45,7 @@ class LookupEnv:
                 f"lookup: the task's answer must be the digits the tool returns, got {task.answer[:40]!r}: "
                 "generate the dataset with `python -m lakeflow.raas.agent.envs lookup`"
             )
-        self.value, self.called, self.final_text = task.answer.strip(), False, ""
+        self.value, self.called, self.final_called, self.final_text = task.answer.strip(), False, False, ""
         return first_messages(task.prompt, self.system_prompt)
 
     def tools(self) -> Sequence[Tool]:
@@ -55,18 +57,19 @@ class LookupEnv:
         return self.value
 
     def step(self, turn: Turn) -> Feedback:
-        self.final_text = turn.text
-        called_now = made_calls(turn)
-        done = turn.index >= 1 or not called_now  # one turn to call, one to answer
-        return Feedback(done=done)
+        self.final_text, self.final_called = turn.text, made_calls(turn)
+        return Feedback(done=turn.index >= 1 or not self.final_called)  # one turn to call, one to answer
 
     def final_reward(self) -> Reward:
         numbers = _NUMBER.findall(without_calls(self.final_text))
-        if numbers and numbers[-1] == self.value:
-            return Reward(1.0, "correct", numbers[-1])
-        if self.called:
-            return Reward(self.call_credit, "called-wrong", numbers[-1] if numbers else "")
-        return Reward(0.0, "wrong" if numbers else "no-answer", numbers[-1] if numbers else "")
+        given = numbers[-1] if numbers else ""
+        if given == self.value:
+            return Reward(1.0, "correct", given)
+        if not self.called:
+            return Reward(0.0, "wrong" if given else "no-answer", given)
+        if self.final_called or not given:  # the credit is for calling, then answering
+            return Reward(0.0, "called-no-answer", given)
+        return Reward(self.call_credit, "called-wrong", given)
 
 
 def make_tasks(n: int, seed: int = 0, *, digits: int = 1, prompt: str = PROMPT) -> list[dict[str, str]]:
