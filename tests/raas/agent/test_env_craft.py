@@ -85,7 +85,8 @@ def test_wrong_moves_are_told_and_change_nothing() -> None:
     assert env.craft("gold ingot") == "Could not craft gold ingot: there is no recipe for it."
     assert env.list_inventory() == "Inventory: empty."
     assert env.get(f"  {raw.upper()}s ", count=2) == f"Got 2 {raw}."  # case, spaces and a plural forgiven
-    assert env.list_inventory() == f"Inventory: 2 {raw}."
+    assert env.get(raw, count=1.0) == f"Got 1 {raw}." and env.get(raw, count=1.5).startswith("error: count")
+    assert env.list_inventory() == f"Inventory: 3 {raw}."
 
 
 def test_unknown_tools_and_bad_arguments_are_results_not_crashes() -> None:

@@ -139,8 +139,10 @@ class CraftEnv:
         known = game.raw | set(game.recipes)
         return item[:-1] if item not in known and item.endswith("s") and item[:-1] in known else item
 
-    def get(self, item: str, count: int = 1) -> str:
+    def get(self, item: str, count: int | float = 1) -> str:
         game, name = self._game(), self._known(item)
+        if isinstance(count, float) and count.is_integer():  # JSON writers may send 2.0
+            count = int(count)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_GET:
             return f"error: count must be a whole number from 1 to {MAX_GET}, got {count!r}"
         if name not in game.raw:
