@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from lakeflow.models.tiny import LOOKUP_CALL
 from lakeflow.raas.agent.envs import LookupEnv
 from lakeflow.raas.agent.envs.lookup import make_tasks
 from tests.raas.agent.play import call, play, task_of
 
 CALL = call("lookup")
+
+
+def test_the_call_is_the_tiny_tokenizers_single_token() -> None:
+    assert CALL == LOOKUP_CALL  # what the tiny model samples as one token is the Hermes call of the tool
 
 
 def test_calling_then_copying_the_value_scores_1() -> None:
