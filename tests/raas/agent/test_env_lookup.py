@@ -41,7 +41,8 @@ def test_a_wrong_copy_earns_the_call_credit_only() -> None:
     assert episode.reward is not None and (episode.reward.value, episode.reward.reason) == (0.25, "called-wrong")
     silent = play(LookupEnv(call_credit=0.25), task_of(row), ["no idea"])
     assert silent.reward is not None and (silent.reward.value, silent.reward.reason) == (0.0, "no-answer")
-    for after in ("no idea", CALL, CALL + wrong):  # the credit asks for an answer after the call, not another call
+    # the credit asks for an answer of the value's shape after the call, not another call
+    for after in ("no idea", CALL, CALL + wrong, wrong + "0"):
         idle = play(LookupEnv(call_credit=0.25), task_of(row), [CALL, after])
         assert idle.reward is not None and (idle.reward.value, idle.reward.reason) == (0.0, "called-no-answer")
 

@@ -5,9 +5,10 @@ so guessing scores one time in ten and the reward can rise above that only as th
 call the tool and then copy what it returned. The call takes no arguments, so it is always the same
 text (one token of the tiny tokenizer, `lakeflow.models.tiny.LOOKUP_CALL`). After a turn that
 calls the tool the model has one more turn; the last number in it is its answer. `call_credit`
-(default 0) is the reward of an episode that called the tool, then answered a wrong number without
-calling again: a small credit helps a model that has never seen the tool find it, and because it
-asks for an answer after the call, the model keeps trying numbers there until it copies the right one.
+(default 0) is the reward of an episode that called the tool, then answered a wrong number of the
+value's length without calling again: a small credit helps a model that has never seen the tool find
+it, and because it asks for an answer of the right shape after the call, the model keeps trying
+such numbers there until it copies the right one.
 """
 
 from __future__ import annotations
@@ -67,8 +68,8 @@ class LookupEnv:
             return Reward(1.0, "correct", given)
         if not self.called:
             return Reward(0.0, "wrong" if given else "no-answer", given)
-        if self.final_called or not given:  # the credit is for calling, then answering
-            return Reward(0.0, "called-no-answer", given)
+        if self.final_called or len(given) != len(self.value):  # the credit is for calling, then answering
+            return Reward(0.0, "called-no-answer", given)  # ... a number of the value's length
         return Reward(self.call_credit, "called-wrong", given)
 
 
