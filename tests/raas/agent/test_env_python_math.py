@@ -29,7 +29,7 @@ def test_the_tool_schema_is_a_function_with_a_code_string() -> None:
 def test_a_program_computes_the_answer_and_the_checker_scores_it(rows: list[dict[str, str]]) -> None:
     row = rows[0]
     expression = json.loads(row["answer"])["entry"]["metadata"]["expression"]
-    env = PythonMathEnv(sandbox="rlimit")
+    env = PythonMathEnv(wall_s=60.0, sandbox="rlimit")  # no start-up time on a busy machine reaches it
 
     def policy(episode) -> str:  # type: ignore[no-untyped-def]
         if not episode.turns:
