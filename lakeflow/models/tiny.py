@@ -4,6 +4,12 @@
 vLLM's CPU backend accepts (head_dim 64), with a tokenizer trained on arithmetic text and a
 chat template, so the whole RL loop runs on 2 CPU cores. Any other reference (a local
 directory, or a Hugging Face hub id for users who can reach the hub) is passed through.
+
+The template takes `tools=` the way Qwen's does (a system block of the tools' JSON schemas, calls as
+`<tool_call>{"name": ..., "arguments": ...}</tool_call>`); without tools it renders as before. Like
+Qwen's, the tokenizer has `<tool_call>` and `</tool_call>` as single (non-special) tokens, and the
+call of the tiny-agent demo's argument-free `lookup` tool is one token too (`LOOKUP_CALL`), so a
+model built from scratch can find it by sampling.
 """
 
 from __future__ import annotations
@@ -20,12 +26,24 @@ from lakeflow.errors import MissingExtraError
 
 TINY_PREFIX = "tiny:"
 TINY_VOCAB = 512  # rows of the tiny recipe's embedding (its tokenizer has at most this many tokens)
-TINY_VERSION = 2  # of the recipe (corpus, shapes): part of the cache path, so a changed recipe is rebuilt
+TINY_VERSION = 3  # of the recipe (corpus, shapes, tokens): part of the cache path, so a changed recipe is rebuilt
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n{% endif %}"
+    "<tools>\n{% for tool in tools %}{{ (tool['function'] if tool['function'] is defined else tool) | tojson }}\n"
+    "{% endfor %}</tools><|im_end|>\n{% endif %}"
+    "{% for message in messages %}{% if not (tools and loop.first and message['role'] == 'system') %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}"
+    "{% for call in message['tool_calls'] or [] %}"
+    "{% set f = call['function'] if call['function'] is defined else call %}"
+    '<tool_call>{"name": "{{ f[\'name\'] }}", "arguments": '
+    "{% if f['arguments'] is string %}{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}"
+    "}</tool_call>{% endfor %}<|im_end|>\n{% endif %}"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+LOOKUP_CALL = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+ADDED = ["<tool_call>", "</tool_call>", LOOKUP_CALL]  # whole tokens, not special: decoded text keeps them
 
 
 def _corpus(n: int, seed: int) -> list[str]:
@@ -48,7 +66,7 @@ def build_tiny_model(
     """Write a tiny randomly initialised Qwen2 + tokenizer to `dest` (a Hugging Face directory)."""
     try:
         import torch
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
         tf: Any = importlib.import_module("transformers")  # untyped for mypy: its stubs lag its API
     except ImportError as e:
@@ -58,9 +76,10 @@ def build_tiny_model(
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size - len(ADDED), special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(_corpus(2000, seed), trainer=trainer)
+    tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in ADDED])  # the last ids, within vocab_size
     fast = tf.PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )

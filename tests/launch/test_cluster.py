@@ -48,15 +48,17 @@ def _docs(rendered: Any) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in yaml.safe_load_all(text)}
 
 
-def test_there_are_two_qwen3_8b_examples() -> None:
-    assert [p.name for p in EXAMPLES] == ["code-testgen-qwen3-8b.yaml", "solve-verify-qwen3-8b.yaml"]
+def test_there_are_three_qwen3_8b_examples() -> None:
+    names = [p.name for p in EXAMPLES]
+    assert names == ["agent-search-qwen3-8b.yaml", "code-testgen-qwen3-8b.yaml", "solve-verify-qwen3-8b.yaml"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_qwen3_8b_on_kubernetes_a_jobset_of_gpu_nodes(path: Path, tmp_path: Path) -> None:
     config = load_run_config(path)
+    m = config.models[0].id  # the first model: solver, or the agent recipe's policy
     docs = _docs(_render(path, "k8s", tmp_path))
-    trainer = docs[f"{config.name}-train-solver"]
+    trainer = docs[f"{config.name}-train-{m}"]
     assert trainer["kind"] == "JobSet"
     [child] = trainer["spec"]["replicatedJobs"]
     job = child["template"]["spec"]
@@ -66,7 +68,7 @@ def test_qwen3_8b_on_kubernetes_a_jobset_of_gpu_nodes(path: Path, tmp_path: Path
     assert c["image"] == "lakeflow:cuda"  # one image for every role, the CUDA variant
     assert c["resources"]["limits"] == {"memory": "1500Gi", "nvidia.com/gpu": 8}
     assert c["resources"]["requests"]["cpu"] == "96"
-    master = f"--master_addr={config.name}-train-solver-node-0-0.{config.name}-train-solver"
+    master = f"--master_addr={config.name}-train-{m}-node-0-0.{config.name}-train-{m}"
     assert [a for a in c["command"] if a.startswith("--n") or a.startswith("--master")] == [
         "--nnodes=2",
         "--node_rank=$(NODE_RANK)",
@@ -83,7 +85,7 @@ def test_qwen3_8b_on_kubernetes_a_jobset_of_gpu_nodes(path: Path, tmp_path: Path
     shm = next(v for v in pod["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "64Gi"}
     assert job["activeDeadlineSeconds"] == 3 * 86400
-    raas = docs[f"{config.name}-raas-solver"]
+    raas = docs[f"{config.name}-raas-{m}"]
     assert raas["spec"]["replicas"] == 8
     [rc] = raas["spec"]["template"]["spec"]["containers"]
     assert rc["resources"]["limits"]["nvidia.com/gpu"] == 1
@@ -95,13 +97,14 @@ def test_qwen3_8b_on_kubernetes_a_jobset_of_gpu_nodes(path: Path, tmp_path: Path
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_qwen3_8b_on_skypilot_gpu_builds_num_nodes_and_one_pool_cluster(path: Path, tmp_path: Path) -> None:
     rendered = _render(path, "skypilot", tmp_path)
+    m = load_run_config(path).models[0].id
     tasks = {n: yaml.safe_load(t) for n, t in rendered.files.items() if n.startswith("sky/")}
-    trainer = tasks["sky/train-solver.yaml"]
+    trainer = tasks[f"sky/train-{m}.yaml"]
     assert trainer["num_nodes"] == 2 and trainer["resources"]["accelerators"] == "H100:8"
     assert trainer["resources"]["memory"] == "1500+" and trainer["resources"]["cpus"] == "96+"
     assert "--nnodes=$SKYPILOT_NUM_NODES --node_rank=$SKYPILOT_NODE_RANK" in trainer["run"]
     assert trainer["secrets"] == {"HF_TOKEN": None}
-    pool = tasks["sky/raas-solver.yaml"]
+    pool = tasks[f"sky/raas-{m}.yaml"]
     assert pool["num_nodes"] == 8 and pool["resources"]["accelerators"] == "H100:1"  # one cluster, 8 services
     for name, task in tasks.items():
         gpu = "accelerators" in task["resources"]
@@ -113,7 +116,8 @@ def test_qwen3_8b_on_skypilot_gpu_builds_num_nodes_and_one_pool_cluster(path: Pa
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_qwen3_8b_on_slurm_srun_torchrun_over_two_nodes(path: Path, tmp_path: Path) -> None:
     rendered = _render(path, "slurm", tmp_path)
-    script = rendered.files["slurm/train-solver.sbatch"]
+    m = load_run_config(path).models[0].id
+    script = rendered.files[f"slurm/train-{m}.sbatch"]
     for line in (
         "--nodes=2",
         "--ntasks=2",
@@ -224,7 +228,7 @@ def test_check_before_render_prints_every_problem_and_exits_1(tmp_path: Path) ->
 
 
 def test_a_gpu_trainer_without_gpus_and_a_local_lake_are_refused(tmp_path: Path) -> None:
-    config = load_run_config(EXAMPLES[0])
+    config = load_run_config(REPO / "jobs/examples/solve-verify-qwen3-8b.yaml")
     trainer = config.launch.trainer.model_copy(update={"gpus_per_node": 0, "gpu_type": None})
     config = config.model_copy(update={"launch": config.launch.model_copy(update={"trainer": trainer})})
     with pytest.raises(LaunchCheckError) as e:

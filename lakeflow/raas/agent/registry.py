@@ -11,9 +11,10 @@ from __future__ import annotations
 from lakeflow.plugins import resolve
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.env import EnvironmentFactory
+from lakeflow.raas.agent.envs import SHIPPED_ENVIRONMENTS
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser
 
-ENVIRONMENTS: dict[str, EnvironmentFactory] = {}  # shipped environments register here
+ENVIRONMENTS: dict[str, EnvironmentFactory] = dict(SHIPPED_ENVIRONMENTS)  # python_math, search, craft, lookup
 
 __all__ = ["ENVIRONMENTS", "TOOL_PARSERS", "build_environment", "build_tool_parser"]
 

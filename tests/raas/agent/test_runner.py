@@ -114,11 +114,13 @@ def test_max_turns_ends_the_episode_as_truncated(tok: Any) -> None:
 
 
 def test_running_out_of_episode_tokens_or_context_ends_with_the_reason(tok: Any) -> None:
-    (t,) = _play(Scripted(tok, lambda ctx: call("add", a=1, b=1)), max_episode_tokens=120, max_turns=50)
+    (first,) = _play(Scripted(tok, lambda ctx: "It is 2."))
+    base = len(first.prompt_ids)  # the first messages with the tools' schemas
+    (t,) = _play(Scripted(tok, lambda ctx: call("add", a=1, b=1)), max_episode_tokens=base + 100, max_turns=50)
     assert t.extra["end"] == "max_episode_tokens" and t.finish_reason == "length"
-    assert len(t.prompt_ids) + len(t.response_ids) <= 120
-    (t,) = _play(Scripted(tok, lambda ctx: call("add", a=1, b=1), max_model_len=150), max_turns=50)
-    assert t.extra["end"] == "context" and len(t.prompt_ids) + len(t.response_ids) <= 150
+    assert base + 20 < len(t.prompt_ids) + len(t.response_ids) <= base + 100
+    (t,) = _play(Scripted(tok, lambda ctx: call("add", a=1, b=1), max_model_len=base + 130), max_turns=50)
+    assert t.extra["end"] == "context" and len(t.prompt_ids) + len(t.response_ids) <= base + 130
     # a prompt that leaves no room at all: one empty sample with the reason, never an exception
     (t,) = _play(Scripted(tok, lambda ctx: "never"), max_episode_tokens=16)
     assert t.response_ids == [] and t.extra["end"] == "max_episode_tokens" and t.extra["turns"] == 0

@@ -40,7 +40,7 @@ class Loaded(Scripted):
     """A scripted engine that accepts weights (recording each directory it was given)."""
 
     def __init__(self, tokenizer: Any, reply: Any) -> None:
-        super().__init__(tokenizer, reply, max_model_len=512)
+        super().__init__(tokenizer, reply, max_model_len=2048)  # the tools' schemas are in the prompt
         self.loads: list[str] = []
 
     def load(self, model_dir: str) -> None:
