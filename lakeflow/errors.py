@@ -96,3 +96,7 @@ class PluginError(ConfigError):
     """A config names an extension (workflow, environment, reward, dataset loader, loss, engine, actuator)
     that is not shipped, not importable as `package.module:attr`, not registered by an installed package,
     or not of the right shape; the message names the key, the name and what is known."""
+
+
+class WriterDiedError(LakeflowError):
+    """The trainer's writer process exited without being asked to (killed, out of memory)."""
