@@ -32,6 +32,7 @@ from lakeflow.weights import read_manifest, rebuild_state, state_sha256
 MODEL_ID = "policy"
 PEAK_FLOPS = 989e12  # dense bf16 tensor-core peak of an H100 / H200 SXM (no sparsity)
 PEAK_NAME = "989 TFLOP/s dense bf16 (H100/H200 SXM)"
+Writer = Literal["process", "thread"]  # as TrainerConfig.writer
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,13 @@ class TrainRun:
     minibatches: int = 2
     publish_workers: int | None = None  # threads of the delta codec in the trainer's writer (None: every CPU)
     publish_processes: bool = False  # the codec's workers as forked processes (they leave the GIL to training)
-    writer: Literal["process", "thread"] = "process"  # where the writes run with overlap_io
+    writer: Writer = "process"  # where the writes run with overlap_io
     checkpoint_every: int | None = 1  # optimizer checkpoint every K versions (1: every step; None: the default)
 
 
 # (label, overlap_io, writer, checkpoint_every or None for the trainer's default schedule): the rows of
 # `lakeflow bench trainer` and of the GPU check, the writer process first (the budget may cut the last)
-CONFIGURATIONS: tuple[tuple[str, bool, Literal["process", "thread"], int | None], ...] = (
+CONFIGURATIONS: tuple[tuple[str, bool, Writer, int | None], ...] = (
     ("process", True, "process", None),
     ("process", True, "process", 1),
     ("thread", True, "thread", 1),
