@@ -38,6 +38,7 @@ SHAPES = {
     "tiny": ModelShape("tiny", 8192, 128, 512, 2, 2, 1),  # the CPU dry run: 1.5M parameters
     # SmolLM2-135M's sizes as a Qwen2 (`lakeflow bench trainer` on CPU: writes large against compute)
     "smollm2-135m": ModelShape("smollm2-135m", 49_152, 576, 1536, 30, 9, 3),
+    "qwen2-25m": ModelShape("qwen2-25m", 32_768, 384, 1024, 8, 6, 2),  # the same on a busy or small CPU
 }
 
 

@@ -3,9 +3,9 @@ thread of the training process, in a spawned writer process; with an optimizer c
 and on the default schedule. Each configuration trains the same synthetic batches from the same
 weights with the real `Trainer` on a local lake; the published chains must agree bit for bit.
 
-The model is a Qwen2 with SmolLM2-135M's sizes, initialised locally, trained in float32 on a small
-batch, so that each version's writes (a 540 MB state to encode, 1 GB of AdamW moments) are large
-against the step's compute, as they are for a 1.5B model on a GPU.
+The model is a Qwen2 with SmolLM2-135M's sizes (or a 25M one), initialised locally, trained in
+float32 on a small batch, so that each version's writes (for 135M a 540 MB state to encode and 1 GB
+of AdamW moments) are large against the step's compute, as they are for a 1.5B model on a GPU.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import click
 @click.option(
     "--model",
     "shape",
-    type=click.Choice(["smollm2-135m", "tiny"]),
+    type=click.Choice(["smollm2-135m", "qwen2-25m", "tiny"]),
     default="smollm2-135m",
     show_default=True,
     help="Model sizes (a locally initialised Qwen2).",

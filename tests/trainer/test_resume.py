@@ -4,6 +4,7 @@ and, by retraining the batches since the newest checkpoint, the optimizer moment
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from lakeflow.trainer import Trainer, load_config
 from lakeflow.weights import read_manifest
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
-STEPS = 5
-EVERY = 3  # checkpoints of versions 0 and 3
+STEPS = 4
+EVERY = 2  # checkpoints of versions 0 and 2 (4 is the end of the run's)
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str) -> Trainer:
@@ -48,31 +49,29 @@ def test_a_resume_between_checkpoints_publishes_what_an_uninterrupted_run_does(
     t = trainer(whole, tmp_path, tiny_cache, "uninterrupted")
     t.run(until_version=STEPS)
     t.close()
-    assert checkpoints(whole) == {0, 3}
+    assert checkpoints(whole) == {0, 2, 4}
 
     broken = lake(tmp_path, "broken", tiny_dir)
     first = trainer(broken, tmp_path, tiny_cache, "first")
-    first.run(until_version=4)  # then dropped without close(), as a crash would leave it
-    assert checkpoints(broken) == {0, 3}
+    first.run(until_version=3)  # then dropped without close(), as a crash would leave it
+    assert checkpoints(broken) == {0, 2}
+    shutil.copytree(tmp_path / "broken", tmp_path / "gone")
     caplog.set_level("INFO", logger="lakeflow.trainer")
     second = trainer(broken, tmp_path, tiny_cache, "second")
-    assert second.start() == 4
-    assert (
-        "retrained batches 3..3 from checkpoint 3" in caplog.text and "identical to published version 4" in caplog.text
-    )
+    assert second.start() == 3
+    assert "retrained batches 2..2 from checkpoint 2" in caplog.text
+    assert "identical to published version 3" in caplog.text
     second.run(until_version=STEPS)
     second.close()
-    assert chain(broken) == chain(whole)  # version 5 was trained with the moments the uninterrupted run had
+    assert chain(broken) == chain(whole)  # version 4 was trained with the moments the uninterrupted run had
 
-    # without batch 3 the moments cannot be rebuilt: version 3's are used, and version 5 differs
-    gone = lake(tmp_path, "gone", tiny_dir)
-    third = trainer(gone, tmp_path, tiny_cache, "third")
-    third.run(until_version=4)
-    gone.delete(layout.batch_key(MODEL, 3))
+    # without batch 2 the moments cannot be rebuilt: version 2's are used, and version 4 differs
+    gone = open_store(str(tmp_path / "gone"))
+    gone.delete(layout.batch_key(MODEL, 2))
     caplog.clear()
-    fourth = trainer(gone, tmp_path, tiny_cache, "fourth")
-    assert fourth.start() == 4
-    assert "cannot retrain from checkpoint 3" in caplog.text and "1 versions older than the weights" in caplog.text
-    fourth.run(until_version=STEPS)
-    fourth.close()
-    assert chain(gone)[:4] == chain(whole)[:4] and chain(gone)[4] != chain(whole)[4]
+    third = trainer(gone, tmp_path, tiny_cache, "third")
+    assert third.start() == 3
+    assert "cannot retrain from checkpoint 2" in caplog.text and "1 versions older than the weights" in caplog.text
+    third.run(until_version=STEPS)
+    third.close()
+    assert chain(gone)[:3] == chain(whole)[:3] and chain(gone)[3] != chain(whole)[3]
