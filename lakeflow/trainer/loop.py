@@ -108,8 +108,10 @@ class Trainer:
         reference = self._load_reference() if c.kl.coef > 0 else None
         objective = build_loss(c.loss, c.kl)
         self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world)
-        if self.version == 0 and self.lead:  # fresh moments are version 0's: a checkpoint like any other
-            resume.write_checkpoint(self.store, self.model_id, 0, self._optimizer_state(), c)
+        if self.version == 0:  # fresh moments are version 0's: a checkpoint like any other
+            fresh = self._optimizer_state()  # under torchrun a collective: every rank takes part
+            if self.lead:
+                resume.write_checkpoint(self.store, self.model_id, 0, fresh, c)
         checkpointed = resume.restore(self, self.version)
         if self.lead:
             self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec())
