@@ -62,6 +62,7 @@ class Outbox:
         self._replies: Any = None
         self._worker: Any = None  # the writer's thread or process
         self._event: Any = None  # CUDA: the last copy's completion
+        self._pending: queue.Queue[Any] | None = None  # CUDA: messages waiting for their copy
         self._stream: Any = torch.cuda.Stream() if self.cuda else None  # type: ignore[no-untyped-call]
 
     # --- start and stop -----------------------------------------------------------------------
@@ -175,10 +176,27 @@ class Outbox:
             written = time.monotonic()
             self._absorb(self._writer.handle(message))
             self._carry_s = time.monotonic() - written
+        elif self._event is not None:  # CUDA: handed over once the copy has landed, the host goes on now
+            self._handoff().put((self._event, message))
         else:
-            self._synchronize()  # CPU: already done; CUDA: the copy must land before the writer reads it
             self._requests.put(message)
         return stats
+
+    def _handoff(self) -> queue.Queue[Any]:
+        """CUDA: a thread that passes each message on once its copy's event completed, in order."""
+        if self._pending is None:
+            pending: queue.Queue[Any] = queue.Queue()
+
+            def forward() -> None:
+                while True:
+                    event, message = pending.get()
+                    event.synchronize()
+                    self._requests.put(message)
+                    pending.task_done()
+
+            threading.Thread(target=forward, name="lakeflow-handoff", daemon=True).start()
+            self._pending = pending
+        return self._pending
 
     def shared_bytes(self) -> int:
         """Bytes of shared host memory held: the weight slots and the optimizer slot."""
@@ -264,6 +282,8 @@ class Outbox:
     def _synchronize(self) -> None:
         if self._event is not None:
             self._event.synchronize()
+        if self._pending is not None:
+            self._pending.join()  # every message is with the writer
 
     # --- replies ---------------------------------------------------------------------------------
 
