@@ -113,9 +113,10 @@ class Trainer:
             if self.lead:
                 resume.write_checkpoint(self.store, self.model_id, 0, fresh, c)
         checkpointed = resume.restore(self, self.version)
+        tensors = distributed.full_tensors(self.model)  # under torchrun a collective: every rank takes part
         if self.lead:
             self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec())
-            self.outbox.start(distributed.full_tensors(self.model), self.version, checkpointed)
+            self.outbox.start(tensors, self.version, checkpointed)
         return self.version
 
     def close(self) -> None:
@@ -135,8 +136,6 @@ class Trainer:
         Returns once every version trained is published (an error of the writer is raised)."""
         if self.version < 0:
             self.start()
-        elif self.outbox is not None and not self.outbox.running:  # an earlier run() stopped the writer
-            self.outbox.start(distributed.full_tensors(self.model), self.version)
         self._until = until_version
         memory = StepMemory(self.device)
         intact = True  # the model holds version `self.version` (not a step abandoned half-way)
