@@ -119,3 +119,7 @@ class LaunchCheckError(ConfigError):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class WriterDiedError(LakeflowError):
+    """The trainer's writer process exited without being asked to (killed, out of memory)."""

@@ -1,8 +1,9 @@
 """`scripts/gpu-check` (`lakeflow bench gpu`): the GPU path measured in one command, within a time budget.
 
 Sections, in this order: the weight codec on the host's cores (first, so its process pool forks
-before CUDA starts), the transformers engine, then the trainer on CUDA at two Qwen2 sizes with lake
-I/O overlapped and in line (last: its runs take what is left of the budget, each within a cap). A
+before CUDA starts), the transformers engine, then the trainer on CUDA at two Qwen2 sizes with its
+writes in a writer process, a thread and in line (last: its runs take what is left of the budget, each
+within a cap). A
 section that cannot run here (no GPU, a package missing, no time left) is recorded as
 "skipped: <reason>"; one that fails is recorded with its error and the others still run.
 `report.json` and `report.txt` go to the output folder after every section.

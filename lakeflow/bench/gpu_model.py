@@ -36,6 +36,9 @@ SHAPES = {
     "qwen2-0.5b": ModelShape("qwen2-0.5b", 151_936, 896, 4864, 24, 14, 2),
     "qwen2-1.5b": ModelShape("qwen2-1.5b", 151_936, 1536, 8960, 28, 12, 2),
     "tiny": ModelShape("tiny", 8192, 128, 512, 2, 2, 1),  # the CPU dry run: 1.5M parameters
+    # SmolLM2-135M's sizes as a Qwen2 (`lakeflow bench trainer` on CPU: writes large against compute)
+    "smollm2-135m": ModelShape("smollm2-135m", 49_152, 576, 1536, 30, 9, 3),
+    "qwen2-25m": ModelShape("qwen2-25m", 32_768, 384, 1024, 8, 6, 2),  # the same on a busy or small CPU
 }
 
 

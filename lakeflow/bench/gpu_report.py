@@ -113,11 +113,13 @@ def _trainer(s: dict[str, Any]) -> list[str]:
         f"MFU = 6 x params x tokens / compute time / {s['peak']}; tokens = prompt + response (no padding); "
         "medians over the steps after step 0",
         "I/O blocking = lake I/O on the trainer's critical path (heartbeat io_block_s) over the step cycles; "
-        "writes s = the background job per step (optimizer checkpoint, heartbeat, weight delta); writes: behind the "
-        "next step (overlap_io) with the delta codec on threads or on forked processes (publish_processes), or in line",
+        "cycle s = time between heartbeats; compute s = the step function alone; writes s = the writer's job per "
+        "version (heartbeat, weight delta, optimizer checkpoint when due); writes: in a spawned writer process, in "
+        "a thread of the trainer, or in line; ckpt: an optimizer checkpoint every K versions",
     ]
-    header = ["model", "params", "writes", "steps", "tokens/step", "step s", "compute s", "tokens/s", "MFU"]
-    header += ["I/O blocking", "io_block s", "snapshot_block s", "publish_block s", "writes s", "start s"]
+    header = ["model", "params", "writes", "ckpt", "steps", "tokens/step", "cycle s", "compute s", "cycle/compute"]
+    header += ["tokens/s", "MFU", "I/O blocking", "io_block s", "copy s", "publish_block s", "writes s"]
+    header += ["GPU MB", "RSS MB", "bit-exact", "start s"]
     rows = []
     for model in s["models"]:
         if model["status"] != "ok":
@@ -125,24 +127,29 @@ def _trainer(s: dict[str, Any]) -> list[str]:
             continue
         for r in model["runs"]:
             if r["status"] != "ok":
-                rows.append([model["model"], "", _writes(r), _short(r), *[""] * (len(header) - 4)])
+                rows.append([model["model"], "", _writes(r), "", _short(r), *[""] * (len(header) - 5)])
                 continue
             rows.append(
                 [
                     model["model"],
                     f"{r['params'] / 1e6:,.1f}M",
                     _writes(r),
+                    str(r["checkpoint_every"]),
                     str(r["steps"]),
                     f"{r['tokens_per_step']:,.0f}",
-                    f"{r['median_step_s']:.2f}",
-                    f"{r['median_compute_s']:.2f}",
+                    f"{r['cycle_s']:.2f}",
+                    f"{r['compute_s']:.2f}",
+                    f"{r['cycle_over_compute']:.2f}x",
                     f"{r['tokens_per_s']:,.0f}",
                     f"{r['mfu']:.1%}",
                     f"{r['io_share']:.1%}",
-                    f"{r['median_io_block_s']:.2f}",
-                    f"{r['median_snapshot_block_s']:.2f}",
+                    f"{r['io_block_s']:.2f}",
+                    f"{r['median_snapshot_s']:.2f}",
                     f"{r['median_publish_block_s']:.2f}",
                     f"{r['median_publish_s']:.2f}",
+                    f"{r['gpu_peak_mb']:,.0f}",
+                    f"{r['rss_peak_mb']:,.0f}",
+                    "yes" if r["bit_exact"] else "NO",
                     f"{r['start_s']:.1f}",
                 ]
             )
@@ -152,6 +159,4 @@ def _trainer(s: dict[str, Any]) -> list[str]:
 
 
 def _writes(run: dict[str, Any]) -> str:
-    if not run["overlap_io"]:
-        return "in line"
-    return "behind, processes" if run.get("publish_processes") else "behind, threads"
+    return str(run.get("writer") or ("thread" if run["overlap_io"] else "in line"))

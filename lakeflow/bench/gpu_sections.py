@@ -81,7 +81,9 @@ def engine_section(
 def trainer_section(
     plan: Plan, device: str, work: Path, models: dict[str, str], clock: Clock, log: Log, save: Save
 ) -> dict[str, Any]:
-    """Each model with lake I/O overlapped, then in line; `save` gets the section so far after each model."""
+    """Each model with its writes in a writer process, a thread and in line, with an optimizer checkpoint every
+    step and on the default schedule (`gpu_trainer.CONFIGURATIONS`); `save` gets the section so far after each
+    model."""
     require_torch(device)
     from lakeflow.bench.gpu_trainer import PEAK_FLOPS, PEAK_NAME
 
@@ -105,7 +107,7 @@ def trainer_section(
         save({"status": "running", **out})
     runs = [r for m in out["models"] for r in m.get("runs", [])]
     out["passed"] = all(m["status"] != "failed" for m in out["models"]) and all(
-        r["status"] != "failed" and r.get("loss_finite", True) for r in runs
+        r["status"] != "failed" and r.get("loss_finite", True) and r.get("bit_exact", True) for r in runs
     )
     return out
 
@@ -113,31 +115,30 @@ def trainer_section(
 def _train_model(
     plan: Plan, name: str, cap: float, device: str, work: Path, models: dict[str, str], clock: Clock, log: Log
 ) -> dict[str, Any]:
-    from lakeflow.bench.gpu_trainer import TrainRun, train
+    from lakeflow.bench.gpu_trainer import CONFIGURATIONS, TrainRun, Writer, train
 
     clock.need(cap / 2, f"training {name}")
     model_dir, build_s = model_directory(name, device, work, models)
     runs = []
-    # (overlap_io, publish_processes): the writes behind the step with the codec on threads, then on
-    # forked processes (which leave the GIL to the training loop), then in line
-    for overlap, processes in ((True, False), (True, True), (False, False)):
+    for label, overlap, writer, every in CONFIGURATIONS:  # the rows of `lakeflow bench trainer`
 
-        def one(overlap: bool = overlap, processes: bool = processes) -> dict[str, Any]:
+        def one(overlap: bool = overlap, writer: Writer = writer, every: int | None = every) -> dict[str, Any]:
             clock.need(cap / 3, f"a {name} trainer run")
             run = TrainRun(
                 model_dir, device, overlap, plan.steps, plan.batch, plan.max_tokens_per_microbatch, plan.dtype
             )
-            run = dataclasses.replace(run, publish_processes=processes)
+            run = dataclasses.replace(run, writer=writer, checkpoint_every=every)
             return train(run, work / f"train-{name}", min(cap, clock.left()))
 
-        row = {"overlap_io": overlap, "publish_processes": processes, **attempt(one)}
+        row = {"overlap_io": overlap, "writer": label, **attempt(one)}
         runs.append(row)
-        what = f"overlap_io={overlap}" + (" codec processes" if processes else "")
+        what = f"writes {label}, checkpoint every {row.get('checkpoint_every', every or 'default')}"
         if row["status"] == "ok":
             log(
                 f"  trainer {name} {what}: {row['params'] / 1e6:,.1f}M params, {row['steps']} steps, "
-                f"step {row['median_step_s']:.2f} s (compute {row['median_compute_s']:.2f} s), "
-                f"{row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%}, lake I/O blocking {row['io_share']:.1%}"
+                f"cycle {row['cycle_s']:.2f} s (compute {row['compute_s']:.2f} s, {row['cycle_over_compute']:.2f}x), "
+                f"{row['tokens_per_s']:,.0f} tokens/s, MFU {row['mfu']:.1%}, lake I/O blocking {row['io_share']:.1%}, "
+                f"bit-exact {row['bit_exact']}"
             )
         else:
             log(f"  trainer {name} {what}: {row['status']}: {row.get('reason') or row.get('error')}")

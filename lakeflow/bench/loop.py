@@ -91,9 +91,9 @@ def sync_loop(trainer: TrainerConfig, prompts: list[dict[str, Any]], sizes: Sync
     from lakeflow.raas.config import HFEngineConfig
     from lakeflow.raas.engines import HFEngine
     from lakeflow.raas.rewards import build_reward
-    from lakeflow.trainer.data import build_batch, microbatches, minibatches
-    from lakeflow.trainer.losses import LossInputs, build_loss
-    from lakeflow.trainer.model import token_logprobs
+    from lakeflow.trainer.data import build_batch
+    from lakeflow.trainer.losses import build_loss
+    from lakeflow.trainer.step import StepParts, train_step
 
     if trainer.kl.coef > 0:
         raise ValueError("the synchronous loop has no reference model: use a config with kl.coef = 0")
@@ -104,6 +104,7 @@ def sync_loop(trainer: TrainerConfig, prompts: list[dict[str, Any]], sizes: Sync
     objective = build_loss(trainer.loss, trainer.kl)
     params = [p for p in policy.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=trainer.lr, betas=trainer.betas, weight_decay=trainer.weight_decay)
+    parts = StepParts(policy, optimizer, objective, trainer)
     pad = getattr(policy.config, "pad_token_id", None) or 0
     times, gen_times, rewards = [], [], []
     for step in range(steps):
@@ -140,17 +141,7 @@ def sync_loop(trainer: TrainerConfig, prompts: list[dict[str, Any]], sizes: Sync
             getattr(policy.config, "vocab_size", None),
         )
         policy.train()
-        for rows in minibatches(batch.rows, trainer.minibatches):
-            tokens = max(batch.select(rows).tokens, 1)
-            optimizer.zero_grad(set_to_none=True)
-            for micro_rows in microbatches(batch, rows, trainer.max_tokens_per_microbatch):
-                micro = batch.select(micro_rows)
-                logp = token_logprobs(policy, micro.input_ids, micro.attention_mask, trainer.temperature)
-                out = objective(LossInputs(logp, micro.old_logp, micro.advantages, micro.mask))
-                (out.per_token.sum() / tokens).backward()  # type: ignore[no-untyped-call]
-            max_norm = trainer.grad_clip if trainer.grad_clip is not None else float("inf")
-            torch.nn.utils.clip_grad_norm_(params, max_norm)
-            optimizer.step()
+        train_step(parts, batch)  # the trainer's own step function
         times.append(time.perf_counter() - started)
         gen_times.append(generated - started)
         rewards.append(float(batch.rewards.mean()))

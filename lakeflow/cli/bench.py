@@ -16,6 +16,7 @@ from lakeflow.bench.lake import add_ratios, bench_store, make_samples
 from lakeflow.cli.bench_agent import bench_agent
 from lakeflow.cli.bench_gpu import bench_gpu
 from lakeflow.cli.bench_loop import bench_loop
+from lakeflow.cli.bench_trainer import bench_trainer
 from lakeflow.cli.weights import bench_weights
 from lakeflow.errors import SkippedError
 from lakeflow.io import S3Options, Store, open_store
@@ -33,6 +34,7 @@ bench.add_command(bench_weights)
 bench.add_command(bench_loop)
 bench.add_command(bench_gpu)
 bench.add_command(bench_agent)
+bench.add_command(bench_trainer)
 
 
 @bench.command("regions")

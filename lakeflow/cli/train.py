@@ -86,7 +86,7 @@ def train(
             except LeaseHeldError as e:
                 lease = None  # not ours: nothing to give back
                 raise click.ClickException(str(e)) from e
-            trainer.publisher.lease = lease
+            trainer.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
     except WeightsConflictError as e:

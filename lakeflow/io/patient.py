@@ -48,7 +48,20 @@ class PatientStore:
         self._since: float | None = None  # when the current outage began (None: the store answers)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # pickle and copy look for dunder hooks: not the backend's
+            raise AttributeError(name)
         return getattr(self.inner, name)  # backend attributes (bucket, root, client …)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (the trainer's writer process gets the store): the lock and the outage clock stay here."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_since"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def _call(self, what: Callable[[], T]) -> T:
         delay = 1.0

@@ -72,6 +72,7 @@ class S3Store:
         if parsed.scheme != "s3" or not parsed.netloc:
             raise ValueError(f"not an S3 URL: {url!r} (expected s3://bucket/prefix)")
         opts = options or S3Options()
+        self.options = opts
         self.bucket = parsed.netloc
         self.prefix = parsed.path.strip("/")
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
@@ -85,6 +86,10 @@ class S3Store:
         if not _is_aws(self.client.meta.endpoint_url):
             # MinIO, moto and most S3-compatible servers only route path-style requests.
             self.client = self._client(opts, "path")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its URL and options (another process, e.g. the trainer's writer, opens its own client)."""
+        return (S3Store, (self.url, self.options))
 
     def _client(self, opts: S3Options, addressing: str) -> Any:
         config = Config(

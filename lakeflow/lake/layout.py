@@ -186,6 +186,11 @@ def parse_checkpoint_key(key: str) -> tuple[str, int] | None:
     return parts[1], int(parts[2])
 
 
+def model_checkpoints_prefix(model_id: str) -> str:
+    """Every optimizer checkpoint of one model: `checkpoints/<model>/`."""
+    return f"checkpoints/{check_name(model_id, 'model id')}/"
+
+
 def checkpoint_prefix(model_id: str, version: int) -> str:
     return f"checkpoints/{check_name(model_id, 'model id')}/{_number(version, 'version')}/"
 

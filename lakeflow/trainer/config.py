@@ -96,7 +96,24 @@ class TrainerConfig(_Strict):
         8192, ge=1, description="Padded tokens (rows x longest row) per forward/backward; gradients accumulate."
     )
     overlap_io: bool = Field(
-        True, description="Read the next batch and publish the last step's weights while training (else in line)."
+        True,
+        description="Read the next batch while training, and hand each version's writes to the writer (else both "
+        "in line: the step returns once its version is published).",
+    )
+    writer: Literal["process", "thread"] = Field(
+        "process",
+        description="Where the writes run with overlap_io: a spawned process (encodes, uploads and moves LATEST "
+        "from shared memory: the training process does no codec or upload work; needs a directory or s3:// "
+        "lake) or a thread of the training process.",
+    )
+    checkpoint_every: int = Field(
+        10,
+        ge=1,
+        description="Write the optimizer state every K versions (or after checkpoint_every_s); a resume retrains "
+        "the steps since the newest checkpoint.",
+    )
+    checkpoint_every_s: float = Field(
+        1800.0, gt=0, description="Also write the optimizer state once this many seconds passed since the last."
     )
     full_every: int = Field(10, ge=1, description="Publish a full weight copy every K versions (else deltas).")
     publish_workers: int | None = Field(
@@ -107,9 +124,9 @@ class TrainerConfig(_Strict):
     )
     publish_processes: bool = Field(
         False,
-        description="Run the delta codec's workers as forked processes (Linux): they leave Python's GIL to the "
-        "training loop entirely (codec threads release it in their loops but take it between calls). The "
-        "children touch no accelerator.",
+        description="Run the delta codec's workers as forked processes of the writer (Linux): with writer: thread "
+        "they leave Python's GIL to the training loop (codec threads release it in their loops but take it between "
+        "calls). The children touch no accelerator.",
     )
     poll_s: float = Field(1.0, gt=0, description="First wait between checks for the next batch, seconds.")
     max_poll_s: float = Field(10.0, gt=0, description="Longest wait between checks (the wait doubles up to it).")

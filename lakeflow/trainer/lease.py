@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from lakeflow.errors import LakeflowError, LeaseHeldError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.lease import Lease, LeaseWords
+from lakeflow.lake.lease import Lease, LeaseWords, decode
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -69,6 +70,10 @@ class TrainerLease:
                 "reachable?); stopping without publishing, a restarted trainer resumes from the lake"
             )
 
+    def proof(self) -> LeaseProof:
+        """The check the trainer's writer process makes before it publishes (it cannot share this object)."""
+        return LeaseProof(self.lease.store, self.model_id, self.owner)
+
     def release(self) -> None:
         """Stop renewing and give the lease up, so a successor need not wait for it to expire."""
         self._stop.set()
@@ -90,3 +95,34 @@ class TrainerLease:
                 return
             except (LakeflowError, OSError) as e:  # the store is unreachable: retry; check() refuses once it lapses
                 log.warning("renewing the trainer lease of %s failed (%s); retrying", self.model_id, e)
+
+
+@dataclass(frozen=True)
+class LeaseProof:
+    """The trainer lease as seen by the writer process (picklable, a `PublishGuard`): before each publish it
+    reads the lease object and refuses unless it still names this trainer and has not expired. The trainer
+    process holds and renews the lease; a trainer that lost it stops, and its writer then refuses too."""
+
+    store: Store
+    model_id: str
+    owner: str
+
+    def check(self) -> None:
+        key = layout.trainer_lease_key(self.model_id)
+        try:
+            state = decode(self.store.get(key))
+        except FileNotFoundError as e:
+            raise WeightsConflictError(
+                f"the trainer lease of {self.model_id!r} is gone; stopping without publishing"
+            ) from e
+        except (ValueError, KeyError, TypeError) as e:
+            raise WeightsConflictError(
+                f"the trainer lease {key} cannot be read ({e}); stopping without publishing"
+            ) from e
+        if state.owner != self.owner:
+            raise WeightsConflictError(_words(self.model_id).lost)
+        if datetime.now(UTC) >= state.expires_at:
+            raise WeightsConflictError(
+                f"the trainer lease of {self.model_id!r} lapsed at {state.expires_at:%H:%M:%S} UTC (not renewed: is "
+                "the lake reachable?); stopping without publishing, a restarted trainer resumes from the lake"
+            )

@@ -1,19 +1,16 @@
-"""What a trainer writes to the lake for one model, in crash-safe order: a step's optimizer
-checkpoint, then its heartbeat, then its weight version (LATEST moves last: the commit point).
+"""One model's weight versions as a trainer publishes them: version 0 (the base model), then each
+step's version coded against the one before (LATEST moves last: the commit point).
 
-It keeps the published state the next delta is coded against (`base`) and the snapshot
-buffers no job reads any more (`spare`), which the trainer copies the next weights into.
+It keeps the published state the next delta is coded against (`base`). The trainer's writer
+(`writer.py`) drives it.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
 
 from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
-from lakeflow.lake import layout
 from lakeflow.weights import State, latest_version, publish
 from lakeflow.weights.publish import PublishGuard
 
@@ -33,13 +30,8 @@ class Publisher:
         self.processes = processes
         self.base: State = {}  # the published state of the newest version: what the next delta is coded against
         self.published = -1
-        self.spare: list[State] = []  # snapshot buffers free for reuse (list append/pop are atomic)
         self._force = True  # leftovers of a crashed predecessor may exist for the first publish
         self.lease: PublishGuard | None = None  # the model's trainer lease (lakeflow train sets it): force needs it
-
-    def take_spare(self) -> State | None:
-        """A buffer to copy the next weights into, if one is free."""
-        return self.spare.pop() if self.spare else None
 
     def resumed(self, version: int, state: State) -> None:
         """The trainer holds published `version` (whose state is `state`, or {} on ranks that never publish)."""
@@ -60,16 +52,6 @@ class Publisher:
         self._force = False
         self.resumed(manifest.version, state)
         return manifest.version
-
-    def write_step(self, stats: dict[str, Any], checkpoint: dict[str, bytes], state: State) -> None:
-        """Checkpoint objects, heartbeat, then the weights of `stats["version"]`."""
-        version = stats["version"]
-        if self.lease is not None:
-            self.lease.check()  # a trainer that lost its model's lease writes nothing more
-        for name, data in checkpoint.items():
-            self.store.put(layout.checkpoint_object_key(self.model_id, version, name), data)
-        self.store.put(layout.trainer_stats_key(self.model_id, stats["step"]), json.dumps(stats).encode())
-        self.publish(state, version)
 
     def publish(self, state: State, version: int) -> None:
         """`state` as `version`, coded against `base`; refused unless LATEST is `version - 1`."""
@@ -92,6 +74,5 @@ class Publisher:
             processes=self.processes,
         )
         self._force = False
-        self.spare.append(self.base)  # no job reads the old base any more: the next snapshot reuses it
         self.base = state
         self.published = manifest.version

@@ -26,7 +26,7 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     args = [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tiny", "--out", str(out)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240, check=False)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=480, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
@@ -59,12 +59,16 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     assert trainer["status"] == "ok" and trainer["passed"] is True and trainer["peak_flops"] == 989e12
     (model,) = trainer["models"]
     assert model["model"] == "tiny" and model["status"] == "ok"
-    assert [(r["overlap_io"], r["publish_processes"]) for r in model["runs"]] == [
-        (True, False), (True, True), (False, False),
+    assert [(r["writer"], r["checkpoint_every"]) for r in model["runs"]] == [
+        ("process", 10), ("process", 1), ("thread", 1), ("in line", 1), ("thread", 10), ("in line", 10),
     ]  # fmt: skip
-    assert "behind, processes" in text
+    assert "process" in text and "cycle/compute" in text
+    chains = {tuple(r["digests"]) for r in model["runs"]}
+    assert len(chains) == 1  # every configuration published the same versions, bit for bit
     for run in model["runs"]:
-        assert run["status"] == "ok" and run["steps"] == 3 and run["loss_finite"] is True
+        assert run["status"] == "ok" and run["steps"] == 3 and run["loss_finite"] is True and run["bit_exact"]
+        for key in ("compute_s", "cycle_s", "cycle_over_compute", "rss_peak_mb", "writer_rss_peak_mb"):
+            assert positive(run[key]), (run["writer"], key)
         for key in ("params", "tokens_per_step", "median_step_s", "median_compute_s", "tokens_per_s", "mfu"):
             assert positive(run[key]), (run["overlap_io"], key)
         for key in ("io_share", "median_io_block_s", "median_publish_block_s", "median_snapshot_block_s"):

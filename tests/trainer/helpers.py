@@ -94,6 +94,7 @@ def write_config(path: Path, cache_dir: str, **overrides: Any) -> Path:
         "minibatches": 2,
         "max_tokens_per_microbatch": 64,
         "full_every": 10,
+        "checkpoint_every": 1,  # the optimizer state of every version (tests of the schedule set their own)
         "poll_s": 0.05,
         "max_poll_s": 0.2,
     }

@@ -13,7 +13,7 @@ from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.trainer import Trainer, load_config
 from lakeflow.trainer.guard import StepGuard
-from lakeflow.trainer.losses import LossInputs, LossOutput
+from lakeflow.trainer.losses import LossInputs, LossOutput, build_loss
 from lakeflow.weights import load_state, pull, read_manifest
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
@@ -39,12 +39,12 @@ def test_a_nan_step_is_skipped_and_publishes_the_weights_it_started_from(
         write_step_batch(store, step, tok)
     t = Trainer(store, MODEL, load_config(write_config(tmp_path / "t.yaml", tiny_cache)), str(tmp_path / "work"))
     assert t.start() == 0
-    t.objective = _nan_objective
+    t.parts.objective = _nan_objective
     t.run(until_version=1)
     stats = json.loads(store.get(layout.trainer_stats_key(MODEL, 0)))
     assert stats["skipped_minibatches"] == 2 and stats["skip_reason"] == "the loss is nan"
     assert read_manifest(store, MODEL, 1).state_sha256 == read_manifest(store, MODEL, 0).state_sha256
-    t.objective = Trainer(store, MODEL, t.config, str(tmp_path / "other")).objective  # the real loss again
+    t.parts.objective = build_loss(t.config.loss, t.config.kl)  # the real loss again
     t.run(until_version=2)
     stats = json.loads(store.get(layout.trainer_stats_key(MODEL, 1)))
     assert stats["skipped_minibatches"] == 0 and math.isfinite(stats["loss"])

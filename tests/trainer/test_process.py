@@ -12,8 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
+from lakeflow.trainer import Trainer, load_config
 from lakeflow.weights import list_versions, read_latest, read_manifest
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
@@ -98,3 +101,37 @@ def test_sigterm_while_waiting_exits_cleanly(tmp_path: Path, tiny_cache: str) ->
             proc.wait()
     assert "stopped before finishing step 0" in log.read_text()
     assert list_versions(store, MODEL) == [0]
+
+
+@pytest.mark.slow
+def test_kill_9_between_checkpoints_resumes_to_the_uninterrupted_chain(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str
+) -> None:
+    """Checkpoints every 3 versions: kill -9 once version 4 is published (moments of no checkpoint); the
+    restarted process retrains batch 3 from checkpoint 3 and publishes what an uninterrupted run does."""
+    tok = tokenizer(tiny_dir)
+    whole, lake = str(tmp_path / "whole"), str(tmp_path / "lake")
+    for step in range(5):
+        write_step_batch(open_store(whole), step, tok)
+    for step in range(4):  # batch 4 comes after the kill
+        write_step_batch(open_store(lake), step, tok)
+    config = write_config(tmp_path / "trainer.yaml", tiny_cache, checkpoint_every=3)
+    uninterrupted = Trainer(open_store(whole), MODEL, load_config(config), str(tmp_path / "work0"))
+    uninterrupted.run(until_version=5)
+    uninterrupted.close()
+    store = open_store(lake)
+    first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
+    proc = start(lake, config, first_log, 5, tmp_path / "work1")
+    try:
+        wait_for_version(store, proc, 4, first_log)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    write_step_batch(store, 4, tok)
+    proc = start(lake, config, second_log, 5, tmp_path / "work2")
+    assert proc.wait(timeout=300) == 0, second_log.read_text()
+    text = second_log.read_text()
+    assert "resuming policy from published version 4" in text
+    assert "retrained batches 3..3 from checkpoint 3" in text and "identical to published version 4" in text
+    chain = [read_manifest(store, MODEL, v).state_sha256 for v in range(1, 6)]
+    assert chain == [read_manifest(open_store(whole), MODEL, v).state_sha256 for v in range(1, 6)]

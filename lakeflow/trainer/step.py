@@ -1,0 +1,102 @@
+"""One training step on one batch: minibatches, gradient accumulation by token budget, clipping, AdamW.
+
+`train_step` is the one step function: the trainer (`loop.py`) calls it for every batch and the
+benchmarks' synchronous loop (`bench/loop.py`) calls it too. Under torchrun each rank trains its
+share of the microbatches (FSDP2 sums the gradients over ranks) and the metrics are summed over ranks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lakeflow.trainer import distributed
+from lakeflow.trainer.config import TrainerConfig
+from lakeflow.trainer.data import StepBatch, microbatches, minibatches
+from lakeflow.trainer.guard import StepGuard
+from lakeflow.trainer.losses import LossInputs, Objective, diagnostics
+from lakeflow.trainer.model import token_logprobs, token_logprobs_entropy
+
+
+class Stopped(Exception):
+    """The trainer was asked to stop while waiting or training; nothing of the step was written."""
+
+
+@dataclass
+class StepParts:
+    """What a step trains: the policy, its optimizer and objective, and where they run."""
+
+    model: Any
+    optimizer: torch.optim.AdamW
+    objective: Objective
+    config: TrainerConfig
+    device: str = "cpu"
+    reference: Any = None  # frozen version 0 for the KL term, or None
+    world: distributed.World | None = None  # set under torchrun
+
+
+def train_step(
+    parts: StepParts,
+    batch: StepBatch,
+    should_stop: Callable[[], bool] = lambda: False,
+    before_update: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """Train `batch`: per minibatch, accumulate the microbatches' gradients, clip, step the optimizer.
+
+    `should_stop` is asked before each minibatch (Stopped: the step is abandoned, with the weights of
+    the minibatches already stepped; the caller discards them). `before_update` runs right before each
+    optimizer step: the publisher waits there for its copy of the previous version's state. Returns the
+    loss, the largest gradient norm and the token means of the objective's sums."""
+    c, world, optimizer = parts.config, parts.world, parts.optimizer
+    losses: list[float] = []
+    sums: dict[str, float] = {}
+    norms: list[float] = []
+    scale = float(world.size) if world else 1.0  # FSDP2 averages gradients over ranks: undo it
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    guard = StepGuard(world)
+    for rows in minibatches(batch.rows, c.minibatches):
+        stop = should_stop()
+        if distributed.any_rank(stop) if world else stop:
+            raise Stopped
+        tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
+        optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        micro = microbatches(batch, rows, c.max_tokens_per_microbatch)
+        share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
+        for micro_rows, weight in share:
+            part = batch.select(micro_rows).to(parts.device)
+            logp, entropy = token_logprobs_entropy(parts.model, part.input_ids, part.attention_mask, c.temperature)
+            ref = None
+            if parts.reference is not None:
+                with torch.no_grad():
+                    ref = token_logprobs(parts.reference, part.input_ids, part.attention_mask, c.temperature)
+            inputs = LossInputs(logp, part.old_logp, part.advantages, part.mask, ref)
+            out = parts.objective(inputs)
+            loss = out.per_token.sum() * (weight / tokens)
+            (loss * scale).backward()  # type: ignore[no-untyped-call]
+            total += float(loss.detach())
+            for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
+                sums[name] = sums.get(name, 0.0) + value * weight
+        max_norm = c.grad_clip if c.grad_clip is not None else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        before_update()
+        if guard.allows(total, norm):  # a non-finite loss or gradient never reaches the weights
+            optimizer.step()
+            norms.append(norm)
+            losses.append(total)
+    if world:  # every rank scored part of the batch: the metrics are the sums over ranks
+        names = sorted(sums)
+        summed = distributed.total([*losses, *(sums[n] for n in names)])
+        losses, sums = summed[: len(losses)], dict(zip(names, summed[len(losses) :], strict=True))
+    denom = max(batch.tokens, 1)
+    metrics: dict[str, Any] = {
+        "loss": sum(losses) / max(len(losses), 1),
+        "grad_norm": max(norms, default=0.0),
+        **guard.metrics(),
+    }
+    metrics.update({f"{name}_mean": value / denom for name, value in sums.items()})
+    return metrics

@@ -1,0 +1,185 @@
+"""The trainer's writer: a version's heartbeat, its weights (delta + manifest + LATEST), then, when
+one is due, its optimizer checkpoint, all read from shared host memory (`shared.py`).
+
+It runs as a process spawned by the trainer (`writer: process`; spawned, never forked: the trainer
+may hold a CUDA context), as a thread of the trainer (`writer: thread`), or in the trainer's own
+thread (`overlap_io: false`); the code is the same. Messages arrive in order; each reply says what
+became free. It keeps the state of the newest published version (`base`, a slot) that the next
+delta is coded against. A spawned writer dies with the trainer (Linux: PR_SET_PDEATHSIG), so a
+kill -9 of the trainer leaves what a kill -9 of one process leaves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import os
+import queue
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lakeflow.io import Store
+from lakeflow.lake import layout
+from lakeflow.tracking import MetricSink
+from lakeflow.trainer.metrics import step_row
+from lakeflow.trainer.publisher import Publisher
+from lakeflow.trainer.shared import Layout, Slot, unflatten
+from lakeflow.weights.publish import PublishGuard
+
+OPTIMIZER_FILE = "optimizer.pt"
+TRAINER_FILE = "trainer.json"
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything the writer needs, picklable (it is sent to the spawned process)."""
+
+    store: Store
+    model_id: str
+    full_every: int
+    workers: int | None  # threads (or forked processes) of the delta codec
+    processes: bool
+    layout: Layout  # of the weight slots
+    base_slot: str  # the slot holding `base_version`'s state
+    base_version: int
+    metrics: dict[str, Any] | None  # MetricSink arguments (tracker, params, flush_s), or None: no table
+    lease: PublishGuard | None = None  # the model's trainer lease, checked before each publish (`LeaseProof`)
+
+
+class LakeWriter:
+    """Handles the trainer's messages one after another; `handle` returns the replies."""
+
+    def __init__(self, spec: WriterSpec) -> None:
+        self.spec = spec
+        self.slots: dict[str, Slot] = {}
+        self.publisher = Publisher(spec.store, spec.model_id, spec.full_every, spec.workers, spec.processes)
+        self.publisher.lease = spec.lease
+        self.base_slot = spec.base_slot
+        self.publisher.resumed(spec.base_version, self._slot(spec.base_slot, spec.layout).state())
+        self.last_job_s = 0.0
+        self.metrics: MetricSink | None = None
+        if spec.metrics is not None:
+            m = spec.metrics
+            self.metrics = MetricSink(
+                spec.store,
+                "trainer_steps",
+                f"train-{spec.model_id}",
+                m["tracker"],
+                run=f"trainer_steps/{spec.model_id}",
+                params=m["params"],
+                flush_s=m["flush_s"],
+            )
+
+    def _slot(self, name: str, slot_layout: Layout) -> Slot:
+        slot = self.slots.get(name)
+        if slot is None or slot.layout != slot_layout:
+            slot = self.slots[name] = Slot(slot_layout, name)
+        return slot
+
+    def handle(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        """One message: a step (heartbeat, weights, optional checkpoint) or a checkpoint alone."""
+        if message["kind"] == "checkpoint":
+            checkpoint = message["checkpoint"]
+            self._write_checkpoint(message["version"], checkpoint)
+            return [{"kind": "checkpointed", "version": message["version"], "slot": checkpoint["slot"]}]
+        started = time.monotonic()
+        stats, version = dict(message["stats"]), message["version"]
+        stats["publish_s"] = self.last_job_s  # the previous job's writes (this one's are not done yet)
+        stats["writer_rss_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        store, model = self.spec.store, self.spec.model_id
+        store.put(layout.trainer_stats_key(model, stats["step"]), json.dumps(stats).encode())
+        self.publisher.publish(self._slot(message["slot"], self.spec.layout).state(), version)
+        replies = [
+            {"kind": "published", "version": version, "slot": message["slot"], "freed": self.base_slot, "stats": stats}
+        ]
+        self.base_slot = message["slot"]
+        checkpoint = message.get("checkpoint")
+        if checkpoint is not None:
+            self._write_checkpoint(version, checkpoint)
+            replies.append({"kind": "checkpointed", "version": version, "slot": checkpoint["slot"]})
+        if self.metrics is not None:
+            self.metrics.add(step_row(model, stats))
+        self.last_job_s = time.monotonic() - started
+        return replies
+
+    def _write_checkpoint(self, version: int, checkpoint: dict[str, Any]) -> None:
+        """`optimizer.pt` (the state keyed by parameter name, as `get_optimizer_state_dict` gives it) and
+        `trainer.json`; optimizer.pt is one object, so a checkpoint is there whole or not at all."""
+        import torch
+
+        if self.spec.lease is not None:
+            self.spec.lease.check()  # a trainer that lost its model's lease writes nothing more
+
+        tensors = {}
+        if checkpoint["slot"] is not None:
+            slot = self._slot(checkpoint["slot"], checkpoint["layout"])
+            tensors = slot.tensors()
+        state = unflatten(checkpoint["skeleton"], tensors)
+        buffer = io.BytesIO()
+        torch.save({"optimizer_fqn": state, "version": version}, buffer)
+        del state, tensors
+        store, model = self.spec.store, self.spec.model_id
+        store.put(layout.checkpoint_object_key(model, version, TRAINER_FILE), checkpoint["info"])
+        store.put(layout.checkpoint_object_key(model, version, OPTIMIZER_FILE), buffer.getvalue())
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
+        self.publisher.base = {}
+        for slot in self.slots.values():
+            slot.close()
+        self.slots.clear()
+
+
+def serve(spec: WriterSpec, requests: Any, replies: Any, parent: int | None = None) -> None:
+    """The writer loop of a thread or a process: messages until `stop`; an error is sent back and ends it."""
+    writer = None
+    try:
+        writer = LakeWriter(spec)
+        replies.put({"kind": "ready"})
+        while True:
+            try:
+                message = requests.get(timeout=1.0)
+            except queue.Empty:
+                if parent is not None and os.getppid() != parent:  # the trainer is gone (no PDEATHSIG)
+                    return
+                continue
+            if message["kind"] == "stop":
+                break
+            for reply in writer.handle(message):
+                replies.put(reply)
+        writer.close()
+        writer = None
+        replies.put({"kind": "stopped"})
+    except BaseException as e:  # sent to the trainer, which raises it
+        replies.put({"kind": "error", "error": _picklable(e)})
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def main(spec: WriterSpec, requests: Any, replies: Any, parent: int) -> None:
+    """Entry of the spawned writer process."""
+    if sys.platform.startswith("linux"):  # die with the trainer, as one process would
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the trainer, which stops the writer
+    serve(spec, requests, replies, parent)
+
+
+def _picklable(e: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # an exception type that cannot travel between processes
+        return RuntimeError(f"{type(e).__name__}: {e}")
