@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import yaml
 
+from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.manifest import write_run_manifest
@@ -178,8 +179,13 @@ class Launcher:
         return [Component(s.name, self.command(s), self.run_dir / "logs" / f"{s.name}.log", s.role) for s in specs]
 
     def start(self) -> None:
-        # the resolved config in the lake: trackers and export-metrics log it as the run's hyperparameters
-        write_run_manifest(self.store, self.config.name, self.config.model_dump(mode="json"))
+        # the resolved config in the lake: trackers and export-metrics log it as the run's hyperparameters.
+        # A launcher running with read-only credentials (the analyst's, each process with its own role)
+        # cannot write it: the run goes on without it, and says so.
+        try:
+            write_run_manifest(self.store, self.config.name, self.config.model_dump(mode="json"))
+        except StorePermissionError as e:
+            self.notices.append(f"run manifest not written ({e}); trackers will lack the run's config")
         self.components = self.plan()
         for c in self.components:
             self.restart(c)

@@ -95,7 +95,7 @@ def test_without_the_package_the_run_is_refused_before_it_starts(tmp_path: Path)
     assert lines == [
         "Error: models[0].dataflow.dataset.loader: unknown dataset 'example_sums'; known: none (or give "
         "'package.module:attr', or register one in the entry-point group 'lakeflow.datasets')",
-        "Error: models[0].raas.config.workflow: unknown workflow 'example_single_turn'; known: code_select, "
+        "Error: models[0].raas.config.workflow: unknown workflow 'example_single_turn'; known: agent, code_select, "
         "code_testgen, rlvr, solve_verify (or give 'package.module:attr', or register one in the entry-point "
         "group 'lakeflow.workflows')",
     ]
