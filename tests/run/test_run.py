@@ -127,26 +127,29 @@ def test_run_resume_and_kill_9(tmp_path: Path) -> None:
     lake = str(run_dir / "lake")
     check_lake(lake, 3)
 
-    # Resume with more steps, and kill -9 the trainer, then a rollout service, mid-run.
+    # Resume with more steps, and kill -9 the trainer, then a rollout service, mid-run: the launcher
+    # starts each again (saying why), and the run goes on to the end.
     config = write_config(tmp_path / "run.yaml", 8)
-    for victim in ("train", "raas"):
-        proc = lakeflow_run(config, run_dir)
-        try:
-            store = open_store(lake)
+    proc = lakeflow_run(config, run_dir)
+    try:
+        store = open_store(lake)
+        for victim in ("train", "raas"):
             start = read_latest(store, "policy")[0].version  # type: ignore[index]
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 120  # a guard against a hang, not a timing check
             while read_latest(store, "policy")[0].version < start + 1:  # type: ignore[index]
                 assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1].decode()[-3000:]
                 time.sleep(0.2)
             children = psutil.Process(proc.pid).children()
             target = next(c for c in children if victim in " ".join(c.cmdline()[3:5]))
             os.kill(target.pid, signal.SIGKILL)
-            _, err = proc.communicate(timeout=120)
-            assert proc.returncode != 0 and b"exited with -9" in err  # the launcher stops and says why
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        assert err.count(b"was killed by SIGKILL") == 2  # each started again, with the reason said
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    check_lake(lake, 8)
     final = lakeflow_run(config, run_dir)
     out, err = final.communicate(timeout=300)
     assert final.returncode == 0, err.decode()[-3000:]
