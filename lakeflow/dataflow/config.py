@@ -21,11 +21,14 @@ class _Strict(BaseModel):
 
 
 class SyntheticDataset(_Strict):
-    """Generated arithmetic prompts with exact answers (tests, demos, load tests)."""
+    """Generated arithmetic prompts with exact answers (task_type math): `x + y * z` (tests, demos, load tests) or
+    sums of two numbers (`form: add`, asked as a chat question)."""
 
     type: Literal["synthetic"] = "synthetic"
     prompts: int = Field(1000, ge=1, description="How many distinct prompts.")
     seed: int = Field(0, description="Seed of the generator.")
+    form: Literal["mul_add", "add"] = Field("mul_add", description="`x + y * z`, or `x + y`.")
+    max_value: int = Field(99, ge=1, description="Operands are drawn from 1 to this.")
 
 
 class FileDataset(_Strict):

@@ -43,7 +43,13 @@ def load_prompts(dataset: Dataset) -> pa.Table:
     if isinstance(dataset, LoaderDataset):
         return _from_loader(dataset)
     rng = np.random.default_rng(dataset.seed)
-    a, b, c = (rng.integers(1, 100, dataset.prompts) for _ in range(3))
+    a, b, c = (rng.integers(1, dataset.max_value + 1, dataset.prompts) for _ in range(3))
+    if dataset.form == "add":
+        prompts = [f"What is {x} + {y}? Reply with just the number." for x, y in zip(a, b, strict=True)]
+        answers = [str(int(x + y)) for x, y in zip(a, b, strict=True)]
+        return _table(
+            [f"add-{dataset.seed}-{i}" for i in range(dataset.prompts)], prompts, answers, "math", "synthetic"
+        )
     prompts = [f"What is {x} + {y} * {z}? Answer with the number only." for x, y, z in zip(a, b, c, strict=True)]
     answers = [str(int(x + y * z)) for x, y, z in zip(a, b, c, strict=True)]
     return _table([f"arith-{dataset.seed}-{i}" for i in range(dataset.prompts)], prompts, answers, "math", "synthetic")

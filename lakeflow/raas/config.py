@@ -131,6 +131,14 @@ class RaasConfig(_Strict):
         ),
     )
     commit_max_groups: int = Field(8, ge=1, le=1024, description="Most groups in one commit window.")
+    batch_groups: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="Open tasks claimed together and rolled out in one engine call, for workflows that batch "
+        "(rlvr): the engine generates every sample of these groups at once. More keeps a big engine busy; "
+        "1 leaves the other tasks to other rollout services.",
+    )
     heartbeat_s: float = Field(5, gt=0, description="Interval of the stats/raas/<id>.json heartbeat.")
     poll_s: float = Field(1.0, gt=0, description="Sleep when no task is open or no weights are published yet.")
     region: str = Field("", description="Region label stamped on samples and the heartbeat.")

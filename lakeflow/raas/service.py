@@ -133,7 +133,7 @@ class RolloutService:
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
         self._newest: dict[str, int | None] = {}  # newest version per model, found by the watcher thread
         self._refused: dict[str, int] = {}  # the version whose pull last failed, per model (logged once)
-        self._held: _Held | None = None  # the task being generated
+        self._held: list[_Held] = []  # the tasks being generated (up to `batch_groups` at once)
         self._pending: list[_Done] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
         self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
@@ -219,8 +219,8 @@ class RolloutService:
             self.state = "waiting-for-weights"
             self.commit_pending()
             return False
-        held = self._claim_next()
-        if held is None:
+        held = self._claim_batch()
+        if not held:
             self.state = "idle"
             self.commit_pending()  # nothing else to wait for
             return False
@@ -228,8 +228,19 @@ class RolloutService:
             self._roll_out(held, {m: v for m, v in versions.items() if v is not None})
         finally:
             with self._lock:
-                self._held = None
+                self._held = []
         return True
+
+    def _claim_batch(self) -> list[_Held]:
+        """Up to `batch_groups` tasks for one generate call (never more than `run`'s limit leaves room for),
+        when the workflow batches (rlvr); else one."""
+        want = self.config.batch_groups if getattr(self.workflow, "groups", None) is not None else 1
+        if self._limit is not None:
+            want = max(1, min(want, self._limit - self._groups()))
+        held: list[_Held] = []
+        while len(held) < want and (found := self._claim_next()) is not None:
+            held.append(found)
+        return held
 
     def refresh_weights(self) -> bool:
         """Load newer published versions into the engines; True when any weights changed."""
@@ -304,26 +315,32 @@ class RolloutService:
                 continue  # taken away already
             held = _Held(task, found[0], found[1], time.monotonic())
             with self._lock:
-                self._held = held
+                self._held.append(held)
             return held
         return None
 
-    def _roll_out(self, held: _Held, versions: dict[str, int]) -> None:
-        """Generate and score one group with the weights of `versions` (never reloaded meanwhile); it joins
-        the commit window, and the window is committed when due."""
-        task = held.task
+    def _roll_out(self, held: list[_Held], versions: dict[str, int]) -> None:
+        """Generate and score the held groups with the weights of `versions` (never reloaded meanwhile): in one
+        call of the workflow's `groups` when it has one, else one call per group. They join the commit window,
+        and the window is committed when due."""
         self.state = "generating"
-        reward = build_reward(task.task_type, self.config.reward_max_chars, self.config.reward)  # PluginError: stop
+        tasks = [h.task for h in held]
+        rewards = [build_reward(t.task_type, self.config.reward_max_chars, self.config.reward) for t in tasks]
         started = time.monotonic()
         engines = {role: self.engines[model_id] for role, model_id in self.roles.items()}
-        trajectories = self.workflow(task, engines, reward, self.sampling)
-        seconds = time.monotonic() - started
+        batched = getattr(self.workflow, "groups", None)
+        if batched is not None:
+            groups = batched(tasks, engines, rewards, self.sampling)
+        else:
+            groups = [self.workflow(t, engines, r, self.sampling) for t, r in zip(tasks, rewards, strict=True)]
+        seconds = (time.monotonic() - started) / len(held)  # each group's share of the call
         with self._lock:
-            self._speed.append((sum(len(t.response_ids) for t in trajectories), seconds))
-            if not self._pending:
-                self._window_opened = time.monotonic()
-            self._pending.append(_Done(held, trajectories, versions, seconds))
-            self._held = None  # renewed as a pending group from now on
+            for h, trajectories in zip(held, groups, strict=True):
+                self._speed.append((sum(len(t.response_ids) for t in trajectories), seconds))
+                if not self._pending:
+                    self._window_opened = time.monotonic()
+                self._pending.append(_Done(h, trajectories, versions, seconds))
+            self._held = []  # renewed as pending groups from now on
         if self._window_due():
             self.commit_pending()
 
@@ -348,7 +365,7 @@ class RolloutService:
             if held is None:
                 break
             with self._lock:
-                self._held = None
+                self._held = []
                 self._live[held.task.task_id] = (held, versions)
             scheduler.add(held.task.task_id, held.task)
             self._group_size = held.task.n_samples
@@ -504,7 +521,7 @@ class RolloutService:
         while not done.wait(tick):
             try:
                 with self._lock:
-                    held = [h for h in [self._held] if h is not None] + [d.held for d in self._pending]
+                    held = [*self._held, *(d.held for d in self._pending)]
                     held += [h for h, _ in self._live.values()]
                 for h in held:
                     self._renew(h)
@@ -519,7 +536,7 @@ class RolloutService:
         with self._lock:
             tokens = sum(t for t, _ in self._speed)
             seconds = sum(s for _, s in self._speed)
-            held = self._held
+            held = list(self._held)
             return {
                 "raas_id": self.raas_id,
                 "at": datetime.now(UTC).isoformat(),
@@ -533,7 +550,8 @@ class RolloutService:
                 "region": self.config.region,
                 "model_id": self.model_id,
                 "engine": self.config.engine.type,
-                "task_id": held.task.task_id if held else None,
+                "task_id": held[0].task.task_id if held else None,
+                "task_ids": [h.task.task_id for h in held],
                 "pending_groups": len(self._pending),
                 "live_groups": len(self._live),
                 "started_at": self.started_at.isoformat(),

@@ -20,12 +20,12 @@ A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.raas.agent.workflow import agent
-from lakeflow.raas.engines import Engine
+from lakeflow.raas.engines import Completion, Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, plays, task_messages, workflow_roles
 from lakeflow.raas.multi import solve_verify
 from lakeflow.raas.multi_code import code_select, code_testgen
@@ -40,6 +40,7 @@ __all__ = [
     "build_workflow",
     "plays",
     "rlvr",
+    "rlvr_groups",
     "roles_problem",
     "task_messages",
     "workflow_roles",
@@ -49,37 +50,54 @@ __all__ = [
 @plays(POLICY)
 def rlvr(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sampling: Sampling) -> list[Trajectory]:
     """One policy: the prompt, n sampled completions, a verifiable reward for each."""
+    return rlvr_groups([task], engines, [reward], sampling)[0]
+
+
+def rlvr_groups(
+    tasks: Sequence[Task], engines: Mapping[str, Engine], rewards: Sequence[RewardFn], sampling: Sampling
+) -> list[list[Trajectory]]:
+    """`rlvr` for many tasks in one engine call per (n_samples, max_tokens) (usually one call): the groups, in
+    the order of `tasks`. The service uses it as `rlvr.groups` when `batch_groups` > 1."""
     engine = engines[POLICY]
-    prompt_ids = engine.encode_chat(task_messages(task))
-    room = engine.max_model_len - len(prompt_ids)
-    if room < 1:  # the task cannot be rolled out: a complete group of errors lets the dataflow move on
-        reason = f"prompt of {len(prompt_ids)} tokens leaves no room under {engine.max_model_len}"
-        return [_error(prompt_ids, reason) for _ in range(task.n_samples)]
-    max_tokens = min(sampling.max_tokens, room)
-    (completions,) = engine.generate([prompt_ids], task.n_samples, max_tokens, sampling.temperature)
-    out = []
-    for c in completions:
-        if c.finish_reason == "length" and sampling.truncated_reward is not None:
-            r = Reward(sampling.truncated_reward, "truncated")
+    prompts = [engine.encode_chat(task_messages(t)) for t in tasks]
+    groups: list[list[Trajectory]] = [[] for _ in tasks]
+    calls: dict[tuple[int, int], list[int]] = {}  # (n, max_tokens) -> indexes of the tasks it generates
+    for i, (task, prompt_ids) in enumerate(zip(tasks, prompts, strict=True)):
+        room = engine.max_model_len - len(prompt_ids)
+        if room < 1:  # the task cannot be rolled out: a complete group of errors lets the dataflow move on
+            reason = f"prompt of {len(prompt_ids)} tokens leaves no room under {engine.max_model_len}"
+            groups[i] = [_error(prompt_ids, reason) for _ in range(task.n_samples)]
         else:
-            r = reward(c.text, task.answer)
-        extra = {"reward_reason": r.reason, "temperature": sampling.temperature}
-        if r.extracted:
-            extra["extracted"] = r.extracted
-        out.append(
-            Trajectory(
-                role=POLICY,
-                episode_id=uuid.uuid4().hex,
-                prompt_ids=c.prompt_ids,
-                response_ids=c.token_ids,
-                response_logprobs=c.logprobs,
-                loss_mask=[1] * len(c.token_ids),
-                reward=r.value,
-                finish_reason=c.finish_reason,
-                extra=extra,
-            )
-        )
-    return out
+            calls.setdefault((task.n_samples, min(sampling.max_tokens, room)), []).append(i)
+    for (n, max_tokens), indexes in calls.items():
+        generated = engine.generate([prompts[i] for i in indexes], n, max_tokens, sampling.temperature)
+        for i, completions in zip(indexes, generated, strict=True):
+            groups[i] = [_scored(c, tasks[i], rewards[i], sampling) for c in completions]
+    return groups
+
+
+rlvr.groups = rlvr_groups  # type: ignore[attr-defined]  # the service's batched entry (`RaasConfig.batch_groups`)
+
+
+def _scored(c: Completion, task: Task, reward: RewardFn, sampling: Sampling) -> Trajectory:
+    if c.finish_reason == "length" and sampling.truncated_reward is not None:
+        r = Reward(sampling.truncated_reward, "truncated")
+    else:
+        r = reward(c.text, task.answer)
+    extra = {"reward_reason": r.reason, "temperature": sampling.temperature}
+    if r.extracted:
+        extra["extracted"] = r.extracted
+    return Trajectory(
+        role=POLICY,
+        episode_id=uuid.uuid4().hex,
+        prompt_ids=c.prompt_ids,
+        response_ids=c.token_ids,
+        response_logprobs=c.logprobs,
+        loss_mask=[1] * len(c.token_ids),
+        reward=r.value,
+        finish_reason=c.finish_reason,
+        extra=extra,
+    )
 
 
 def _error(prompt_ids: list[int], reason: str) -> Trajectory:

@@ -134,7 +134,13 @@ class TrainerConfig(_Strict):
         "cpu", description="torch device to train on ('cpu', 'cuda', 'cuda:1'); published weights are copied to host."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameter dtype, trained and published (float32 on CPU)."
+        "float32", description="Dtype of the master weights the optimizer updates (float32 on CPU)."
+    )
+    publish_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="Dtype of the weights published and served (each version's config.json says it); default: "
+        "the base model's own (its config.json), else `dtype`. Below `dtype`, training keeps its master weights "
+        "and checkpoints them beside the optimizer state. Every version of a model has the same.",
     )
     seed: int = Field(0, description="Torch seed set at start.")
     tracker: TrackerConfig | None = Field(

@@ -31,7 +31,15 @@ from lakeflow.trainer.data import StepBatch, load_batch
 from lakeflow.trainer.lease import TrainerLease
 from lakeflow.trainer.losses import build_loss
 from lakeflow.trainer.memory import StepMemory
-from lakeflow.trainer.model import load_model, side_files, to_state
+from lakeflow.trainer.model import (
+    config_dtype,
+    labelled,
+    load_model,
+    published_dtype,
+    published_tensors,
+    side_files,
+    to_state,
+)
 from lakeflow.trainer.outbox import Outbox
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.step import StepParts, Stopped, train_step
@@ -52,6 +60,7 @@ class Trainer:
         self.version = -1  # weights version held in memory (= the next step), -1 before start()
         self.world: distributed.World | None = None  # set by start() under torchrun
         self.device = config.device
+        self.publish_dtype: str = config.publish_dtype or config.dtype  # set by start() from the model or the lake
         self.model: Any = None
         self.optimizer: torch.optim.AdamW | None = None
         self.parts: StepParts | None = None  # what train_step trains
@@ -89,10 +98,16 @@ class Trainer:
         if latest_version(self.store, self.model_id) is None and self.lead:  # not LATEST alone: see repair_latest
             source = resolve_model(c.model, c.model_cache_dir)
             self.model = load_model(source, c.dtype).to(self.device)
+            files = side_files(source)
+            self.publish_dtype = c.publish_dtype or config_dtype(files) or c.dtype
             publisher = Publisher(self.store, self.model_id, c.full_every)
             publisher.lease = self.lease
-            self.version = publisher.publish_base(to_state(self.model), side_files(source))
-            log.info("published the base model %s as version %d of %s", c.model, self.version, self.model_id)
+            base = to_state(self._published(distributed.full_tensors(self.model)))
+            self.version = publisher.publish_base(base, labelled(files, self.publish_dtype))
+            log.info(
+                "published the base model %s as version %d of %s (%s; master weights %s)",
+                c.model, self.version, self.model_id, self.publish_dtype, c.dtype,
+            )  # fmt: skip
         if self.world:
             torch.distributed.barrier()  # version 0 exists for every rank
         if self.model is None:
@@ -101,7 +116,9 @@ class Trainer:
             if latest is None:
                 raise WeightsConflictError(f"rank 0 published no version of {self.model_id!r}")
             self.version = latest
-            self.model = load_model(self.pull_version(latest, "policy"), c.dtype).to(self.device)
+            pulled = self.pull_version(latest, "policy")
+            self.publish_dtype = published_dtype(pulled, c)
+            self.model = load_model(pulled, c.dtype).to(self.device)
             log.info("resuming %s from published version %d", self.model_id, self.version)
         if self.world:
             distributed.shard(self.model)
@@ -111,11 +128,11 @@ class Trainer:
         objective = build_loss(c.loss, c.kl)
         self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world)
         if self.version == 0:  # fresh moments are version 0's: a checkpoint like any other
-            fresh = self._optimizer_state()  # under torchrun a collective: every rank takes part
+            fresh = self._checkpoint_state()  # under torchrun a collective: every rank takes part
             if self.lead:
                 resume.write_checkpoint(self.store, self.model_id, 0, fresh, c)
         checkpointed = resume.restore(self, self.version)
-        tensors = distributed.full_tensors(self.model)  # under torchrun a collective: every rank takes part
+        tensors = self._published(distributed.full_tensors(self.model))  # under torchrun a collective
         if self.lead:
             proof = self.lease.proof() if self.lease is not None else None
             self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec(), proof)
@@ -201,9 +218,9 @@ class Trainer:
         if self.world:
             due = distributed.any_rank(due)
         tensors = distributed.full_tensors(self.model)
-        optimizer_state = self._optimizer_state() if due else None
+        optimizer_state = self._checkpoint_state(tensors) if due else None
         if self.outbox is not None:
-            self.outbox.send(version, tensors, stats, optimizer_state)
+            self.outbox.send(version, self._published(tensors), stats, optimizer_state)
 
     def _settle(self) -> None:
         """At the end of a run: the checkpoint that a busy writer postponed, for the version now held."""
@@ -211,7 +228,7 @@ class Trainer:
         if self.world:
             owed = distributed.any_rank(owed)
         if owed:
-            state = self._optimizer_state()
+            state = self._checkpoint_state()
             if self.outbox is not None:
                 self.outbox.send_checkpoint(self.version, state)
 
@@ -268,11 +285,22 @@ class Trainer:
             raise RuntimeError("Trainer.start() must run before training")
         return self.parts
 
-    def _optimizer_state(self) -> dict[str, Any]:
-        """The AdamW state keyed by parameter name (under torchrun gathered whole: a collective, every rank;
-        {} on ranks > 0); on one process these are the live tensors, which the outbox copies."""
+    def _checkpoint_state(self, tensors: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+        """What a checkpoint holds: the AdamW state keyed by parameter name (`optimizer_fqn`) and, when the
+        published weights are of a narrower dtype than the master weights, the master weights (`master`;
+        `tensors`: the model's, when already gathered). Under torchrun gathered whole: a collective, every rank
+        ({} on ranks > 0); on one process these are the live tensors, which the outbox copies."""
         options = StateDictOptions(full_state_dict=True, cpu_offload=self.world is not None)
-        return get_optimizer_state_dict(self.model, self._parts().optimizer, options=options)
+        state: dict[str, Any] = {
+            "optimizer_fqn": get_optimizer_state_dict(self.model, self._parts().optimizer, options=options)
+        }
+        if self.publish_dtype != self.config.dtype:
+            state["master"] = tensors if tensors is not None else distributed.full_tensors(self.model)
+        return state
+
+    def _published(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The model's tensors as published (in `publish_dtype`)."""
+        return published_tensors(tensors, self.publish_dtype)
 
     def pull_version(self, version: int, name: str) -> str:
         """Published `version` in this rank's directory `name` of the work dir; returns that directory."""

@@ -7,6 +7,7 @@ taken before an optimizer step is not changed by it.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -15,10 +16,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lakeflow.errors import MissingExtraError
+from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.trainer.config import TrainerConfig
 from lakeflow.weights import State, raw_tensor
 from lakeflow.weights.publish import read_side_files
 
+_STORED = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}  # safetensors' names
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _SAFETENSORS = {
     torch.float32: ("F32", torch.uint32),
@@ -56,6 +59,55 @@ def side_files(path: str) -> dict[str, bytes]:
         AutoConfig.from_pretrained(path).save_pretrained(tmp)
         AutoTokenizer.from_pretrained(path).save_pretrained(tmp)
         return read_side_files(tmp)
+
+
+def config_dtype(files: Mapping[str, bytes]) -> str | None:
+    """The dtype a model's `config.json` (among its side files) names, when it is one the trainer publishes:
+    `dtype` (transformers 5) or `torch_dtype` (earlier)."""
+    try:
+        config = json.loads(files.get("config.json", b"{}"))
+    except ValueError:
+        return None
+    found = config.get("dtype") or config.get("torch_dtype") if isinstance(config, dict) else None
+    return found if found in TORCH_DTYPES else None
+
+
+def labelled(files: Mapping[str, bytes], dtype: str) -> dict[str, bytes]:
+    """The side files with `config.json` naming `dtype`, the dtype of the tensors published beside it (a
+    serving engine's `dtype: auto` reads it)."""
+    out = dict(files)
+    if "config.json" in out:
+        config = json.loads(out["config.json"])
+        config.pop("torch_dtype", None)
+        config["dtype"] = dtype
+        out["config.json"] = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+    return out
+
+
+def published_dtype(directory: str, config: TrainerConfig) -> str:
+    """The dtype of a pulled version's floating-point tensors (what every later version is published in);
+    ConfigError when the config's `publish_dtype` names another."""
+    from safetensors import safe_open
+
+    found = None
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors") and found is None:
+            with safe_open(os.path.join(directory, name), "pt") as f:
+                kinds = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118  (not a dict)
+            found = next((d for code, d in _STORED.items() if code in kinds), None)
+    found = found or config.dtype
+    if config.publish_dtype is not None and config.publish_dtype != found:
+        raise ConfigError(
+            f"publish_dtype: {config.publish_dtype} differs from the published versions' {found}; every version "
+            f"of a model has one dtype (leave publish_dtype out, or train a new model id)"
+        )
+    return found
+
+
+def published_tensors(tensors: Mapping[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+    """The tensors as published: floating-point ones in `dtype` (a copy where the master weights differ)."""
+    target = TORCH_DTYPES[dtype]
+    return {n: t.detach().to(target) if t.is_floating_point() else t for n, t in tensors.items()}
 
 
 def to_state(model: torch.nn.Module | Mapping[str, torch.Tensor], into: State | None = None) -> State:

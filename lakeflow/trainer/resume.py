@@ -4,7 +4,9 @@ The optimizer moments come from the newest checkpoint C <= L (checkpoints are wr
 versions, so C is at most K versions older). When C < L, one process retrains batches C .. L - 1
 from version C's weights and moments, publishing nothing, which rebuilds the moments the
 uninterrupted run would hold; its weights are checked against L's state hash (equal on
-deterministic kernels) and L's published weights are kept either way. When that cannot run (a
+deterministic kernels) and kept when equal, else L's published weights are. With a publish dtype
+narrower than the master weights' (fp32 master, bf16 published), checkpoints also hold the master
+weights, which a resume restores (their rounding is checked against the published version). When that cannot run (a
 batch or version C is gone, or under torchrun), the moments of C are used with L's weights, and
 with no checkpoint at all AdamW starts fresh. Each case is logged.
 """
@@ -25,7 +27,7 @@ from lakeflow.lake import layout
 from lakeflow.trainer import distributed
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import load_batch
-from lakeflow.trainer.model import load_model, to_state
+from lakeflow.trainer.model import load_model, published_tensors, to_state
 from lakeflow.trainer.step import StepParts, train_step
 from lakeflow.trainer.writer import OPTIMIZER_FILE, TRAINER_FILE
 from lakeflow.weights import read_manifest, state_sha256
@@ -49,7 +51,7 @@ def newest_checkpoint(store: Store, model_id: str, at_most: int) -> int | None:
 def write_checkpoint(store: Store, model_id: str, version: int, state: dict[str, Any], config: TrainerConfig) -> None:
     """A checkpoint written by this process (version 0's, whose moments are fresh: a few bytes)."""
     buffer = io.BytesIO()
-    torch.save({"optimizer_fqn": state, "version": version}, buffer)
+    torch.save({**state, "version": version}, buffer)
     info = {"model_id": model_id, "version": version, "config": config.model_dump(mode="json")}
     store.put(layout.checkpoint_object_key(model_id, version, TRAINER_FILE), json.dumps(info).encode())
     store.put(layout.checkpoint_object_key(model_id, version, OPTIMIZER_FILE), buffer.getvalue())
@@ -69,15 +71,17 @@ def restore(trainer: Trainer, latest: int) -> int:
         log.info("no optimizer checkpoint for version %d: starting AdamW fresh%s", latest, lost)
         return -1
     if found == latest or trainer.world is not None or not _retrain(trainer, found, latest):
-        _load_optimizer(trainer, found)
+        master = _load_optimizer(trainer, found)
         if found < latest:
             log.info("optimizer moments are version %d's, %d versions older than the weights", found, latest - found)
+        elif master is not None:
+            _adopt_master(trainer, master, latest)
     return found
 
 
 def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
-    """Retrain batches checkpoint .. latest - 1 from version `checkpoint`, publishing nothing; False (and
-    nothing changed) when a batch or that version is gone."""
+    """Retrain batches checkpoint .. latest - 1 from version `checkpoint` (its master weights where the
+    checkpoint has them), publishing nothing; False (and nothing changed) when a batch or that version is gone."""
     c, config = trainer.config, trainer.model.config
     pad, vocab = getattr(config, "pad_token_id", None) or 0, getattr(config, "vocab_size", None)
     try:
@@ -87,31 +91,59 @@ def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
     except FileNotFoundError as e:
         log.info("cannot retrain from checkpoint %d (%s): using its moments as they are", checkpoint, e)
         return False
-    published = to_state(trainer.model)
+    published = {name: t.detach().clone() for name, t in trainer.model.state_dict().items()}
     with torch.no_grad():
         for p, q in zip(trainer.model.parameters(), source.parameters(), strict=True):
             p.copy_(q.to(p.device))
-    _load_optimizer(trainer, checkpoint)
+    master = _load_optimizer(trainer, checkpoint)
+    if master is not None:
+        _copy_into(trainer.model, master)
     for batch in batches:
         train_step(_parts(trainer), batch)
-    same = state_sha256(to_state(trainer.model)) == read_manifest(trainer.store, trainer.model_id, latest).state_sha256
-    with torch.no_grad():  # the published weights of `latest`, whatever the retrain gave
-        by_name = dict(trainer.model.named_parameters())
-        for name, tensor in published.items():
-            if name in by_name:
-                view = torch.from_numpy(tensor.bits).view(by_name[name].dtype).view(by_name[name].shape)
-                by_name[name].copy_(view)
+    same = _published_sha256(trainer) == read_manifest(trainer.store, trainer.model_id, latest).state_sha256
+    if not same:  # the published weights of `latest` (upcast where the master dtype is wider)
+        _copy_into(trainer.model, published)
     what = "identical to" if same else "different from (non-deterministic kernels)"
+    kept = "the retrained master weights are kept" if same else "whose weights are kept"
     log.info(
         "retrained batches %d..%d from checkpoint %d to rebuild the optimizer moments; the weights came out %s "
-        "published version %d, whose weights are kept",
-        checkpoint, latest - 1, checkpoint, what, latest,
+        "published version %d, %s",
+        checkpoint, latest - 1, checkpoint, what, latest, kept,
     )  # fmt: skip
     return True
 
 
-def _load_optimizer(trainer: Trainer, version: int) -> None:
-    """AdamW state of `version` from its checkpoint (rank 0 reads it and broadcasts it)."""
+def _adopt_master(trainer: Trainer, master: dict[str, torch.Tensor], version: int) -> None:
+    """The checkpoint's master weights in place of the published (narrower) ones, when they are what was published."""
+    held = {name: t.detach().clone() for name, t in trainer.model.state_dict().items()}
+    _copy_into(trainer.model, master)
+    if _published_sha256(trainer) == read_manifest(trainer.store, trainer.model_id, version).state_sha256:
+        log.info("restored the %s master weights of version %d from its checkpoint", trainer.config.dtype, version)
+        return
+    _copy_into(trainer.model, held)
+    log.warning(
+        "the master weights in the checkpoint of version %d do not round to its published weights: training goes "
+        "on from the published %s weights",
+        version, trainer.publish_dtype,
+    )  # fmt: skip
+
+
+def _published_sha256(trainer: Trainer) -> str:
+    return state_sha256(to_state(published_tensors(distributed.full_tensors(trainer.model), trainer.publish_dtype)))
+
+
+def _copy_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """Tensors by name into the model's parameters and buffers (tied ones share storage: one name suffices)."""
+    own = model.state_dict()
+    with torch.no_grad():
+        for name, t in tensors.items():
+            if name in own:
+                own[name].copy_(t.to(own[name].device))
+
+
+def _load_optimizer(trainer: Trainer, version: int) -> dict[str, torch.Tensor] | None:
+    """AdamW state of `version` from its checkpoint (rank 0 reads it and broadcasts it); returns the master
+    weights the checkpoint holds (one process only; None without them)."""
     optimizer, c = _parts(trainer).optimizer, trainer.config
     key = layout.checkpoint_object_key(trainer.model_id, version, OPTIMIZER_FILE)
     saved: dict[str, Any] = {}
@@ -128,6 +160,11 @@ def _load_optimizer(trainer: Trainer, version: int) -> None:
     for group in optimizer.param_groups:  # the config, not the checkpoint, sets hyperparameters
         group.update(lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
     log.info("loaded optimizer state of version %d from %s", version, key)
+    master = saved.get("master")
+    if master is not None and trainer.world is not None:
+        log.info("under torchrun the master weights restart from the published ones of version %d", version)
+        return None
+    return master
 
 
 def _parts(trainer: Trainer) -> StepParts:

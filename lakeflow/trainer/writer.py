@@ -121,7 +121,7 @@ class LakeWriter:
             tensors = slot.tensors()
         state = unflatten(checkpoint["skeleton"], tensors)
         buffer = io.BytesIO()
-        torch.save({"optimizer_fqn": state, "version": version}, buffer)
+        torch.save({**state, "version": version}, buffer)
         del state, tensors
         store, model = self.spec.store, self.spec.model_id
         store.put(layout.checkpoint_object_key(model, version, TRAINER_FILE), checkpoint["info"])

@@ -280,3 +280,36 @@ def test_an_idle_service_heartbeats_and_stops_on_request(lake: tuple[Store, Stat
     assert set(beats[0]) >= {"raas_id", "at", "state", "groups", "samples", "tokens_per_s", "weights_version", "region"}
     assert json.loads(store.get(layout.raas_stats_key("raas-idle")))["state"] == "stopped"
     service.close()
+
+
+def test_batch_groups_rolls_out_the_claimed_groups_in_one_generate_call(
+    lake: tuple[Store, State], tmp_path: Any
+) -> None:
+    store, _ = lake
+    flow = dataflow(store, prompts_per_step=4)
+    flow.run(iterations=1)
+    issued, _ = lake_tasks.list_tasks(store, "policy")
+    assert len(issued) == 6
+    service = RolloutService(store, "policy", raas_config(tmp_path, batch_groups=4))
+    calls: list[int] = []
+    generate = service.engine.generate
+
+    def counted(prompts: Any, n: int, max_tokens: int, temperature: float) -> Any:
+        calls.append(len(prompts))
+        return generate(prompts, n, max_tokens, temperature)
+
+    service.engine.generate = counted  # type: ignore[method-assign]
+    stats = service.run(max_groups=6)
+    assert (stats.groups, stats.samples) == (6, 6 * N)
+    assert calls == [4, 2]  # four groups in one call, then the two left
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in committed(store).to_pylist():
+        groups.setdefault(r["group_id"], []).append(r)
+    assert set(groups) == issued and all(len(g) == N for g in groups.values())
+    for gid, samples in groups.items():  # each group holds its own task's prompt
+        task = lake_tasks.read_task(store, "policy", gid)
+        assert {tuple(s["prompt_ids"]) for s in samples} == {
+            tuple(service.engine.encode_chat(workflows.task_messages(task)))
+        }
+    flow.close()
+    service.close()

@@ -4,23 +4,25 @@ and, by retraining the batches since the newest checkpoint, the optimizer moment
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from lakeflow.errors import ConfigError
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
 from lakeflow.trainer import Trainer, load_config
-from lakeflow.weights import read_manifest
+from lakeflow.weights import load_state, read_manifest
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
 STEPS = 4
 EVERY = 2  # checkpoints of versions 0 and 2 (4 is the end of the run's)
 
 
-def trainer(store: Store, tmp_path: Path, cache: str, name: str) -> Trainer:
-    config = load_config(write_config(tmp_path / f"{name}.yaml", cache, checkpoint_every=EVERY))
+def trainer(store: Store, tmp_path: Path, cache: str, name: str, publish: str | None = None) -> Trainer:
+    config = load_config(write_config(tmp_path / f"{name}.yaml", cache, checkpoint_every=EVERY, publish_dtype=publish))
     return Trainer(store, MODEL, config, str(tmp_path / name))
 
 
@@ -42,22 +44,23 @@ def checkpoints(store: Store) -> set[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("publish", [None, "bfloat16"])  # bfloat16: fp32 master weights live in the checkpoints
 def test_a_resume_between_checkpoints_publishes_what_an_uninterrupted_run_does(
-    tmp_path: Path, tiny_cache: str, tiny_dir: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, tiny_cache: str, tiny_dir: str, caplog: pytest.LogCaptureFixture, publish: str | None
 ) -> None:
     whole = lake(tmp_path, "whole", tiny_dir)
-    t = trainer(whole, tmp_path, tiny_cache, "uninterrupted")
+    t = trainer(whole, tmp_path, tiny_cache, "uninterrupted", publish)
     t.run(until_version=STEPS)
     t.close()
     assert checkpoints(whole) == {0, 2, 4}
 
     broken = lake(tmp_path, "broken", tiny_dir)
-    first = trainer(broken, tmp_path, tiny_cache, "first")
+    first = trainer(broken, tmp_path, tiny_cache, "first", publish)
     first.run(until_version=3)  # then dropped without close(), as a crash would leave it
     assert checkpoints(broken) == {0, 2}
     shutil.copytree(tmp_path / "broken", tmp_path / "gone")
     caplog.set_level("INFO", logger="lakeflow.trainer")
-    second = trainer(broken, tmp_path, tiny_cache, "second")
+    second = trainer(broken, tmp_path, tiny_cache, "second", publish)
     assert second.start() == 3
     assert "retrained batches 2..2 from checkpoint 2" in caplog.text
     assert "identical to published version 3" in caplog.text
@@ -69,9 +72,24 @@ def test_a_resume_between_checkpoints_publishes_what_an_uninterrupted_run_does(
     gone = open_store(str(tmp_path / "gone"))
     gone.delete(layout.batch_key(MODEL, 2))
     caplog.clear()
-    third = trainer(gone, tmp_path, tiny_cache, "third")
+    third = trainer(gone, tmp_path, tiny_cache, "third", publish)
     assert third.start() == 3
     assert "cannot retrain from checkpoint 2" in caplog.text and "1 versions older than the weights" in caplog.text
     third.run(until_version=STEPS)
     third.close()
     assert chain(gone)[:3] == chain(whole)[:3] and chain(gone)[3] != chain(whole)[3]
+
+    if publish is None:
+        return
+    # a restart at a checkpointed version takes that checkpoint's master weights, not the bf16 ones upcast
+    caplog.clear()
+    fourth = trainer(broken, tmp_path, tiny_cache, "fourth", publish)
+    assert fourth.start() == STEPS
+    assert f"restored the float32 master weights of version {STEPS}" in caplog.text
+    fourth.close()
+    published = read_manifest(broken, MODEL, STEPS)
+    assert {t.dtype for t in load_state(str(tmp_path / "fourth" / "policy")).values()} == {"BF16"}
+    config = json.loads((tmp_path / "fourth" / "policy" / "config.json").read_text())
+    assert config["dtype"] == "bfloat16" and published.version == STEPS
+    with pytest.raises(ConfigError, match="publish_dtype: float32 differs from the published versions' bfloat16"):
+        trainer(broken, tmp_path, tiny_cache, "fifth", "float32").start()
