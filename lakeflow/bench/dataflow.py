@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from lakeflow.bench.buffer import Group, InMemoryBuffer
 from lakeflow.catalog.policy import load_policy
-from lakeflow.catalog.serving import ServingPolicies, batch_table, plan_batch, record_batch
+from lakeflow.catalog.serving import ServingPolicies
 from lakeflow.catalog.state import Catalog
 from lakeflow.text import text_table
 
@@ -68,6 +68,16 @@ def _metadata(start: int, n: int, shard_idx: int, versions: int) -> pa.Table:
     )
 
 
+def _top_up(start: int, groups: int, first: int, per_step: int) -> pa.Table:
+    """Metadata of `groups` new groups from sample `start`, at places `first`, `first + 1`, … of the
+    backlog: policy version 63 + place // per_step, as the backlog's."""
+    table = _metadata(start, groups * GROUP, 0, 64)
+    version = pa.array(63 + (first + np.arange(groups * GROUP) // GROUP) // per_step, pa.int64())
+    for name in ("policy_version", "max_version"):
+        table = table.set_column(table.schema.get_field_index(name), name, version)
+    return table
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -81,33 +91,27 @@ def lakeflow_run(samples: int, batches: int) -> dict[str, Any]:
     start = time.perf_counter()
     for begin in range(0, samples, CHUNK):
         catalog.ingest(_metadata(begin, min(CHUNK, samples - begin), 0, 64))
-        catalog.stage_complete("policy", GROUP)
-        kept = catalog.sql("SELECT group_id FROM candidates").column("group_id").to_pylist()
-        catalog.finish_complete(kept, keep_all.name, 0.5)
+        catalog.complete_groups("policy", GROUP, keep_all, 0.5)
     ingest_s = time.perf_counter() - start
     # Steady state: everything but the newest groups was consumed long ago; the fresh pool holds
-    # BACKLOG_STEPS batches and is topped up before each step (untimed) as ingest would; the replay
-    # pool holds what the last max_staleness steps served.
+    # BACKLOG_STEPS batches and is topped up before each step (untimed) by ingest, as in production;
+    # the replay pool holds what the last max_staleness steps served. Built with the catalog's own
+    # operations: read what to keep, then load it as a checkpoint restore does.
     per_step = GROUPS_PER_STEP - int(GROUPS_PER_STEP * REPLAY_RATIO)
-    backlog = BACKLOG_STEPS * GROUPS_PER_STEP + batches * per_step
-    con = catalog.con
-    cut = con.execute("SELECT max(arrival) - ? FROM fresh", [backlog * GROUP]).fetchone()[0]  # type: ignore[index]
-    con.execute(
-        "INSERT INTO replay SELECT *, 1, 63 FROM fresh WHERE arrival < ? ORDER BY arrival DESC LIMIT ?",
-        [cut, MAX_STALENESS * GROUPS_PER_STEP],
+    cut = "(SELECT max(arrival) FROM fresh) - $backlog"  # older groups are history
+    window = {"backlog": (BACKLOG_STEPS * GROUPS_PER_STEP + batches * per_step) * GROUP}
+    fresh = catalog.sql(  # versions rise with arrival, a step's worth per version: nothing goes stale
+        f"WITH f AS (SELECT * FROM fresh WHERE arrival >= {cut}), a AS (SELECT min(arrival) AS first FROM f) "
+        "SELECT f.* REPLACE (63 + (arrival - first) // $step AS policy_version) FROM f, a "
+        "WHERE arrival <= first + $span ORDER BY arrival",
+        window | {"step": per_step * GROUP, "span": BACKLOG_STEPS * GROUPS_PER_STEP * GROUP},
     )
-    con.execute("DELETE FROM fresh WHERE arrival < ?", [cut])
-    con.execute(  # versions rise with arrival, a step's worth per version: nothing goes stale
-        "UPDATE fresh SET policy_version = 63 + (arrival - (SELECT min(arrival) FROM fresh)) // ?",
-        [per_step * GROUP],
+    replay = catalog.sql(
+        "SELECT * REPLACE (60 + arrival % 4 AS policy_version), 1::INTEGER AS served_count, "
+        f"63::BIGINT AS last_served_step FROM fresh WHERE arrival < {cut} ORDER BY arrival DESC LIMIT $n",
+        window | {"n": MAX_STALENESS * GROUPS_PER_STEP},
     )
-    con.sql("UPDATE replay SET policy_version = 60 + arrival % 4")
-    con.execute(
-        "CREATE TEMP TABLE _reserve AS SELECT *, row_number() OVER (ORDER BY arrival) - 1 AS k FROM fresh "
-        "WHERE arrival > (SELECT min(arrival) FROM fresh) + ?",
-        [BACKLOG_STEPS * GROUPS_PER_STEP * GROUP],
-    )
-    con.sql("DELETE FROM fresh WHERE group_id IN (SELECT group_id FROM _reserve)")
+    catalog.import_tables({"fresh": [fresh], "replay": [replay]})
     policies = ServingPolicies(
         staleness=load_policy("staleness", "version_window"),
         fresh=load_policy("fresh", "oldest_version_first"),
@@ -118,17 +122,17 @@ def lakeflow_run(samples: int, batches: int) -> dict[str, Any]:
         replay_capacity=50_000,
     )
     latencies = []
+    after = -(-samples // GROUP) * GROUP  # the first sample of a group the fill did not start
     for i, step in enumerate(range(64, 64 + batches)):
-        con.execute(
-            "INSERT INTO fresh SELECT * EXCLUDE (k) FROM _reserve WHERE k >= ? AND k < ?",
-            [i * per_step, (i + 1) * per_step],
-        )
+        first = fresh.num_rows + i * per_step  # the new groups' place in the backlog sets their versions
+        catalog.ingest(_top_up(after + i * per_step * GROUP, per_step, first, per_step))
+        catalog.complete_groups("policy", GROUP, keep_all, 0.5)
         t0 = time.perf_counter()
-        plan = plan_batch(catalog, "policy", step, policies)
+        plan = catalog.serving.plan_batch("policy", step, policies)
         if not plan.ready:
             raise RuntimeError(f"bench backlog ran dry at step {step}")
-        table = batch_table(catalog, "policy", plan)
-        record_batch(catalog, "policy", step, plan.fresh, plan.replay, table.num_rows, 50_000, now)
+        table = catalog.serving.batch_table("policy", plan)
+        catalog.serving.record_batch("policy", step, plan.fresh, plan.replay, table.num_rows, 50_000, now)
         latencies.append(time.perf_counter() - t0)
         if table.num_rows != GROUPS_PER_STEP * GROUP:
             raise RuntimeError(f"batch has {table.num_rows} samples")

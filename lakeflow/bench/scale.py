@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from lakeflow.catalog import connect_lake
-from lakeflow.catalog.engine import _attach_s3, _new_connection
+from lakeflow.catalog.lakeview import attach_s3, open_connection
 from lakeflow.dataflow.compact import Compactor, compaction_bound
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.testserver import local_s3_bucket
@@ -78,10 +78,10 @@ def _delta_scan(store: Store, query: str, repeats: int) -> float | None:
         return None
     if where is None:
         return None
-    con = _new_connection(None)
+    con = open_connection(None)
     s3 = store.s3_access()
     if s3 is not None:
-        _attach_s3(con, s3)
+        attach_s3(con, s3)
     import_extension("delta", con=con)
     con.sql("LOAD delta")
     uri = where[0]

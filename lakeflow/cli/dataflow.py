@@ -8,8 +8,8 @@ from types import FrameType
 
 import click
 
-from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import KINDS, load_policy
+from lakeflow.catalog.state import check_policy
 from lakeflow.cli.common import lake_options, open_existing_lake, open_service_lake, outage_option, refuse
 from lakeflow.dataflow.check import check_dataflow_config
 from lakeflow.dataflow.config import load_config

@@ -19,7 +19,7 @@ import click
 import duckdb
 import pyarrow as pa
 
-from lakeflow.catalog.engine import QueryError
+from lakeflow.catalog.lakeview import QueryError
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.lease import Lease, serving_lease

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lakeflow.catalog.policy import load_policy, run_policy
+from lakeflow.catalog.policy import load_policy
 from lakeflow.catalog.state import Catalog
 from lakeflow.cli import main
 from lakeflow.dataflow.balance import target_pool
@@ -82,9 +82,8 @@ def test_a_runaway_policy_is_interrupted(tmp_path: Path) -> None:
     slow = tmp_path / "slow.sql"
     slow.write_text("SELECT 'g' AS group_id FROM range(1000000000) a, range(1000000000) b ORDER BY a.range + b.range")
     catalog = Catalog()
-    catalog.stage_complete("policy", 1)
     with pytest.raises(PolicyError, match=r"interrupted after 0\.5 s"):
-        run_policy(catalog.con, load_policy("filter", str(slow)), {"model_id": "policy"}, timeout_s=0.5)
+        catalog.check_policy(load_policy("filter", str(slow)), timeout_s=0.5)
     catalog.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakeflow.catalog import connect_lake
-from lakeflow.catalog.engine import QueryError
+from lakeflow.catalog.lakeview import QueryError
 from lakeflow.io import Store
 from lakeflow.lake import ShardWriter, write_samples
 from tests.lake.helpers import sample

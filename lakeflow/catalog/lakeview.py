@@ -1,4 +1,6 @@
-"""DuckDB over the lake: a read-only `trajectories` view of every committed shard.
+"""The lake view: DuckDB over the lake, read-only, for analysts (`lakeflow sql`, `lakeflow.open_lake`,
+reports): a `trajectories` view of every committed shard. The dataflow's own mutable catalog is
+`state.py`; nothing here writes.
 
 S3 lakes are read by DuckDB's httpfs extension, loaded from the `duckdb-extension-httpfs`
 package (no download); a local lake by path; other stores (memory://) are read into
@@ -69,6 +71,13 @@ class LakeQuery:
         except duckdb.Error as e:
             raise QueryError(str(e).strip()) from e  # whole: DuckDB's hints ("Did you mean …") follow the first line
 
+    def tables(self) -> list[str]:
+        """Names of the tables and views a query can read (internal ones, named `_…`, left out)."""
+        return sorted(r[0] for r in self.con.sql("SHOW TABLES").fetchall() if not r[0].startswith("_"))
+
+    def close(self) -> None:
+        self.con.close()
+
 
 def connect_lake(
     store: Store,
@@ -96,12 +105,12 @@ def connect_lake(
     skipped += list(tail.shards.items())
     shards = [s for s in shards if s not in tail.shards]
     compacted = exclusions(records) if snap.version is not None else None
-    con = _new_connection(threads, memory_limit)
+    con = open_connection(threads, memory_limit)
     register_detokenize(con, store)  # prompt_text / response_text: ids decoded by the model's tokenizer
     s3 = store.s3_access()
     table_files = list(snap.files)
     if s3 is not None:
-        _attach_s3(con, s3)
+        attach_s3(con, s3)
         urls = [_s3_url(s3, key) for key in shards]
     elif store.local_path("x") is not None:
         urls = _local_files(store, shards, skipped)
@@ -140,7 +149,9 @@ def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]
     return paths
 
 
-def _new_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def open_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A plain DuckDB connection for reading lake files (not locked yet; `connect_lake` locks its own).
+    Benchmarks that compare ways of reading the lake open theirs here; the catalog has its own (statedb.py)."""
     home = os.path.join(tempfile.gettempdir(), "lakeflow-duckdb")
     os.makedirs(home, exist_ok=True)  # DuckDB needs an existing home directory
     config: dict[str, str | bool | int | float | list[str]] = {"home_directory": home}
@@ -151,7 +162,8 @@ def _new_connection(threads: int | None, memory_limit: str | None = None) -> duc
     return duckdb.connect(":memory:", config=config)
 
 
-def _attach_s3(con: duckdb.DuckDBPyConnection, s3: S3Access) -> None:
+def attach_s3(con: duckdb.DuckDBPyConnection, s3: S3Access) -> None:
+    """Load httpfs on `con` and give it the lake's S3 credentials (before the connection is locked)."""
     try:
         from duckdb_extensions import import_extension
     except ImportError as e:
@@ -336,6 +348,8 @@ def _lock(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:
     con.sql("SET lock_configuration = true")
 
 
+# Views and settings cannot hold bound parameters, so the file URLs and S3 options a view reads are
+# written into its SQL as string literals: `_list` and `_quote` are the only places that format them.
 def _list(items: list[str]) -> str:
     return "[" + ", ".join(f"'{_quote(i)}'" for i in items) + "]"
 
