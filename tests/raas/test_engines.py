@@ -60,7 +60,7 @@ def test_pace_pauses_per_decoding_step_of_each_prompt(engine: HFEngine, monkeypa
     """The benchmarks' stand-in for an accelerator's latency: one pause per prompt, as long as its longest
     completion times the pace (a batch decodes its samples together)."""
     pauses: list[float] = []
-    monkeypatch.setattr("lakeflow.raas.engines.time.sleep", pauses.append)
+    monkeypatch.setattr("lakeflow.raas.engines.hf.time.sleep", pauses.append)
     prompt = engine.encode_chat([{"role": "user", "content": "What is 1 + 2 * 3?"}])
     paced = HFEngine(HFEngineConfig(pace_s_per_token=0.5), seed=0)
     paced.model, paced.tokenizer, paced.max_model_len = engine.model, engine.tokenizer, engine.max_model_len

@@ -26,14 +26,7 @@ from typing import Any
 
 from lakeflow.errors import MissingExtraError
 from lakeflow.raas.config import VLLMEngineConfig
-from lakeflow.raas.engines import (
-    Completion,
-    Prompt,
-    TokenizedEngine,
-    _read_config,
-    check_sampling,
-    is_token_ids,
-)
+from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +65,7 @@ class VLLMEngine(TokenizedEngine):
 
     def load(self, model_dir: str) -> None:
         """Reload the directory's weights in place when the architecture is unchanged, else start vLLM."""
-        config_json = _read_config(model_dir)
+        config_json = read_config(model_dir)
         if self.llm is not None and config_json is not None and config_json == self._config_json:
             t0 = time.perf_counter()
             # reload_weights re-lists the directory's safetensors, so a directory swapped in at the same
