@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,13 +86,7 @@ class HFEngine(TokenizedEngine):
     ) -> list[list[Completion]]:
         check_sampling(n, max_tokens, temperature)
         self._require_model()
-        out = []
-        for prompt in prompts:
-            completions = self._generate_one(prompt, n, max_tokens, temperature)
-            if self.config.pace_s_per_token:  # benchmarks: an accelerator's latency per decoding step
-                time.sleep(self.config.pace_s_per_token * max(len(c.token_ids) for c in completions))
-            out.append(completions)
-        return out
+        return [self._generate_one(prompt, n, max_tokens, temperature) for prompt in prompts]
 
     def _generate_one(self, prompt: Prompt, n: int, max_tokens: int, temperature: float) -> list[Completion]:
         import torch
