@@ -96,11 +96,6 @@ class MissingToolError(LakeflowError):
     and what it is for."""
 
 
-class SkippedError(LakeflowError):
-    """A benchmark section cannot run on this machine (no GPU, a package missing, no time left);
-    the message says why, and the report records it as skipped rather than failed."""
-
-
 class TableConflictError(LakeflowError):
     """The compacted table moved on since this committer read it (another committer wrote): nothing was
     committed; read it again (only the process holding the dataflow lease should compact)."""

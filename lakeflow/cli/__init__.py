@@ -51,7 +51,7 @@ SUMMARIES = {
     "run": "Run a whole job (dataflow, trainers, rollout pools) on this machine.",
     "launch": "Render a run for Kubernetes, SkyPilot or Slurm (and apply it with their client).",
     "autoscale": "Size the rollout pools from the balance report (local processes, Kubernetes, SkyPilot).",
-    "bench": "Benchmarks, side by side with the alternative.",
+    "bench": "Measure your setup: the codec on your weights, the lake in your bucket, start-up.",
     "chaos": "Run a job under random kill -9 and check the crash guarantee from the lake.",
     "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, eval, analyst).",
     "eval": "Evaluate a model's published versions on held-out prompts (the eval table).",
@@ -61,13 +61,17 @@ SUMMARIES = {
 
 
 class LazyGroup(click.Group):
-    """A click group that imports a subcommand's module only when that subcommand is used."""
+    """A click group that imports a subcommand's module only when that subcommand is used. `targets` (name ->
+    "module:attribute") and `summaries` are its tables; a subclass gives its own."""
+
+    targets: dict[str, str] = COMMANDS
+    summaries: dict[str, str] = SUMMARIES
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return list(self.targets)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
+        target = self.targets.get(cmd_name)
         if target is None:
             return None
         module_name, attribute = target.split(":")
@@ -85,7 +89,7 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, SUMMARIES.get(name, "")) for name in COMMANDS])
+            formatter.write_dl([(name, self.summaries.get(name, "")) for name in self.targets])
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

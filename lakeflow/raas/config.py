@@ -29,14 +29,6 @@ class HFEngineConfig(_Strict):
         "float32", description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's."
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
-    pace_s_per_token: float = Field(
-        0.0,
-        ge=0,
-        le=10,
-        description="Benchmarks only: after each prompt's generation, pause this long per decoding step "
-        "(the longest completion's tokens), standing in for an accelerator's per-step latency: on a shared "
-        "CPU more services only compete for cores, while paused services add throughput as accelerators do.",
-    )
 
 
 class VLLMEngineConfig(_Strict):
@@ -126,7 +118,7 @@ class RaasConfig(_Strict):
             "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
             "waits at most this long, and not at all when the next group would not finish inside the window, when "
             "no task is open, or when the service stops. 0: one shard per group, committed at once. The default was "
-            "measured with `lakeflow bench window`: on the tiny job 0.25 s put ~6 groups in a shard (6x fewer "
+            "measured with `python -m benchmarks window`: on the tiny job 0.25 s put ~6 groups in a shard (6x fewer "
             "shards per step) with unchanged staleness; groups slower than the window are committed at once."
         ),
     )

@@ -128,33 +128,6 @@ def test_balance_formula(g: int, wait: float | None, produced: int, consumed: in
     assert target_pool(g, wait, produced, consumed) == target
 
 
-@pytest.mark.slow
-def test_bench_dataflow_json_compares_catalog_and_buffer() -> None:
-    out = run(
-        "bench",
-        "dataflow",
-        "--sizes",
-        "20000",
-        "--buffer-sizes",
-        "10000",
-        "--batches",
-        "3",
-        "--shard-samples",
-        "2048",
-        "--json",
-    )
-    report = json.loads(out)
-    systems = {(r["system"], r["samples"]) for r in report["rows"]}
-    assert systems == {
-        ("lakeflow catalog", 20000),
-        ("in-memory buffer", 10000),
-        ("in-memory buffer (extrapolated)", 20000),
-    }
-    lake = next(r for r in report["rows"] if r["system"] == "lakeflow catalog")
-    assert lake["ingest_samples_s"] > 0 and 0 < lake["serve_p50_ms"] <= lake["serve_p99_ms"]
-    assert report["shard_ingest"]["samples"] == 2048
-
-
 def test_balance_report_reads_heartbeats_and_trainer_stats(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
