@@ -147,7 +147,9 @@ def device_problem(device: str) -> str | None:
     available, count = _accelerator(torch, parsed.type)
     if not available:
         kind = parsed.type.upper()
-        built = f" (torch {torch.__version__} is built without CUDA)" if kind == "CUDA" and not torch.version.cuda else ""
+        built = (
+            f" (torch {torch.__version__} is built without CUDA)" if kind == "CUDA" and not torch.version.cuda else ""
+        )
         return f"{device!r}, but this machine has no {kind} device{built}: use 'cpu', or run on a machine with one"
     if parsed.index is not None and parsed.index >= count:
         return f"{device!r}, but this machine has {count} {parsed.type.upper()} device(s) (0 to {count - 1})"

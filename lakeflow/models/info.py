@@ -1,4 +1,4 @@
-"""What a model reference says about itself without loading it: vocabulary, positions, stop and pad tokens, chat template.
+"""What a model says about itself without loading it: vocabulary, positions, stop and pad tokens, chat template.
 
 Read from its config.json, generation_config.json and tokenizer files, for the tiny recipe, a local directory,
 or (for a hub id) the local Hugging Face cache; None when the reference cannot be read here (a hub id never
