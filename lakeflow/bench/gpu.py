@@ -39,7 +39,7 @@ class Options:
     device: str = "cuda"
     tiny: bool = False
     sections: tuple[str, ...] = SECTIONS
-    budget_s: float = 400.0
+    budget_s: float = 540.0
     work_dir: Path | None = None  # models and lakes (GBs): a temp dir under it, removed at the end
     real_model: str | None = None  # the realmodel section's model (None: models/smollm2-135m-instruct, else the hub id)
 
