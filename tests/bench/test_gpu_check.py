@@ -20,6 +20,7 @@ def positive(value: Any) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # five sections, one of them a `lakeflow run`: about 6 minutes on 2 busy cores
 def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
