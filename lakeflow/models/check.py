@@ -15,7 +15,7 @@ from typing import Any
 from lakeflow.models.info import ModelInfo, is_hub_id
 from lakeflow.models.tiny import TINY_PREFIX
 
-HUB_TIMEOUT_S = 5.0  # longest wait for the hub's answer about a model that is not cached
+HUB_TIMEOUT_S = 3.0  # longest wait for the hub's answer about a model that is not cached (the check has 10 s)
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
 
 
@@ -26,7 +26,7 @@ def _has_weights(directory: Path) -> bool:
 def _how_to_get(ref: str) -> str:
     return (
         f"download it where the hub can be reached (`hf download {ref}`, into this machine's cache), or convert "
-        "a copy you have (`lakeflow models convert SOURCE --out DIR`) and give the directory"
+        f"a copy you have (`lakeflow models convert SOURCE --out {ref}`: a directory of that name is the model)"
     )
 
 
@@ -83,7 +83,7 @@ def model_problem(ref: str, timeout_s: float = HUB_TIMEOUT_S) -> str | None:
     hold config.json and weights; a hub id must be in the local cache or on a hub that answers."""
     if ref.startswith(TINY_PREFIX):
         return None
-    path = Path(ref).expanduser()
+    path = Path(ref)  # as transformers and vLLM take it: no ~ expansion
     if path.is_dir():
         if not (path / "config.json").is_file():
             return f"{ref} is not a Hugging Face model directory (no config.json): convert the model into it"
