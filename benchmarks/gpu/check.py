@@ -1,7 +1,8 @@
 """`scripts/gpu-check` (`python -m benchmarks gpu`): the GPU path measured in one command, within a time budget.
 
 Sections, in this order: the weight codec on the host's cores (first, so its process pool forks
-before CUDA starts), the transformers engine, then the trainer on CUDA at two Qwen2 sizes with its
+before CUDA starts), every loss on the device, the real-model recipe (`lakeflow run` with vLLM and the
+trainer on the same GPU), the transformers engine, then the trainer on CUDA at two Qwen2 sizes with its
 writes in a writer process, a thread and in line (last: its runs take what is left of the budget, each
 within a cap). A
 section that cannot run here (no GPU, a package missing, no time left) is recorded as
@@ -21,11 +22,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.gpu.losses import losses_section
 from benchmarks.gpu.plan import TINY, Clock, Log, Plan, Save, attempt
+from benchmarks.gpu.realmodel import realmodel_section
 from benchmarks.gpu.report import render
 from benchmarks.gpu.sections import codec_section, engine_section, trainer_section
 
-SECTIONS = ("codec", "engine", "trainer")
+SECTIONS = ("codec", "losses", "realmodel", "engine", "trainer")
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,9 @@ class Options:
     device: str = "cuda"
     tiny: bool = False
     sections: tuple[str, ...] = SECTIONS
-    budget_s: float = 400.0
+    budget_s: float = 540.0
     work_dir: Path | None = None  # models and lakes (GBs): a temp dir under it, removed at the end
+    real_model: str | None = None  # the realmodel section's model (None: models/smollm2-135m-instruct, else the hub id)
 
 
 def run_check(options: Options, log: Log = print) -> dict[str, Any]:
@@ -65,6 +69,8 @@ def run_check(options: Options, log: Log = print) -> dict[str, Any]:
         "codec": lambda: codec_section(plan, clock, log),
         "trainer": lambda: trainer_section(plan, options.device, work, models, clock, log, save("trainer")),
         "engine": lambda: engine_section(plan, options.device, work, models, clock, log),
+        "losses": lambda: losses_section(options.device, options.tiny, clock, log),
+        "realmodel": lambda: realmodel_section(options.real_model, options.device, options.tiny, work, clock, log),
     }
     try:
         for name in SECTIONS:

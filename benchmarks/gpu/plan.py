@@ -5,6 +5,7 @@ Standard library only, so the check starts (and says what is missing) on any mac
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -43,7 +44,7 @@ class Plan:
     engine_need_s: float = 45.0
     codec_params: int = 1_500_000_000  # a slice of the 8B shapes (16 GB for all of them)
     codec_div: int = 1  # the 8B shapes, every dimension divided by this
-    codec_workers: tuple[int, ...] = (1, 4, 16)
+    codec_workers: tuple[int, ...] = field(default_factory=lambda: tuple(sorted({1, 4, 16, os.cpu_count() or 1})))
     codec_cap_s: float = 200.0
 
 
@@ -57,6 +58,7 @@ TINY = Plan(
     engine_need_s=10.0,
     codec_params=2_000_000,
     codec_div=32,
+    codec_workers=(1, 4, 16),
     codec_cap_s=60.0,
 )
 

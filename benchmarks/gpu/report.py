@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.gpu.losses import render_losses
+from benchmarks.gpu.realmodel import render_realmodel
 from lakeflow.text import text_table
 
 
@@ -18,7 +20,8 @@ def render(report: dict[str, Any]) -> str:
     host += f", {m.get('work_dir_free_gib', '?')} GiB free for models and lakes"
     lines = [f"lakeflow GPU check: {where}; {host}; {versions}"]
     lines.append(f"{report['elapsed_s']:.0f} s; {verdict} (the sections that ran: {', '.join(report['ran']) or '-'})")
-    for name, render_section in (("codec", _codec), ("engine", _engine), ("trainer", _trainer)):
+    sections = (("codec", _codec), ("losses", render_losses), ("realmodel", render_realmodel), ("engine", _engine))
+    for name, render_section in (*sections, ("trainer", _trainer)):
         section = report["sections"].get(name)
         if section is None:
             continue

@@ -8,6 +8,7 @@ do not fit the time left are recorded as skipped. Model directories are built on
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from benchmarks.gpu.plan import Clock, Log, Plan, Save, attempt, require_torch
 def codec_section(plan: Plan, clock: Clock, log: Log) -> dict[str, Any]:
     """Encode/apply GB/s of the 8B-shaped slice at each worker count, threads and processes."""
     from benchmarks.gpu.codec import KINDS, copy_floor, measure, state_pair, warm_up
+    from lakeflow.weights.codec import FORMAT
     from lakeflow.weights.tensors import state_bytes
 
     clock.need(min(plan.codec_cap_s, 30.0), "the codec")
@@ -28,6 +30,8 @@ def codec_section(plan: Plan, clock: Clock, log: Log) -> dict[str, Any]:
     old, new, whole = state_pair(plan.codec_params, plan.codec_div)
     nbytes = state_bytes(new)
     out: dict[str, Any] = {
+        "format": FORMAT,
+        "host_cores": os.cpu_count(),
         "tensors": len(new),
         "params": nbytes // 2,
         "bytes": nbytes,

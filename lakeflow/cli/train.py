@@ -55,16 +55,18 @@ def train(
     Resumes from the newest published version after any crash. SIGTERM or Ctrl-C stops it
     cleanly (exit 0): the step in progress is finished if it is publishing, else abandoned.
     """
-    from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
-    from lakeflow.trainer.check import check_trainer_config
-    from lakeflow.trainer.lease import TrainerLease
+    from lakeflow.trainer.check import check_trainer_config, check_trainer_here
+    from lakeflow.trainer.config import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         config = load_config(config_path)
     except ConfigError as e:
         raise click.ClickException(str(e)) from e
-    refuse(check_trainer_config(config))
+    refuse(check_trainer_config(config) + check_trainer_here(config))  # before torch is imported for training
+    from lakeflow.trainer import Trainer
+    from lakeflow.trainer.lease import TrainerLease
+
     if tracker is not None:
         config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
     store = open_service_lake(lake_url, endpoint_url, outage_s)

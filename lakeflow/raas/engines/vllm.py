@@ -24,11 +24,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from lakeflow.errors import MissingExtraError
+from lakeflow.errors import ConfigError, MissingExtraError
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
 log = logging.getLogger(__name__)
+
+_DEFAULT_MAX_LEN = 2048  # tokens, for a model whose config.json gives no max_position_embeddings
 
 # Defaults for CPU runs on these machines; a caller's own setting wins. vLLM logs to stdout by default,
 # which would mix its logs into `lakeflow raas`'s JSON summary: send them to stderr.
@@ -79,11 +81,13 @@ class VLLMEngine(TokenizedEngine):
         t0 = time.perf_counter()
         platform = importlib.import_module("vllm.platforms").current_platform
         on_cpu = bool(platform.is_cpu())
-        max_len = self.config.max_model_len
         model_max = _max_positions(config_json)
-        if model_max and model_max < max_len:
-            log.info("max_model_len %d exceeds the model's %d positions: using %d", max_len, model_max, model_max)
-            max_len = model_max
+        max_len = self.config.max_model_len or model_max or _DEFAULT_MAX_LEN
+        if model_max and max_len > model_max:
+            raise ConfigError(
+                f"engine.max_model_len {max_len} exceeds the {model_max} positions of {model_dir} (config.json "
+                "max_position_embeddings): lower it, or leave it out to use the model's"
+            )
         kwargs: dict[str, Any] = {
             "model": model_dir,
             "max_model_len": max_len,
