@@ -84,7 +84,8 @@ def run_config(
         raas["config"]["engine"] = engine
     evaluation = dict(m["eval"])
     evaluation["every"] = plan.eval_every
-    evaluation["dataset"] = {**evaluation["dataset"], "size": plan.eval_prompts}
+    count = "prompts" if evaluation["dataset"].get("type") == "synthetic" else "size"  # the dataset's own name
+    evaluation["dataset"] = {**evaluation["dataset"], count: plan.eval_prompts}
     evaluation["engine"] = (
         {"type": "hf", "device": device} if tiny else {**engine, "gpu_memory_utilization": plan.eval_gpu_share}
     )
