@@ -142,7 +142,7 @@ def _local(
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.run import Launcher, load_run_config
     from lakeflow.run.check import check_run_config
-    from lakeflow.run.launcher import raas_spec
+    from lakeflow.run.processes import raas_spec
 
     if config_path is None:
         raise ConfigError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")

@@ -72,8 +72,8 @@ def launch(
     where they are; with --apply, hand them to the target's client (which must be installed and configured).
     What the run would resolve at start is checked first: each problem on one line, exit 1."""
     from lakeflow.cli.common import refuse
-    from lakeflow.launch.render import LaunchOptions
     from lakeflow.launch.targets import apply, launch
+    from lakeflow.launch.workloads import LaunchOptions
     from lakeflow.run import load_run_config
     from lakeflow.run.check import check_run_config
 

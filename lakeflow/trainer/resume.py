@@ -15,7 +15,7 @@ import contextlib
 import io
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
@@ -30,10 +30,23 @@ from lakeflow.trainer.step import StepParts, train_step
 from lakeflow.trainer.writer import OPTIMIZER_FILE, TRAINER_FILE
 from lakeflow.weights import read_manifest, state_sha256
 
-if TYPE_CHECKING:
-    from lakeflow.trainer.loop import Trainer
-
 log = logging.getLogger("lakeflow.trainer")
+
+
+class Resumable(Protocol):
+    """What a resume needs of the trainer (`loop.Trainer`, which imports this module)."""
+
+    store: Store
+    model_id: str
+    config: TrainerConfig
+    world: distributed.World | None
+    model: Any
+    parts: StepParts | None
+
+    @property
+    def lead(self) -> bool: ...
+
+    def pull_version(self, version: int, name: str) -> str: ...
 
 
 def newest_checkpoint(store: Store, model_id: str, at_most: int) -> int | None:
@@ -55,7 +68,7 @@ def write_checkpoint(store: Store, model_id: str, version: int, state: dict[str,
     store.put(layout.checkpoint_object_key(model_id, version, OPTIMIZER_FILE), buffer.getvalue())
 
 
-def restore(trainer: Trainer, latest: int) -> int:
+def restore(trainer: Resumable, latest: int) -> int:
     """Bring the trainer's optimizer to version `latest` (its weights are loaded); returns the version of
     the checkpoint used (-1 without one), from which the checkpoint schedule counts."""
     store, model_id = trainer.store, trainer.model_id
@@ -75,7 +88,7 @@ def restore(trainer: Trainer, latest: int) -> int:
     return found
 
 
-def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
+def _retrain(trainer: Resumable, checkpoint: int, latest: int) -> bool:
     """Retrain batches checkpoint .. latest - 1 from version `checkpoint`, publishing nothing; False (and
     nothing changed) when a batch or that version is gone."""
     c, config = trainer.config, trainer.model.config
@@ -110,7 +123,7 @@ def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
     return True
 
 
-def _load_optimizer(trainer: Trainer, version: int) -> None:
+def _load_optimizer(trainer: Resumable, version: int) -> None:
     """AdamW state of `version` from its checkpoint (rank 0 reads it and broadcasts it)."""
     optimizer, c = _parts(trainer).optimizer, trainer.config
     key = layout.checkpoint_object_key(trainer.model_id, version, OPTIMIZER_FILE)
@@ -130,7 +143,7 @@ def _load_optimizer(trainer: Trainer, version: int) -> None:
     log.info("loaded optimizer state of version %d from %s", version, key)
 
 
-def _parts(trainer: Trainer) -> StepParts:
+def _parts(trainer: Resumable) -> StepParts:
     if trainer.parts is None:
         raise RuntimeError("Trainer.start() sets up the model before a resume")
     return trainer.parts
