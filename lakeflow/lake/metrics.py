@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from lakeflow.errors import LakeflowError
+from lakeflow.errors import InputError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import commit, new_writer_id, store_object, utc_now
@@ -174,7 +174,7 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
 def schema(table: str) -> pa.Schema:
     """The Arrow schema of a metric table; ValueError for an unknown one."""
     if table not in TABLES:
-        raise ValueError(f"unknown metric table {table!r}; known: {', '.join(TABLES)}")
+        raise InputError(f"unknown metric table {table!r}; known: {', '.join(TABLES)}")
     return pa.schema([pa.field(c.name, c.type) for c in TABLES[table]])
 
 

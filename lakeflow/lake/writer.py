@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import CommitRecord, commit, new_writer_id, store_object, utc_now
@@ -56,7 +57,7 @@ class ShardWriter:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if max_rows < 1 or row_group_rows < 1:
-            raise ValueError("max_rows and row_group_rows must be at least 1")
+            raise InputError("max_rows and row_group_rows must be at least 1")
         self.store = store
         self.writer_id = new_writer_id(name)
         self.max_rows = max_rows

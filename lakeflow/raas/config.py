@@ -121,9 +121,8 @@ class RaasConfig(StrictConfig):
             "Groups that finish within this many seconds go into one shard per model (one shard and one commit "
             "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
             "waits at most this long, and not at all when the next group would not finish inside the window, when "
-            "no task is open, or when the service stops. 0: one shard per group, committed at once. The default was "
-            "measured with `lakeflow bench window`: on the tiny job 0.25 s put ~6 groups in a shard (6x fewer "
-            "shards per step) with unchanged staleness; groups slower than the window are committed at once."
+            "no task is open, or when the service stops. 0: one shard per group, committed at once (the README "
+            "gives the measurements behind the default)."
         ),
     )
     commit_max_groups: int = Field(8, ge=1, le=1024, description="Most groups in one commit window.")

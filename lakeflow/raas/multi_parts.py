@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lakeflow.errors import ConfigError
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
 from lakeflow.raas.episodes import POLICY, Sampling, Trajectory
 from lakeflow.raas.outcome import Reward
@@ -86,7 +87,7 @@ def role_engine(engines: Mapping[str, Engine], role: str) -> Engine:
     """The engine that plays `role`: its own, else the policy's (self-play)."""
     engine = engines.get(role, engines.get(POLICY))
     if engine is None:
-        raise ValueError(f"no engine for role {role!r} (nor {POLICY!r}); the workflow got roles {sorted(engines)}")
+        raise ConfigError(f"no engine for role {role!r} (nor {POLICY!r}); the workflow got roles {sorted(engines)}")
     return engine
 
 

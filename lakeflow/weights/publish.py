@@ -24,7 +24,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Protocol
 
-from lakeflow.errors import EtagMismatchError, WeightsConflictError
+from lakeflow.errors import EtagMismatchError, InputError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import commit
@@ -106,9 +106,9 @@ def publish(
     manifest is written: the version is then not published by this call).
     """
     if full_every < 1:
-        raise ValueError(f"full_every must be >= 1, got {full_every}")
+        raise InputError(f"full_every must be >= 1, got {full_every}")
     if force and lease is None:
-        raise ValueError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
+        raise InputError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
     if lease is not None:
         lease.check()
     current = latest_version(store, model)  # not LATEST itself: a deleted or rolled-back pointer is no reset
