@@ -72,8 +72,14 @@ class WeightsChainError(WeightsIntegrityError):
     forward, names another version or model, or starts with a delta): refused, nothing was loaded."""
 
 
-class ConfigError(InputError):
-    """A config file is missing, malformed, or has unknown or invalid keys; the message names them."""
+class ConfigError(LakeflowError, ValueError):
+    """A config is missing, malformed, or has unknown or invalid keys, or names something that cannot be used
+    (a dataset, a model source, an extension); the message names them."""
+
+
+class ConfigFileError(ConfigError, InputError):
+    """A config file (or the document a command line builds) cannot be read or does not validate: not
+    YAML or JSON, not a mapping, unknown or invalid keys. The message names the file and the keys."""
 
 
 class PolicyError(LakeflowError):

@@ -13,7 +13,6 @@ import click
 
 from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_lake, refuse
-from lakeflow.errors import ConfigError
 
 if TYPE_CHECKING:
     from lakeflow.autoscale.actuators import Actuator
@@ -137,7 +136,7 @@ def _local(
     from lakeflow.run.processes import raas_spec
 
     if config_path is None:
-        raise ConfigError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
+        raise click.UsageError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
     config = load_run_config(config_path)
     refuse(check_run_config(config))  # the services it starts would refuse it one by one
     directory = Path(run_dir or Path("runs") / config.name)

@@ -1,9 +1,10 @@
 """How every lakeflow command ends on one of lakeflow's errors: one line on stderr, never a traceback.
 
 Exit code 2 (bad usage, with the command's usage line) when the command line or a config file is
-malformed: an `InputError` (a bad argument, name, URL or value; `ConfigError` is one). Exit code 1 for
-the rest: the input is well formed but what it names cannot be used (an extension that does not resolve,
-a failed launch check, one line per problem), or the lake, the store or another process refused.
+malformed: an `InputError` (a bad argument, name, URL or value; a `ConfigFileError`). Exit code 1 for
+the rest: the input is well formed but what it names cannot be used (a `ConfigError`: a dataset, a model
+source, an extension that does not resolve; a failed launch check, one line per problem), or the lake,
+the store or another process refused.
 Commands and groups use `Command` and `Group`; the top-level group applies the same rule to any other.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import click
 
-from lakeflow.errors import InputError, LakeflowError, LaunchCheckError, PluginError
+from lakeflow.errors import InputError, LakeflowError, LaunchCheckError
 
 
 class ConfigProblems(click.ClickException):
@@ -33,7 +34,7 @@ def cli_error(e: LakeflowError, ctx: click.Context | None = None) -> click.Click
     """The click exception that reports `e` (see the module docstring for the exit codes)."""
     if isinstance(e, LaunchCheckError):
         return ConfigProblems(e.problems)
-    if isinstance(e, InputError) and not isinstance(e, PluginError):
+    if isinstance(e, InputError):
         return click.UsageError(str(e), ctx)
     return click.ClickException(str(e))
 
