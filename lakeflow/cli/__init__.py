@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from lakeflow.cli.command import cli_error
 from lakeflow.errors import LakeflowError
 
 # name -> "module:attribute" of the click command; a new command is one line here.
@@ -81,11 +82,11 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; lakeflow's own errors (bad input, unreachable store, missing lake) end
-        as one line on stderr and exit code 1, not a traceback."""
+        as one line on stderr, not a traceback (`command.cli_error`: exit code 2 for bad input, else 1)."""
         try:
             return super().invoke(ctx)
         except LakeflowError as e:
-            raise click.ClickException(str(e)) from e
+            raise cli_error(e) from e
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

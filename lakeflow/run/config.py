@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file
+from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
 from lakeflow.errors import ConfigError
 from lakeflow.evaluation.config import EvalConfig
@@ -25,18 +25,14 @@ from lakeflow.trainer.config import TrainerConfig
 _UNKNOWN_VOCAB = 1 << 31  # stands in for a vocabulary not set and not readable while the file is validated
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PoolConfig(_Strict):
+class PoolConfig(StrictConfig):
     """The rollout services of one model."""
 
     replicas: int = Field(1, ge=0, description="Rollout service processes to start.")
     config: RaasConfig = Field(default_factory=RaasConfig, description="Each instance's config.")
 
 
-class RegionPool(_Strict):
+class RegionPool(StrictConfig):
     """A further rollout pool of the model in another region: the home pool's config with this region, its
     weights source and any overrides. Its samples go to the run's lake like the home pool's."""
 
@@ -70,7 +66,7 @@ class RegionPool(_Strict):
         return PoolConfig(replicas=self.replicas, config=RaasConfig.model_validate(merged))
 
 
-class AutoscaleConfig(_Strict):
+class AutoscaleConfig(StrictConfig):
     """`lakeflow run --autoscale` (or this section): a `lakeflow autoscale --actuator local` process sizes
     every rollout pool, starting it at its `replicas` (within [min, max])."""
 
@@ -82,7 +78,7 @@ class AutoscaleConfig(_Strict):
     window_s: float | None = Field(None, gt=0, description="Observation window (default: the balance report's).")
 
 
-class RunModel(_Strict):
+class RunModel(StrictConfig):
     """One model of the run: how its data flows, how it trains, who rolls it out."""
 
     id: str = Field(description="Model id.")
@@ -154,7 +150,7 @@ class RunModel(_Strict):
         return self
 
 
-class RunCredentials(_Strict):
+class RunCredentials(StrictConfig):
     """Which credentials each process gets (S3 lakes): an AWS profile of the shared credentials file
     (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) per role, e.g. the access keys `infra/terraform`
     made for that role. A process of a role given here sees only that profile (the launcher's
@@ -166,7 +162,7 @@ class RunCredentials(_Strict):
     eval: str | None = Field(None, description="AWS profile of the evaluation services (None: the launcher's).")
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictConfig):
     """The whole file."""
 
     name: str = Field(description="Run name; the default lake is ./runs/<name>.")

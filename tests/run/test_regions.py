@@ -20,10 +20,10 @@ from benchmarks.remote import region_measures
 from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.lake.heartbeats import production, read_heartbeats
-from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import launch
+from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.run import Launcher, RunConfig
-from lakeflow.run.launcher import process_specs
+from lakeflow.run.processes import process_specs
 from lakeflow.weights.manifest import read_manifest
 from tests.run.test_run import write_config
 
