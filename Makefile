@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml requirements/lock.txt
 	touch $(STAMP)
 
 test: venv lint check-wheel  ## lint, the installed-wheel check, then the whole test suite (local, memory, moto S3)
-	$(PY) -m pytest --cov=lakeflow --cov-report=term:skip-covered --cov-fail-under=$$(cat .coverage-floor)
+	$(PY) -m pytest --cov=lakeflow --cov=benchmarks --cov-report=term:skip-covered --cov-fail-under=$$(cat .coverage-floor)
 
 check-wheel: venv  ## build the wheel, install it with only the base dependencies, run the analyst commands
 	PY=$(PY) scripts/check-wheel
@@ -27,14 +27,14 @@ check-wheel: venv  ## build the wheel, install it with only the base dependencie
 test-fast: venv  ## the suite without tests marked slow
 	$(PY) -m pytest -m "not slow" -q
 
-lint: venv  ## ruff (lint + format check) and mypy on lakeflow/
-	$(VENV)/bin/ruff check lakeflow tests
-	$(VENV)/bin/ruff format --check lakeflow tests
+lint: venv  ## ruff (lint + format check) and mypy on lakeflow/ and benchmarks/
+	$(VENV)/bin/ruff check lakeflow benchmarks tests
+	$(VENV)/bin/ruff format --check lakeflow benchmarks tests
 	$(VENV)/bin/mypy
 
 format: venv  ## apply ruff's fixes and formatting
-	$(VENV)/bin/ruff check --fix lakeflow tests
-	$(VENV)/bin/ruff format lakeflow tests
+	$(VENV)/bin/ruff check --fix lakeflow benchmarks tests
+	$(VENV)/bin/ruff format lakeflow benchmarks tests
 
 demo: venv  ## the whole loop on this machine (tiny model, vLLM on CPU), then its report
 	$(VENV)/bin/lakeflow run jobs/examples/tiny-math.yaml

@@ -11,6 +11,21 @@ class LakeflowError(Exception):
     """Base class of lakeflow's own errors."""
 
 
+class InputError(LakeflowError, ValueError):
+    """An argument, a name (model id, writer name), a URL or a value is not one lakeflow accepts; the
+    message names it and what is allowed. The CLI exits with code 2 (bad usage) on it."""
+
+
+class LakeFormatError(LakeflowError, ValueError):
+    """An object or key in the lake is not what lakeflow writes there (a stray, damaged or hostile object,
+    a batch whose samples cannot be trained on); the message names it."""
+
+
+class WeightsFormatError(LakeflowError, ValueError):
+    """A weights file or object (safetensors, a delta or one of its streams) is malformed or does not fit
+    the state it applies to; nothing was loaded from it."""
+
+
 class EtagMismatchError(LakeflowError):
     """A compare-and-swap lost: the object changed since its etag was read.
 
@@ -18,7 +33,7 @@ class EtagMismatchError(LakeflowError):
     """
 
 
-class UnsupportedStoreError(LakeflowError):
+class UnsupportedStoreError(InputError):
     """The URL names a storage backend lakeflow cannot use (or cannot use for this operation)."""
 
 
@@ -58,7 +73,13 @@ class WeightsChainError(WeightsIntegrityError):
 
 
 class ConfigError(LakeflowError, ValueError):
-    """A config file is missing, malformed, or has unknown or invalid keys; the message names them."""
+    """A config is missing, malformed, or has unknown or invalid keys, or names something that cannot be used
+    (a dataset, a model source, an extension); the message names them."""
+
+
+class ConfigFileError(ConfigError, InputError):
+    """A config file (or the document a command line builds) cannot be read or does not validate: not
+    YAML or JSON, not a mapping, unknown or invalid keys. The message names the file and the keys."""
 
 
 class PolicyError(LakeflowError):
@@ -96,11 +117,6 @@ class MissingToolError(LakeflowError):
     and what it is for."""
 
 
-class SkippedError(LakeflowError):
-    """A benchmark section cannot run on this machine (no GPU, a package missing, no time left);
-    the message says why, and the report records it as skipped rather than failed."""
-
-
 class TableConflictError(LakeflowError):
     """The compacted table moved on since this committer read it (another committer wrote): nothing was
     committed; read it again (only the process holding the dataflow lease should compact)."""
@@ -119,6 +135,11 @@ class LaunchCheckError(ConfigError):
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+class ServiceExitedError(LakeflowError, RuntimeError):
+    """A process lakeflow started and supervises exited on its own (not asked to stop, not drained); the
+    message names it, its exit code and its log."""
 
 
 class WriterDiedError(LakeflowError):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakeflow.catalog.engine import LakeQuery, connect_lake
+from lakeflow.catalog.lakeview import LakeQuery, connect_lake
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.errors import LakeflowError, LakeNotFoundError
 from lakeflow.io import S3Options, Store, open_store
@@ -106,13 +106,13 @@ class Lake:
     def refresh(self) -> Lake:
         """Read the lake again (new commits, a newer table version and checkpoint); returns self."""
         old, self._query = self._query, self._connect()
-        old.con.close()
+        old.close()
         return self
 
     @property
     def views(self) -> list[str]:
         """Names of the tables and views a query can read."""
-        return sorted(r[0] for r in self._query.con.sql("SHOW TABLES").fetchall() if not r[0].startswith("_"))
+        return self._query.tables()
 
     @property
     def skipped(self) -> list[tuple[str, str]]:
@@ -130,7 +130,7 @@ class Lake:
         return self._query
 
     def close(self) -> None:
-        self._query.con.close()
+        self._query.close()
 
     def __enter__(self) -> Lake:
         return self

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import lakeflow
-from lakeflow.catalog.engine import QueryError
+from lakeflow.catalog.lakeview import QueryError
 from lakeflow.cli import main
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.errors import LakeNotFoundError

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError
+from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError, ServiceExitedError
 from lakeflow.plugins import call_problem, resolve
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class LocalActuator:
             for p in running:
                 code = p.process.poll()
                 if code is not None:
-                    raise RuntimeError(f"{p.name} exited with {code} (not drained); its log: {p.log_path}")
+                    raise ServiceExitedError(f"{p.name} exited with {code} (not drained); its log: {p.log_path}")
 
     def close(self) -> None:
         """Drain every service and wait for them (up to `drain_s`, then kill)."""

@@ -23,6 +23,7 @@ from lakeflow.autoscale.observe import balance_window_s, pool_rate, trainer_rate
 from lakeflow.autoscale.rule import Decision, Observation, Policy, State, decide
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.commit import utc_now
 
 log = logging.getLogger(__name__)
 HISTORY = 500
@@ -36,7 +37,7 @@ class Controller:
     policy: Policy = field(default_factory=Policy)
     window_s: float | None = None  # None: the balance report's window (300 s without one)
     heartbeat_age_s: float = 60.0  # a rollout heartbeat older than this is a dead service
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    clock: Callable[[], datetime] = utc_now
     states: dict[str, State] = field(default_factory=dict)
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     initial: dict[str, int] = field(default_factory=dict)  # pool -> size to start at (default: what runs now)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from lakeflow.errors import InputError
+
 
 @dataclass(frozen=True)
 class Observation:
@@ -35,11 +37,11 @@ class Policy:
 
     def __post_init__(self) -> None:
         if not 0 <= self.min <= self.max:
-            raise ValueError(f"autoscale bounds: need 0 <= min <= max, got min {self.min}, max {self.max}")
+            raise InputError(f"autoscale bounds: need 0 <= min <= max, got min {self.min}, max {self.max}")
         if not 0 <= self.down_wait <= self.up_wait < 1:
-            raise ValueError("autoscale thresholds: need 0 <= down_wait <= up_wait < 1")
+            raise InputError("autoscale thresholds: need 0 <= down_wait <= up_wait < 1")
         if self.confirm < 1 or self.cooldown_s < 0 or self.headroom < 1:
-            raise ValueError("autoscale: confirm >= 1, cooldown_s >= 0 and headroom >= 1")
+            raise InputError("autoscale: confirm >= 1, cooldown_s >= 0 and headroom >= 1")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""`lakeflow bench lake`: write/read throughput of the trajectory lake against peers' dump formats.
+"""`lakeflow bench lake`: write/read throughput of the trajectory lake against peers' dump formats, in the
+user's own lake (`--lake`: a scratch prefix, removed afterwards) or a temp dir and a local S3 server.
 
 Three formats hold the same synthetic samples: lakeflow's zstd Parquet shards with commit
 records, sharded JSONL and msgpack files (what peer RL frameworks dump rollouts as). Each
@@ -9,20 +10,25 @@ Peers start from Python dicts (their native in-memory form) and lakeflow from Ar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
-import shutil
 import tempfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
 
+from lakeflow.bench import machine
 from lakeflow.errors import MissingExtraError
-from lakeflow.io import Store
+from lakeflow.io import S3Options, Store, open_store
+from lakeflow.io.s3 import S3Store
+from lakeflow.io.testserver import local_s3_bucket
 from lakeflow.lake import LakeReader, SampleRef, ShardWriter, iter_commits
 from lakeflow.lake.synth import SynthSpec, synth_table
+from lakeflow.text import text_table
 
 SHARD_ROWS = 1024
 BATCH = 2048  # samples fetched by reference (one training batch)
@@ -143,6 +149,71 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
         r["lakeflow_size_x"] = round(r["stored_bytes_per_token"] / b["stored_bytes_per_token"], 2)
 
 
-def local_dir() -> tuple[str, Callable[[], None]]:
-    path = tempfile.mkdtemp(prefix="lakeflow-bench-")
-    return path, lambda: shutil.rmtree(path, ignore_errors=True)
+def run(lake_url: str | None, endpoint_url: str | None, samples: int, no_s3: bool = False) -> dict[str, Any]:
+    """Every format on the local backend (`lake_url` when local, else a temp dir), then on S3 (`lake_url`
+    when s3://, else a moto server on 127.0.0.1) with DuckDB's scan of the S3 shards; ratios added."""
+    table = make_samples(samples)
+    results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {"samples": samples, "arrow_mb": round(table.nbytes / 1e6, 1), "machine": machine()}
+    local_url = lake_url if lake_url and not lake_url.startswith("s3://") else None
+    with _scratch(local_url, None) as store:
+        results += bench_store(store, table, "local")
+    if not no_s3:
+        with _s3_lake(lake_url, endpoint_url) as (url, endpoint), _scratch(url, endpoint) as store:
+            results += bench_store(store, table, "s3")
+            if isinstance(store, S3Store):
+                from lakeflow.bench.sqlscan import bench_sql_scan
+
+                report["sql_scan_s3"] = bench_sql_scan(store)
+    add_ratios(results)
+    report["results"] = results
+    return report
+
+
+@contextlib.contextmanager
+def _s3_lake(lake_url: str | None, endpoint_url: str | None) -> Iterator[tuple[str, str | None]]:
+    if lake_url and lake_url.startswith("s3://"):
+        yield lake_url, endpoint_url
+        return
+    with local_s3_bucket() as (endpoint, url):
+        yield url, endpoint
+
+
+@contextlib.contextmanager
+def _scratch(base_url: str | None, endpoint_url: str | None) -> Iterator[Store]:
+    """A fresh prefix under `base_url` (or a temp dir), removed afterwards."""
+    with contextlib.ExitStack() as stack:
+        if base_url is None:
+            base_url = stack.enter_context(tempfile.TemporaryDirectory(prefix="lakeflow-bench-"))
+        store = open_store(f"{base_url.rstrip('/')}/_bench/{uuid.uuid4().hex[:8]}", S3Options(endpoint_url))
+        try:
+            yield store
+        finally:
+            for info in list(store.list("")):
+                store.delete(info.key)
+
+
+def render(report: dict[str, Any]) -> str:
+    cols = [
+        "backend",
+        "format",
+        "write_mb_s",
+        "read_mb_s",
+        "batch_read_s",
+        "stored_bytes_per_token",
+        "lakeflow_write_x",
+        "lakeflow_read_x",
+        "lakeflow_batch_x",
+        "lakeflow_size_x",
+    ]
+    rows = [[str(r[c]) for c in cols] for r in report["results"]]
+    lines = [f"{report['samples']} samples ({report['arrow_mb']} MB Arrow) on {report['machine']}"]
+    lines += text_table(cols, rows)
+    if "sql_scan_s3" in report:
+        s = report["sql_scan_s3"]
+        lines.append(
+            f"DuckDB group-by over {s['shards']} S3 shards: httpfs {s['httpfs_s']} s, "
+            f"fsspec {s['fsspec_s']} s ({s['httpfs_speedup_x']}x)"
+        )
+    lines.append("lakeflow_*_x: how many times faster (or smaller) lakeflow is than that row")
+    return "\n".join(lines)

@@ -9,9 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import duckdb
-
 from lakeflow.catalog import connect_lake
+from lakeflow.catalog.lakeview import open_connection
 from lakeflow.io.s3 import S3Store, s3fs_filesystem
 from lakeflow.lake import LakeReader
 
@@ -26,7 +25,7 @@ def bench_sql_scan(store: S3Store, repeats: int = 3) -> dict[str, Any]:
     shards, _ = LakeReader(store).visible_shards()
     access = store.s3_access()
     base = f"s3://{access.bucket}/{access.prefix}/" if access.prefix else f"s3://{access.bucket}/"
-    con = duckdb.connect()
+    con = open_connection(None)
     con.register_filesystem(s3fs_filesystem(store))
     files = "[" + ", ".join(f"'{base}{k}'" for k in shards) + "]"
     fsspec = _best(lambda: con.sql(QUERY.format(src=f"read_parquet({files})")).fetchall(), repeats)

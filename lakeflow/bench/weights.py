@@ -188,15 +188,15 @@ def synthetic_states(params: int, seed: int = 0, lr: float = 3e-6, tensor: int =
     for i, start in enumerate(range(0, params, tensor)):
         n = min(tensor, params - start)
         w = rng.standard_normal(n, dtype=np.float32) * np.float32(0.02)
-        o = _to_bf16(w)
+        o = to_bf16(w)
         w = (o.astype(np.uint32) << 16).view(np.float32)
         w -= np.float32(lr) * rng.standard_normal(n, dtype=np.float32)
         old[f"layer{i:03d}.weight"] = raw_tensor("BF16", (n,), o)
-        new[f"layer{i:03d}.weight"] = raw_tensor("BF16", (n,), _to_bf16(w))
+        new[f"layer{i:03d}.weight"] = raw_tensor("BF16", (n,), to_bf16(w))
     return old, new
 
 
-def _to_bf16(x: np.ndarray) -> np.ndarray:
+def to_bf16(x: np.ndarray) -> np.ndarray:
     u = x.view(np.uint32)
     return ((u + (((u >> 16) & 1) + 0x7FFF)) >> 16).astype(np.uint16)
 

@@ -1,7 +1,7 @@
 """Text beside tokens: the SQL function `detokenize(model_id, ids)`, decoding token ids with the model's
 own tokenizer (the `tokenizer.json` its trainer published with weight version 0).
 
-Samples store token ids only: measured with `python -m lakeflow.bench.text`, storing the decoded
+Samples store token ids only: measured with `python -m benchmarks text`, storing the decoded
 prompt and response as well made shards 14-35% larger, for text that the ids and the tokenizer give
 back exactly. The `trajectories` view's `prompt_text` and `response_text` columns call it; DuckDB
 computes them only for queries that read them. Each model's tokenizer is read through the store on

@@ -1,11 +1,11 @@
 """Per-model numbers of the dataflow catalog for the `dataflow_stats` metric table: cumulative counters
-(which the caller turns into per-window deltas) and pool sizes now. One query per catalog table."""
+(which the caller turns into per-window deltas) and pool sizes now. One query per catalog table, run by
+`Catalog.model_numbers`; this module holds the queries and folds their rows into numbers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.catalog.state import Catalog
 from lakeflow.lake import layout
 
 # counter -> (SQL giving model_id, value); cumulative over the catalog's life (restored on restart)
@@ -28,26 +28,31 @@ _GAUGES = {
     "trainer_version": "SELECT model_id, version FROM weights",
     "next_step": "SELECT model_id, max(step) + 1 FROM batches GROUP BY 1",
 }
+QUERIES = _COUNTERS | _GAUGES
+QUARANTINE_QUERY = "SELECT key, sum(rows) FROM quarantine GROUP BY 1"  # rows quarantined, by object key
 COUNTERS = (*_COUNTERS, "quarantined_rows")
 GAUGES = tuple(_GAUGES)
 
 
-def model_numbers(catalog: Catalog, models: list[str]) -> dict[str, dict[str, Any]]:
-    """Per model: every counter (0 when none) and gauge (pools 0, versions None when unknown)."""
+def fold_numbers(
+    rows: dict[str, list[tuple[Any, ...]]], quarantined: list[tuple[Any, ...]], models: list[str]
+) -> dict[str, dict[str, Any]]:
+    """Per model: every counter (0 when none) and gauge (pools 0, versions None when unknown), from the
+    rows of each of QUERIES and of QUARANTINE_QUERY."""
     out: dict[str, dict[str, Any]] = {m: dict.fromkeys(COUNTERS, 0) | dict.fromkeys(GAUGES, 0) for m in models}
     for m in models:
         out[m]["trainer_version"] = out[m]["next_step"] = None
-    for name, query in (_COUNTERS | _GAUGES).items():
-        for model_id, value in catalog.con.sql(query).fetchall():
+    for name, found in rows.items():
+        for model_id, value in found:
             if model_id in out and value is not None:
                 out[model_id][name] = int(value)
-    for key, rows in catalog.con.sql("SELECT key, sum(rows) FROM quarantine GROUP BY 1").fetchall():
+    for key, n in quarantined:
         try:
             model_id = layout.parse_shard_key(str(key)).model_id
         except ValueError:
             continue  # a commit record or other object naming no model
         if model_id in out:
-            out[model_id]["quarantined_rows"] += int(rows or 0)
+            out[model_id]["quarantined_rows"] += int(n or 0)
     for m in models:
         if out[m]["next_step"] is None:
             out[m]["next_step"] = 0

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from lakeflow.cli.command import cli_error
 from lakeflow.errors import LakeflowError
 
 # name -> "module:attribute" of the click command; a new command is one line here.
@@ -51,7 +52,7 @@ SUMMARIES = {
     "run": "Run a whole job (dataflow, trainers, rollout pools) on this machine.",
     "launch": "Render a run for Kubernetes, SkyPilot or Slurm (and apply it with their client).",
     "autoscale": "Size the rollout pools from the balance report (local processes, Kubernetes, SkyPilot).",
-    "bench": "Benchmarks, side by side with the alternative.",
+    "bench": "Measure your setup: the codec on your weights, the lake in your bucket, start-up.",
     "chaos": "Run a job under random kill -9 and check the crash guarantee from the lake.",
     "infra": "Least-privilege IAM policies per role (raas, dataflow, trainer, eval, analyst).",
     "eval": "Evaluate a model's published versions on held-out prompts (the eval table).",
@@ -61,13 +62,17 @@ SUMMARIES = {
 
 
 class LazyGroup(click.Group):
-    """A click group that imports a subcommand's module only when that subcommand is used."""
+    """A click group that imports a subcommand's module only when that subcommand is used. `targets` (name ->
+    "module:attribute") and `summaries` are its tables; a subclass gives its own."""
+
+    targets: dict[str, str] = COMMANDS
+    summaries: dict[str, str] = SUMMARIES
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        return list(self.targets)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
+        target = self.targets.get(cmd_name)
         if target is None:
             return None
         module_name, attribute = target.split(":")
@@ -77,15 +82,15 @@ class LazyGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the subcommand; lakeflow's own errors (bad input, unreachable store, missing lake) end
-        as one line on stderr and exit code 1, not a traceback."""
+        as one line on stderr, not a traceback (`command.cli_error`: exit code 2 for bad input, else 1)."""
         try:
             return super().invoke(ctx)
         except LakeflowError as e:
-            raise click.ClickException(str(e)) from e
+            raise cli_error(e) from e
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
-            formatter.write_dl([(name, SUMMARIES.get(name, "")) for name in COMMANDS])
+            formatter.write_dl([(name, self.summaries.get(name, "")) for name in self.targets])
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_lake, refuse
-from lakeflow.errors import ConfigError, MissingExtraError, MissingToolError, PluginError
 
 if TYPE_CHECKING:
     from lakeflow.autoscale.actuators import Actuator
@@ -31,7 +31,7 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str]:
     return out
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option(
     "--actuator",
@@ -87,27 +87,20 @@ def autoscale(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     store = open_lake(lake_url, endpoint_url)
-    try:
-        policy = Policy(min=min_, max=max_, confirm=confirm, cooldown_s=cooldown_s)
-        act: Actuator
-        initial: dict[str, int] = {}
-        if actuator == "local":
-            act, initial = _local(config_path, lake_url, endpoint_url, run_dir, store, drain_s)
-            pools = list(initial)
-        elif actuator == "k8s":
-            mapping = _pairs(deployments, "--deployment")
-            act, pools = build_actuator("k8s", deployments=mapping, namespace=namespace), list(mapping)
-        elif actuator == "skypilot":
-            mapping = _pairs(tasks, "--task")
-            act, pools = build_actuator("skypilot", tasks=mapping, prefix=cluster_prefix), list(mapping)
-        else:
-            act, pools = build_actuator(actuator, **_pairs(actuator_options, "--option")), list(models)
-    except PluginError as e:  # an actuator name that does not resolve: one line, exit code 1
-        raise click.ClickException(str(e)) from e
-    except (ValueError, ConfigError) as e:
-        raise click.UsageError(str(e)) from e
-    except MissingExtraError as e:
-        raise click.ClickException(str(e)) from e
+    policy = Policy(min=min_, max=max_, confirm=confirm, cooldown_s=cooldown_s)
+    act: Actuator
+    initial: dict[str, int] = {}
+    if actuator == "local":
+        act, initial = _local(config_path, lake_url, endpoint_url, run_dir, store, drain_s)
+        pools = list(initial)
+    elif actuator == "k8s":
+        mapping = _pairs(deployments, "--deployment")
+        act, pools = build_actuator("k8s", deployments=mapping, namespace=namespace), list(mapping)
+    elif actuator == "skypilot":
+        mapping = _pairs(tasks, "--task")
+        act, pools = build_actuator("skypilot", tasks=mapping, prefix=cluster_prefix), list(mapping)
+    else:
+        act, pools = build_actuator(actuator, **_pairs(actuator_options, "--option")), list(models)
     pools = [p for p in pools if not models or p in models]
     if not pools:
         raise click.UsageError(
@@ -122,8 +115,6 @@ def autoscale(
     controller = Controller(store, act, pools, policy, window_s, initial=initial)
     try:
         controller.run(stop, interval_s, iterations)
-    except (RuntimeError, MissingToolError) as e:
-        raise click.ClickException(str(e)) from e
     finally:
         act.close()  # local: drains every service
         for s, handler in previous.items():
@@ -142,10 +133,10 @@ def _local(
     from lakeflow.autoscale.actuators import build_actuator
     from lakeflow.run import Launcher, load_run_config
     from lakeflow.run.check import check_run_config
-    from lakeflow.run.launcher import raas_spec
+    from lakeflow.run.processes import raas_spec
 
     if config_path is None:
-        raise ConfigError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
+        raise click.UsageError("--actuator local needs --config RUN_CONFIG (how to start a rollout service)")
     config = load_run_config(config_path)
     refuse(check_run_config(config))  # the services it starts would refuse it one by one
     directory = Path(run_dir or Path("runs") / config.name)

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import open_lake
 from lakeflow.cli.run import load_job
 from lakeflow.text import text_table
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.option("--kills", type=click.IntRange(min=0), default=10, show_default=True, help="Kill points (SIGKILL).")
 @click.option(

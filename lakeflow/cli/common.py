@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from lakeflow.errors import LakeNotFoundError, UnsupportedStoreError
+from lakeflow.cli.command import ConfigProblems
+from lakeflow.errors import LakeNotFoundError
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.patient import DEFAULT_OUTAGE_S, PatientStore
 
@@ -30,13 +31,10 @@ def lake_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def open_lake(lake_url: str, endpoint_url: str | None, interactive: bool = False) -> Store:
-    """The store for `--lake`, with a click error instead of a traceback on bad URLs. `interactive`:
+    """The store for `--lake` (a bad URL is an InputError: exit code 2). `interactive`:
     a person waits on this command, so an unreachable endpoint fails in seconds (few retries)."""
     options = S3Options(endpoint_url=endpoint_url)
-    try:
-        return open_store(lake_url, options.interactive() if interactive else options)
-    except (ValueError, UnsupportedStoreError) as e:
-        raise click.BadParameter(str(e), param_hint="--lake") from e
+    return open_store(lake_url, options.interactive() if interactive else options)
 
 
 def outage_option(func: click.decorators.FC) -> click.decorators.FC:
@@ -55,10 +53,7 @@ def open_service_lake(lake_url: str, endpoint_url: str | None, outage_s: float) 
     """The store of a long-running process: `open_lake`, with outages waited out for `outage_s` (the
     client's own retries are few: the waiting, and its status line, are the PatientStore's)."""
     options = S3Options(endpoint_url=endpoint_url, max_attempts=3)
-    try:
-        return PatientStore(open_store(lake_url, options), outage_s)
-    except (ValueError, UnsupportedStoreError) as e:
-        raise click.BadParameter(str(e), param_hint="--lake") from e
+    return PatientStore(open_store(lake_url, options), outage_s)
 
 
 def open_existing_lake(lake_url: str, endpoint_url: str | None) -> Store:
@@ -82,19 +77,6 @@ def tracker_options(func: click.decorators.FC) -> click.decorators.FC:
         default=None,
         help="Also log metrics to this tracker (the lake's metric tables have them anyway).",
     )(func)
-
-
-class ConfigProblems(click.ClickException):
-    """The problems a config check found (names that do not resolve, roles that do not match): one line each on
-    stderr, exit code 1, before anything starts."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = problems
-
-    def show(self, file: Any = None) -> None:
-        for problem in self.problems:
-            click.echo(f"Error: {problem}", err=True)
 
 
 def refuse(problems: list[str]) -> None:

@@ -8,17 +8,17 @@ from types import FrameType
 
 import click
 
-from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import KINDS, load_policy
+from lakeflow.catalog.state import check_policy
+from lakeflow.cli.command import Command, Group
 from lakeflow.cli.common import lake_options, open_existing_lake, open_service_lake, outage_option, refuse
 from lakeflow.dataflow.check import check_dataflow_config
 from lakeflow.dataflow.config import load_config
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.dataflow.status import lake_status, render_status
-from lakeflow.errors import ConfigError, LeaseHeldError, PolicyError
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--wait", is_flag=True, help="If another process serves the lake, wait for its lease to expire.")
@@ -35,10 +35,7 @@ def dataflow(
     outage_s: float,
 ) -> None:
     """Serve a lake: ingest commits, run data policies, issue tasks, materialise batches."""
-    try:
-        config = load_config(config_path)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
+    config = load_config(config_path)
     refuse(check_dataflow_config(config))
     store = open_service_lake(lake_url, endpoint_url, outage_s)
     service = DataflowService(store, config, catalog_path)
@@ -49,10 +46,7 @@ def dataflow(
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    try:
-        service.start(wait=wait)
-    except LeaseHeldError as e:
-        raise click.ClickException(str(e)) from e
+    service.start(wait=wait)
     click.echo(f"serving {store.url} (lease epoch {service.lease.epoch})", err=True)
     try:
         service.run(iterations=iterations, stop=lambda: bool(stopping))
@@ -65,7 +59,7 @@ def dataflow(
     click.echo(json.dumps({k: (dict(v) if hasattr(v, "items") else v) for k, v in vars(c).items()}))
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
@@ -94,7 +88,7 @@ def status(lake_url: str, endpoint_url: str | None, as_json: bool, agents: bool)
         click.echo("\n".join(render_text(rows)))
 
 
-@click.group()
+@click.group(cls=Group)
 def policy() -> None:
     """Data policies (SQL files)."""
 
@@ -104,10 +98,7 @@ def policy() -> None:
 @click.argument("path")
 def policy_check(kind: str, path: str) -> None:
     """Parse and dry-run a policy (a shipped name or a .sql file) against an empty catalog."""
-    try:
-        loaded = load_policy(kind, path)
-        result = check_policy(loaded)
-    except PolicyError as e:
-        raise click.ClickException(str(e)) from e
+    loaded = load_policy(kind, path)
+    result = check_policy(loaded)
     used = ", ".join("$" + p for p in sorted(loaded.params)) or "none"
     click.echo(f"ok: {kind} policy {loaded.path} returns {', '.join(result.column_names)}; parameters used: {used}")

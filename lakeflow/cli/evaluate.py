@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
-from lakeflow.errors import ConfigError
 from lakeflow.tracking.config import parse_tracker
 
 if TYPE_CHECKING:
     from lakeflow.evaluation import EvalConfig
 
 
-@click.command("eval")
+@click.command("eval", cls=Command)
 @lake_options
 @click.option("--model", "model_id", required=True, help="Model whose published versions to evaluate.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False), help="YAML/JSON EvalConfig.")
@@ -86,13 +86,11 @@ def evaluate(
 
 
 def _config(path: str | None, overrides: dict[str, object]) -> EvalConfig:
+    from lakeflow.configfile import validate_config
     from lakeflow.evaluation.config import EvalConfig, load_eval_config
 
-    try:
-        data = load_eval_config(path).model_dump() if path else {}
-        data.update(overrides)
-        if "dataset" not in data:
-            raise click.UsageError("give --dataset FILE or a --config with a dataset")
-        return EvalConfig.model_validate(data)
-    except (ConfigError, ValueError) as e:
-        raise click.UsageError(str(e)) from e
+    data = load_eval_config(path).model_dump() if path else {}
+    data.update(overrides)
+    if "dataset" not in data:
+        raise click.UsageError("give --dataset FILE or a --config with a dataset")
+    return validate_config(EvalConfig, data, path or "command line")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from lakeflow.cli.command import Group
 from lakeflow.infra import ROLES, grants_for, policy_document, template_document
 from lakeflow.infra.evaluate import markdown_table
 from lakeflow.infra.model import MODEL, ROLE_SUMMARY
@@ -18,7 +19,7 @@ role_option = click.option("--role", required=True, type=click.Choice(ROLES), he
 TEMPLATE_VARS = {"bucket": "${bucket}", "root": "${root}", "partition": "${partition}", "model": MODEL}
 
 
-@click.group()
+@click.group(cls=Group)
 def infra() -> None:
     """Least-privilege access to a lake: what each role (raas, dataflow, trainer, eval, analyst) may do."""
 
@@ -42,12 +43,7 @@ def policy_cmd(
     role: str, bucket: str, prefix: str, partition: str, no_write_conditions: bool, model: str | None
 ) -> None:
     """Print ROLE's IAM policy document for the lake at s3://BUCKET/PREFIX."""
-    try:
-        document = policy_document(
-            role, bucket, prefix, partition, write_conditions=not no_write_conditions, model=model
-        )
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from e
+    document = policy_document(role, bucket, prefix, partition, write_conditions=not no_write_conditions, model=model)
     click.echo(json.dumps(document, indent=2))
 
 

@@ -19,7 +19,7 @@ import click
 import duckdb
 import pyarrow as pa
 
-from lakeflow.catalog.engine import QueryError
+from lakeflow.cli.command import Command, Group
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
 from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.lease import Lease, serving_lease
@@ -41,7 +41,7 @@ def _versions(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option("--samples", type=click.IntRange(min=1), required=True, help="How many samples to write.")
 @click.option("--writers", type=click.IntRange(min=1), default=1, show_default=True, help="Concurrent writers.")
@@ -77,10 +77,7 @@ def synth(
     )
     store = open_lake(lake_url, endpoint_url)
     start = time.perf_counter()
-    try:
-        commits = write_synthetic(store, spec, writers=writers, max_rows=shard_rows)
-    except ValueError as e:
-        raise click.UsageError(str(e)) from e
+    commits = write_synthetic(store, spec, writers=writers, max_rows=shard_rows)
     seconds = time.perf_counter() - start
     rows = sum(c.rows for c in commits)
     size = sum(c.size for c in commits)
@@ -90,7 +87,7 @@ def synth(
     )
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.argument("query", required=False)
 @click.option(
@@ -146,10 +143,7 @@ def sql(
     for key, reason in lake.skipped:
         if not reason.startswith("no commit record"):
             click.echo(f"warning: skipped {key}: {reason}", err=True)
-    try:
-        result = lake.sql(text).arrow()
-    except QueryError as e:
-        raise click.ClickException(str(e)) from e
+    result = lake.sql(text).arrow()
     if out is None:
         click.echo(_render(result, fmt, max_rows), nl=fmt == "table")
         return
@@ -229,7 +223,7 @@ def _cell(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@click.group("lake")
+@click.group("lake", cls=Group)
 def lake_group() -> None:
     """The lake's compacted table (tables/trajectories, Delta Lake) and retention.
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from lakeflow.errors import ConfigError, LaunchCheckError, MissingToolError
+from lakeflow.cli.command import Command
 
 
 def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
@@ -21,7 +21,7 @@ def _role_arns(values: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.option("--target", required=True, type=click.Choice(["k8s", "skypilot", "slurm"]), help="Cluster kind.")
 @click.option("--lake", "lake_url", required=True, help="Lake URL every process uses (s3://bucket/prefix).")
@@ -72,39 +72,31 @@ def launch(
     where they are; with --apply, hand them to the target's client (which must be installed and configured).
     What the run would resolve at start is checked first: each problem on one line, exit 1."""
     from lakeflow.cli.common import refuse
-    from lakeflow.launch.render import LaunchOptions
     from lakeflow.launch.targets import apply, launch
+    from lakeflow.launch.workloads import LaunchOptions
     from lakeflow.run import load_run_config
     from lakeflow.run.check import check_run_config
 
-    try:
-        config = load_run_config(config_path)
-        if engine is not None:
-            config = config.with_engine(engine)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
+    config = load_run_config(config_path)
+    if engine is not None:
+        config = config.with_engine(engine)
     refuse(check_run_config(config))  # one line per name that does not resolve, exit code 1
-    try:
-        options = LaunchOptions(
-            lake=lake_url,
-            endpoint_url=endpoint_url,
-            image=image,
-            namespace=namespace,
-            role_arns=_role_arns(role_arns),
-            raas_gpus=raas_gpus,
-            trainer_gpus=trainer_gpus,
-            trainer_nodes=trainer_nodes,
-            grace_s=grace_s,
-            workdir=str(Path(workdir).resolve()),
-            offline=offline,
-            put_data=put_data,
-        )
-        out = Path(out_dir) if out_dir else Path("runs") / config.name / "launch" / target
-        rendered = launch(config, target, options, out)
-    except LaunchCheckError as e:  # one line per problem, then exit 1 (nothing was written)
-        refuse(e.problems)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
+    options = LaunchOptions(
+        lake=lake_url,
+        endpoint_url=endpoint_url,
+        image=image,
+        namespace=namespace,
+        role_arns=_role_arns(role_arns),
+        raas_gpus=raas_gpus,
+        trainer_gpus=trainer_gpus,
+        trainer_nodes=trainer_nodes,
+        grace_s=grace_s,
+        workdir=str(Path(workdir).resolve()),
+        offline=offline,
+        put_data=put_data,
+    )
+    out = Path(out_dir) if out_dir else Path("runs") / config.name / "launch" / target
+    rendered = launch(config, target, options, out)
     for name in sorted(rendered.files):
         click.echo(str(rendered.out_dir / name))
     for note in rendered.notes:
@@ -112,7 +104,4 @@ def launch(
     if not do_apply:
         click.echo(f"apply with: {'; '.join(' '.join(c) for c in rendered.commands)}", err=True)
         return
-    try:
-        apply(rendered)
-    except MissingToolError as e:
-        raise click.ClickException(str(e)) from e
+    apply(rendered)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_existing_lake
 from lakeflow.tracking.config import TrackerConfig
 
 
-@click.command("export-metrics")
+@click.command("export-metrics", cls=Command)
 @lake_options
 @click.option("--to", "target", type=click.Choice(["wandb", "tensorboard", "mlflow"]), required=True)
 @click.option(

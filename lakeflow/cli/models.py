@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
+from lakeflow.cli.command import Group
 
-@click.group("models")
+
+@click.group("models", cls=Group)
 def models() -> None:
     """Prepare model directories for trainers and rollout services."""
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
-from lakeflow.errors import ConfigError, MissingExtraError, UnsupportedStoreError
 from lakeflow.tracking.config import parse_tracker
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from lakeflow.raas.service import RolloutService
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option("--model", "model_id", required=True, help="Model id: whose tasks to roll out and whose weights to load.")
 @click.option("--engine", type=click.Choice(["hf", "vllm"]), default=None, help="Inference engine (default: config's).")
@@ -61,23 +61,18 @@ def raas(
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from lakeflow.raas.check import check_raas_config
+        from lakeflow.raas.check import check_raas_config, check_raas_here
         from lakeflow.raas.children import guard_children
         from lakeflow.raas.service import RolloutService
 
         config = _config(config_path, engine, region, raas_id, weights_url)
-        refuse(check_raas_config(config))
+        refuse(check_raas_config(config) + check_raas_here(config))
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_service_lake(lake_url, endpoint_url, outage_s)
         if config.engine.type == "vllm":
             guard_children()  # its engine processes (vLLM's EngineCore) end with this one, kill -9 included
-        try:
-            service = RolloutService(store, model_id, config)
-        except MissingExtraError as e:
-            raise click.ClickException(str(e)) from e
-        except (ValueError, UnsupportedStoreError) as e:
-            raise click.UsageError(str(e)) from e
+        service = RolloutService(store, model_id, config)
         if stopping:
             service.stop()
         source = f", weights from {service.weights.url}" if service.weights is not store else ""
@@ -100,16 +95,13 @@ def _config(
     """The config file (or defaults) with the command line's overrides; a usage error names the bad key."""
     from lakeflow.raas.config import RaasConfig, load_config, parse_config
 
-    try:
-        data = (load_config(path) if path else RaasConfig()).model_dump()
-        if engine is not None and data["engine"]["type"] != engine:
-            data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
-        if region is not None:
-            data["region"] = region
-        if raas_id is not None:
-            data["id"] = raas_id
-        if weights_url is not None:
-            data["weights_url"] = weights_url
-        return parse_config(data, path or "command line")
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
+    data = (load_config(path) if path else RaasConfig()).model_dump()
+    if engine is not None and data["engine"]["type"] != engine:
+        data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
+    if region is not None:
+        data["region"] = region
+    if raas_id is not None:
+        data["id"] = raas_id
+    if weights_url is not None:
+        data["weights_url"] = weights_url
+    return parse_config(data, path or "command line")

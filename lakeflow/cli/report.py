@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_existing_lake
 from lakeflow.report import write_report
 
 
-@click.command()
+@click.command(cls=Command)
 @lake_options
 @click.option(
     "--out",

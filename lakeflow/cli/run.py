@@ -11,10 +11,10 @@ from types import FrameType
 import click
 from tqdm import tqdm
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import open_service_lake, outage_option, refuse, tracker_options
-from lakeflow.errors import ConfigError
 from lakeflow.run import Launcher, load_run_config
-from lakeflow.run.check import check_run_config
+from lakeflow.run.check import check_run_config, check_run_here
 from lakeflow.run.config import AutoscaleConfig, RunConfig
 from lakeflow.run.observe import with_tracker
 from lakeflow.tracking.config import parse_tracker
@@ -22,17 +22,15 @@ from lakeflow.tracking.config import parse_tracker
 
 def load_job(config_path: str, engine: str | None) -> RunConfig:
     """The run config at `config_path` (a usage error naming the bad key), every pool on `engine` if given,
-    checked (every name resolves, roles match: one line per problem, exit code 1)."""
-    try:
-        config = load_run_config(config_path)
-    except ConfigError as e:
-        raise click.UsageError(str(e)) from e
+    checked (every name resolves, roles match, the models agree with it, this machine has them and their
+    devices: one line per problem, exit code 1)."""
+    config = load_run_config(config_path)
     config = config if engine is None else config.with_engine(engine)
-    refuse(check_run_config(config))
+    refuse(check_run_config(config) + check_run_here(config))
     return config
 
 
-@click.command()
+@click.command(cls=Command)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(exists=True, dir_okay=False))
 @click.option("--lake", "lake_url", default=None, help="Lake URL (default: the config's, else ./runs/<name>/lake).")
 @click.option("--endpoint-url", default=None, help="S3-compatible endpoint for an s3:// lake.")

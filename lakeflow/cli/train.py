@@ -11,12 +11,13 @@ from types import FrameType
 
 import click
 
+from lakeflow.cli.command import Command
 from lakeflow.cli.common import lake_options, open_service_lake, outage_option, refuse, tracker_options
-from lakeflow.errors import ConfigError, LeaseHeldError, WeightsConflictError
+from lakeflow.errors import LeaseHeldError
 from lakeflow.tracking.config import parse_tracker
 
 
-@click.command("train")
+@click.command("train", cls=Command)
 @lake_options
 @click.option("--model", "model_id", required=True, help="Model id: its batches/<model>/ and weights/<model>/.")
 @click.option(
@@ -55,16 +56,15 @@ def train(
     Resumes from the newest published version after any crash. SIGTERM or Ctrl-C stops it
     cleanly (exit 0): the step in progress is finished if it is publishing, else abandoned.
     """
-    from lakeflow.trainer import Trainer, load_config  # torch is imported only when the command runs
-    from lakeflow.trainer.check import check_trainer_config
-    from lakeflow.trainer.lease import TrainerLease
+    from lakeflow.trainer.check import check_trainer_config, check_trainer_here
+    from lakeflow.trainer.config import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    try:
-        config = load_config(config_path)
-    except ConfigError as e:
-        raise click.ClickException(str(e)) from e
-    refuse(check_trainer_config(config))
+    config = load_config(config_path)
+    refuse(check_trainer_config(config) + check_trainer_here(config))  # before torch is imported for training
+    from lakeflow.trainer import Trainer
+    from lakeflow.trainer.lease import TrainerLease
+
     if tracker is not None:
         config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
     store = open_service_lake(lake_url, endpoint_url, outage_s)
@@ -83,14 +83,12 @@ def train(
         if lease is not None:  # one trainer per model: taken before anything is published (version 0 too)
             try:
                 lease.acquire(wait=wait)
-            except LeaseHeldError as e:
+            except LeaseHeldError:
                 lease = None  # not ours: nothing to give back
-                raise click.ClickException(str(e)) from e
+                raise
             trainer.lease = lease
         trainer.start()
         trainer.run(until_version=steps)
-    except WeightsConflictError as e:
-        raise click.ClickException(str(e)) from e
     finally:
         trainer.close()  # leaves the torchrun job, if any
         if lease is not None:

@@ -14,8 +14,9 @@ import uuid
 import click
 from pydantic import ValidationError
 
+from lakeflow.cli.command import Command, Group
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
-from lakeflow.errors import UnsupportedStoreError, WeightsConflictError, WeightsIntegrityError
+from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store, open_mirror, open_weights_source
 from lakeflow.weights import (
     TransferOptions,
@@ -34,7 +35,7 @@ from lakeflow.weights.publish import DEFAULT_FULL_EVERY
 model_option = click.option("--model", "model", required=True, help="Model id: the weights/<model>/ prefix.")
 
 
-@click.group()
+@click.group(cls=Group)
 def weights() -> None:
     """Versioned model weights in the lake: full copies plus sparse deltas."""
 
@@ -77,8 +78,6 @@ def publish_cmd(
             force=force,
             lease=lease,
         )
-    except WeightsConflictError as e:
-        raise click.ClickException(str(e)) from e
     finally:
         lease.release()
     size = m.full_bytes() if m.kind == "full" else (m.delta.size if m.delta else 0)
@@ -118,7 +117,7 @@ def pull_cmd(
     options = TransferOptions(bandwidth=bandwidth * 1e6 if bandwidth else None, workers=workers, processes=processes)
     try:
         r = pull(store, model, dest, version, options)
-    except (WeightsIntegrityError, OSError) as e:
+    except OSError as e:  # the destination cannot be written, or a transfer failed
         raise click.ClickException(str(e)) from e
     note = " (delta chain failed verification; pulled full)" if r.fell_back else ""
     fetched = f"{r.bytes_fetched:,} bytes fetched in {r.fetch_s:.2f} s, applied in {r.apply_s:.2f} s"
@@ -145,10 +144,7 @@ def mirror_cmd(
     versions the lake has collected leave the mirror too. With --loop the lake may not exist yet (a run
     starting): the mirror waits for its first version."""
     home = open_lake(lake_url, endpoint_url) if loop else open_existing_lake(lake_url, endpoint_url)
-    try:
-        target = open_mirror(to_url)
-    except (ValueError, UnsupportedStoreError) as e:
-        raise click.BadParameter(str(e), param_hint="--to") from e
+    target = open_mirror(to_url)
     if loop:
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -169,10 +165,7 @@ def mirror_cmd(
 
 def _source(lake_url: str | None, endpoint_url: str | None, weights_url: str | None) -> Store:
     if weights_url:
-        try:
-            return open_weights_source(weights_url)
-        except (ValueError, UnsupportedStoreError) as e:
-            raise click.BadParameter(str(e), param_hint="--weights-url") from e
+        return open_weights_source(weights_url)
     if not lake_url:
         raise click.UsageError("give --lake (or LAKEFLOW_LAKE) or --weights-url")
     return open_existing_lake(lake_url, endpoint_url)
@@ -215,7 +208,7 @@ def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int
     with tempfile.TemporaryDirectory(prefix="lakeflow-verify-") as tmp:
         try:
             r = pull(store, model, os.path.join(tmp, "model"), version)
-        except (WeightsIntegrityError, FileNotFoundError, ValueError) as e:
+        except (WeightsIntegrityError, FileNotFoundError, ValueError) as e:  # any malformed object fails the check
             raise click.ClickException(f"verification failed: {e}") from e
     click.echo(f"{model} version {r.version}: ok (rebuilt from {r.chain}, every checksum matches)")
 
@@ -240,7 +233,7 @@ def gc_cmd(lake_url: str, endpoint_url: str | None, model: str, keep: int, dry_r
     click.echo(f"{verb} {len(gone)} version(s): {gone}")
 
 
-@click.command("weights")
+@click.command("weights", cls=Command)
 @click.option("--model", "model_path", default=None, help="HF directory or .gguf file (default: a small random Llama).")
 @click.option("--steps", default=3, show_default=True, help="AdamW steps to measure.")
 @click.option("--synthetic-params", default=1_000_000_000, show_default=True, help="Size of the throughput state.")

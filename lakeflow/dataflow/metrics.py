@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakeflow.catalog.state import Catalog
-from lakeflow.catalog.stats import COUNTERS, model_numbers
+from lakeflow.catalog.stats import COUNTERS
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.metrics import MetricsWriter
@@ -36,13 +36,13 @@ class DataflowMetrics:
     def tick(self, force: bool = False) -> bool:
         """Write a window when due (or `force`); True when one was written. The first call takes the baseline."""
         if self._base is None:
-            self._base = model_numbers(self.catalog, self.models)
+            self._base = self.catalog.model_numbers(self.models)
             self._start, self._opened = datetime.now(UTC), time.monotonic()
             return False
         if not force and time.monotonic() - self._opened < self.every_s:
             return False
         now, seconds = datetime.now(UTC), time.monotonic() - self._opened
-        numbers = model_numbers(self.catalog, self.models)
+        numbers = self.catalog.model_numbers(self.models)
         base, self._base = self._base, numbers
         start, self._start, self._opened = self._start, now, time.monotonic()
         balance = self._balance()

@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakeflow.catalog import tasks_table
-from lakeflow.catalog.candidates import check_policy
 from lakeflow.catalog.policy import load_policy
-from lakeflow.catalog.serving import ServingPolicies, batch_table, next_step, plan_batch, record_batch
-from lakeflow.catalog.state import Catalog
+from lakeflow.catalog.serving import ServingPolicies
+from lakeflow.catalog.state import Catalog, check_policy
 from lakeflow.dataflow.balance import balance_report
 from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
 from lakeflow.dataflow.committer import Committer
@@ -93,8 +91,8 @@ class DataflowService:
                 self.issuer.greso[model_id] = GresoState(**g)
         self.issuer.round = int(state.get("round", 0))
         for model in self.config.models:
-            if model.dataset is not None and not tasks_table.has_prompts(self.catalog, model.id):
-                tasks_table.load_prompts(self.catalog, model.id, load_prompts(model.dataset))
+            if model.dataset is not None and not self.catalog.tasks.has_prompts(model.id):
+                self.catalog.tasks.load_prompts(model.id, load_prompts(model.dataset))
 
     def finish(self) -> CompactStats:
         """The end of a run (SIGTERM, or the last iteration): ingest every commit there is, complete its
@@ -199,12 +197,9 @@ class DataflowService:
             reason = f"group has {n} samples, more than n_samples ({model.n_samples})"
             self.ingestor.quarantine(f"{GROUP_SOURCE}{model.id}/{group_id}", n, reason, now, ids)
             self.counters.quarantined["group has more samples than n_samples"] += n
-        if not self.catalog.stage_complete(model.id, model.n_samples):
+        result = self.catalog.complete_groups(model.id, model.n_samples, self._filters[model.id], model.pass_rate_decay)
+        if not result.kept + result.filtered:
             return False
-        kept = self.catalog.run_policy(self._filters[model.id], {"model_id": model.id})
-        result = self.catalog.finish_complete(
-            kept.column("group_id").to_pylist(), self._filters[model.id].name, model.pass_rate_decay
-        )
         self.counters.groups_kept += result.kept
         self.counters.groups_filtered += result.filtered
         self.issuer.release(result.tasks)
@@ -212,7 +207,7 @@ class DataflowService:
 
     def _adopt(self, model: ModelConfig) -> bool:
         """Record batch objects that exist in the bucket but not in the catalog (written before a crash)."""
-        step = next_step(self.catalog, model.id)
+        step = self.catalog.serving.next_step(model.id)
         adopted = False
         for existing in list_batch_steps(self.store, model.id, after=step - 1 if step else None):
             if existing != step:
@@ -224,8 +219,7 @@ class DataflowService:
             kinds = table.select(["group_id", "kind"]).to_pylist()
             fresh = list(dict.fromkeys(r["group_id"] for r in kinds if r["kind"] == "fresh"))
             replay = list(dict.fromkeys(r["group_id"] for r in kinds if r["kind"] == "replay"))
-            record_batch(
-                self.catalog,
+            self.catalog.serving.record_batch(
                 model.id,
                 existing,
                 fresh,
@@ -242,14 +236,14 @@ class DataflowService:
     def _serve(self, model: ModelConfig) -> bool:
         served = False
         while self.lease.valid():
-            step = next_step(self.catalog, model.id)
+            step = self.catalog.serving.next_step(model.id)
             if step > self._trainer_version(model) + model.steps_ahead:
                 break
-            plan = plan_batch(self.catalog, model.id, step, self.serving[model.id])
+            plan = self.catalog.serving.plan_batch(model.id, step, self.serving[model.id])
             self.counters.dropped_stale += plan.dropped_stale
             if not plan.ready:
                 break
-            table = batch_table(self.catalog, model.id, plan)
+            table = self.catalog.serving.batch_table(model.id, plan)
             meta = {"fresh_groups": len(plan.fresh), "replay_groups": len(plan.replay), "lease_epoch": self.lease.epoch}
             try:
                 write_batch(self.store, model.id, step, table, meta)
@@ -257,8 +251,7 @@ class DataflowService:
                 # Written by an earlier life of this process (or a predecessor): adopt it instead.
                 self._adopt(model)
                 continue
-            record_batch(
-                self.catalog,
+            self.catalog.serving.record_batch(
                 model.id,
                 step,
                 plan.fresh,

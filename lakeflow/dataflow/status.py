@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -65,15 +65,14 @@ def lake_status(store: Store) -> dict[str, Any]:
     """Per model: weights version, pool counts, tasks, trainer wait; plus RaaS heartbeats and what each
     rollout service and each pool (model, region) has produced (`rollout_services`, `rollout_pools`)."""
     tables, manifest = checkpoint_tables(store)
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
 
-    def count(table: str, where: str, model_id: str) -> int:
+    def count(table: str, model_id: str, where: Callable[[pa.Table], pa.ChunkedArray] | None = None) -> int:
+        """Rows of checkpoint table `table` of the model (and matching `where`, when given)."""
         if table not in tables:
             return 0
-        row = con.execute(f"SELECT count(*) FROM {table} WHERE model_id = ? AND {where}", [model_id]).fetchone()
-        return int(row[0]) if row else 0
+        rows = tables[table]
+        mask = pc.equal(rows.column("model_id"), model_id)
+        return int(rows.filter(mask if where is None else pc.and_(mask, where(rows))).num_rows)
 
     models = sorted(
         {i.key.split("/")[1] for i in store.list("batches/")}
@@ -97,12 +96,12 @@ def lake_status(store: Store) -> dict[str, Any]:
         open_ids, claimed = lake_tasks.list_tasks(store, m)
         report["models"][m] = {
             "weights_version": latest,
-            "batches": count("batches", "true", m),
-            "fresh_groups": count("fresh", "true", m),
-            "replay_groups": count("replay", "true", m),
-            "incomplete_groups": count("pending", "true", m),
-            "stale_groups": count("dropped", "reason LIKE 'stale%'", m),
-            "filtered_groups": count("groups", "NOT kept", m),
+            "batches": count("batches", m),
+            "fresh_groups": count("fresh", m),
+            "replay_groups": count("replay", m),
+            "incomplete_groups": count("pending", m),
+            "stale_groups": count("dropped", m, lambda t: pc.starts_with(t.column("reason"), "stale")),
+            "filtered_groups": count("groups", m, lambda t: pc.invert(t.column("kept"))),
             "samples": _sum(tables.get("shards"), m) + uningested.get(m, 0),
             "samples_not_ingested": uningested.get(m, 0),
             "tasks_open": len(open_ids - claimed),

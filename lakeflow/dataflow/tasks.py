@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakeflow.catalog import tasks_table
-from lakeflow.catalog.candidates import prompt_candidates
 from lakeflow.catalog.policy import load_policy
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
-from lakeflow.errors import LakeflowError, PolicyError
+from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake import tasks as lake_tasks
@@ -53,7 +51,7 @@ class TaskIssuer:
         """Rebuild the model's outstanding tasks from the bucket; reissue expired claims.
         Returns how many claims were reissued."""
         open_ids, claimed = lake_tasks.list_tasks(self.store, model.id)
-        known = tasks_table.outstanding_tasks(self.catalog, model.id)
+        known = self.catalog.tasks.outstanding(model.id)
         rows = []
         for task_id in sorted(open_ids):
             if task_id in known:
@@ -86,7 +84,7 @@ class TaskIssuer:
                 del claims[task_id]
             elif found is not None:
                 claims[task_id] = (found[0].raas_id, found[0].expires_at)
-        tasks_table.replace_tasks(self.catalog, model.id, [r + claims.get(r[0], (None, None)) for r in rows])
+        self.catalog.tasks.replace(model.id, [r + claims.get(r[0], (None, None)) for r in rows])
         if check:
             self._last_claim_check = now
         return reissued
@@ -97,12 +95,12 @@ class TaskIssuer:
             open_ids, _ = lake_tasks.list_tasks(self.store, model_id)
             for task_id in sorted({t for m, t in done if m == model_id} & open_ids):
                 lake_tasks.release_task(self.store, model_id, task_id)
-                tasks_table.remove_task(self.catalog, model_id, task_id)
+                self.catalog.tasks.remove(model_id, task_id)
 
     def top_up(self, model: ModelConfig, trainer_version: int, now: datetime) -> int:
         """Issue tasks until the model's in-flight target is met; returns how many were issued."""
         target = int(model.prompts_per_step * (model.steps_ahead + 1) * self.config.tasks.buffer_factor)
-        want = target - tasks_table.in_flight(self.catalog, model.id)
+        want = target - self.catalog.tasks.in_flight(model.id)
         if want <= 0:
             return 0
         self._adapt_greso(model, trainer_version)
@@ -120,11 +118,10 @@ class TaskIssuer:
                 issued_at=now,
             )
             lake_tasks.write_task(self.store, task)
-            tasks_table.add_task(self.catalog, model.id, task.task_id, prompt_id, now)
+            self.catalog.tasks.add(model.id, task.task_id, prompt_id, now)
         return len(chosen)
 
     def _curate(self, model: ModelConfig, want: int) -> list[tuple[str, str, str, str, str]]:
-        prompt_candidates(self.catalog, model.id)
         policy = load_policy("curation", model.policies.curation)
         g = self.greso[model.id]
         params: dict[str, Any] = {
@@ -139,26 +136,17 @@ class TaskIssuer:
             "max_rejections": model.greso.max_rejections,
         }
         self.round += 1
-        result = self.catalog.run_policy(policy, params).to_pylist()
-        allowed = tasks_table.candidate_prompt_ids(self.catalog)
-        picked: list[str] = []
-        rejected: list[str] = []
-        for row in result:
-            if row["prompt_id"] not in allowed:
-                raise PolicyError(f"{policy.path}: returned prompt {row['prompt_id']!r}, which is not a candidate")
-            if len(picked) >= want:
-                break
-            (picked if row["submit"] else rejected).append(row["prompt_id"])
+        picked, rejected = self.catalog.tasks.choose_prompts(model.id, policy, params, want)
         self._count_skips(model.id, picked, rejected)
-        tasks_table.record_curation(self.catalog, model.id, picked, rejected)
-        return tasks_table.prompts_by_id(self.catalog, model.id, picked)
+        self.catalog.tasks.record_curation(model.id, picked, rejected)
+        return self.catalog.tasks.prompts_by_id(model.id, picked)
 
     def _count_skips(self, model_id: str, picked: list[str], rejected: list[str]) -> None:
         g = self.greso[model_id]
         ids = picked + rejected
         if not ids:
             return
-        easy = tasks_table.easy_prompts(self.catalog, model_id, ids)
+        easy = self.catalog.tasks.easy_prompts(model_id, ids)
         for pid in ids:
             kind = "easy" if pid in easy else "hard"
             g.seen[kind] += 1

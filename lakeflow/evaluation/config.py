@@ -4,19 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from lakeflow.configfile import load_config_file
+from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.dataflow.config import Dataset
 from lakeflow.raas.config import EngineConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
-class EvalConfig(BaseModel):
+class EvalConfig(StrictConfig):
     """One held-out evaluation of one model (a `lakeflow eval --config` file, or a model's `eval:` section
     of a run config)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     dataset: Dataset = Field(
         description="Held-out prompts, as a dataflow dataset: a file, reasoning_gym with a seed not used for "

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from lakeflow.errors import InputError
 from lakeflow.lake import layout
 
 Role = Literal["raas", "dataflow", "trainer", "eval", "analyst"]
@@ -190,7 +191,7 @@ GRANTS: tuple[Grant, ...] = (
     Grant("eval", "list", EVAL_METRICS, "resumes: the versions already scored (read_metrics)"),
     Grant("eval", "read", EVAL_METRICS, "resumes: the versions already scored (read_metrics)"),
     Grant("eval", "create", EVAL_METRICS, "its eval metric rows (object, then commit record)"),
-    # --- analyst: lakeflow/catalog/engine.py (sql), lakeflow/dataflow/status.py, lakeflow/report/*
+    # --- analyst: lakeflow/catalog/lakeview.py (sql), lakeflow/dataflow/status.py, lakeflow/report/*
     Grant("analyst", "list", EVERYTHING, "sql, status and report list the lake"),
     Grant("analyst", "read", EVERYTHING, "sql, status and report read the lake"),
 )
@@ -201,7 +202,7 @@ def grants_for(role: str, model: str | None = None) -> list[Grant]:
     (None; MODEL becomes `*`, or stays as it is when `model` is MODEL itself: a Terraform template).
     ValueError for an unknown role or a bad model id."""
     if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
+        raise InputError(f"unknown role {role!r}: use one of {', '.join(ROLES)}")
     if model is not None and model != MODEL:
         layout.check_name(model, "model id")
     fill = "*" if model is None else model

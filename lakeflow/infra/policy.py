@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakeflow.errors import InputError
 from lakeflow.infra.model import EVERYTHING, VERBS, Grant, grants_for
 
 ACTIONS = {
@@ -28,9 +29,9 @@ def lake_root(prefix: str) -> str:
     """The key prefix of a lake at `s3://bucket/prefix`: '' or 'prefix/'."""
     prefix = prefix.strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
-        raise ValueError(f"invalid lake prefix {prefix!r}: use a path like 'runs/exp1'")
+        raise InputError(f"invalid lake prefix {prefix!r}: use a path like 'runs/exp1'")
     if "*" in prefix or "?" in prefix:
-        raise ValueError(f"invalid lake prefix {prefix!r}: wildcards are not allowed")
+        raise InputError(f"invalid lake prefix {prefix!r}: wildcards are not allowed")
     return f"{prefix}/" if prefix else ""
 
 
@@ -45,7 +46,7 @@ def policy_document(
     """The identity policy of `role` for the lake at `s3://bucket/prefix`; for a trainer or rollout
     identity of one `model` (None: of every model)."""
     if not bucket or any(c in bucket for c in "/*?"):
-        raise ValueError(f"invalid bucket name {bucket!r}")
+        raise InputError(f"invalid bucket name {bucket!r}")
     return template_document(role, bucket, lake_root(prefix), partition, write_conditions, model)
 
 

@@ -12,7 +12,7 @@ import os
 from typing import Any
 from urllib.parse import urlparse
 
-from lakeflow.errors import UnsupportedStoreError
+from lakeflow.errors import InputError, UnsupportedStoreError
 from lakeflow.io.fsspec_store import FsspecStore
 from lakeflow.io.local import LocalStore
 from lakeflow.io.memory import MemoryStore
@@ -35,7 +35,7 @@ __all__ = [
 def open_store(url: str, s3: S3Options | None = None) -> Store:
     """A store for `url`: a path, `file:///abs/path`, `memory://name` or `s3://bucket/prefix`."""
     if not url:
-        raise ValueError("empty lake URL: pass a directory, memory://name or s3://bucket/prefix")
+        raise InputError("empty lake URL: pass a directory, memory://name or s3://bucket/prefix")
     scheme = urlparse(url).scheme
     if scheme in ("", "file") or (len(scheme) == 1 and url[1:3] == ":\\"):
         return LocalStore(url.removeprefix("file://"))
@@ -70,7 +70,7 @@ def open_mirror(url: str, storage_options: dict[str, Any] | None = None) -> Stor
 
 def _fsspec_url(url: str) -> str:
     if not url:
-        raise ValueError("empty weights URL: pass https://…, s3://bucket/prefix, gs://…, file:///path or a directory")
+        raise InputError("empty weights URL: pass https://…, s3://bucket/prefix, gs://…, file:///path or a directory")
     if urlparse(url).scheme == "":
         return "file://" + os.path.abspath(url)
     return url

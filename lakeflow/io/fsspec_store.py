@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, cast
 
 import fsspec
 
-from lakeflow.errors import UnsupportedStoreError
+from lakeflow.errors import InputError, UnsupportedStoreError
 from lakeflow.io.store import ObjectInfo, S3Access, check_key, content_etag
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class FsspecStore:
 
     def __init__(self, url: str, storage_options: dict[str, Any] | None = None, writable: bool = False) -> None:
         if not url:
-            raise ValueError("empty weights URL: pass https://…, s3://bucket/prefix, gs://…, file:///path, …")
+            raise InputError("empty weights URL: pass https://…, s3://bucket/prefix, gs://…, file:///path, …")
         self.url = url.rstrip("/")
         self.writable = writable
         try:

@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from fsspec.implementations.memory import MemoryFileSystem
 
-from lakeflow.errors import EtagMismatchError
+from lakeflow.errors import EtagMismatchError, InputError
 from lakeflow.io.store import ObjectInfo, S3Access, check_key, content_etag
 
 _LOCK = threading.Lock()
@@ -26,7 +26,7 @@ class MemoryStore:
     def __init__(self, url: str) -> None:
         name = url.removeprefix("memory://").strip("/")
         if not name:
-            raise ValueError(f"memory store URL {url!r} needs a name, like memory://lake")
+            raise InputError(f"memory store URL {url!r} needs a name, like memory://lake")
         self.url = f"memory://{name}"
         self.root = f"/{name}"
         self.fs = MemoryFileSystem()

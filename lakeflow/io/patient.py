@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO, TypeVar
 
-from lakeflow.errors import StoreOutageError, StoreUnreachableError
+from lakeflow.errors import InputError, StoreOutageError, StoreUnreachableError
 from lakeflow.io.store import ObjectInfo, S3Access, Store
 
 log = logging.getLogger("lakeflow.io")
@@ -38,7 +38,7 @@ class PatientStore:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if outage_s < 0:
-            raise ValueError(f"outage_s must be >= 0, got {outage_s}")
+            raise InputError(f"outage_s must be >= 0, got {outage_s}")
         self.inner = inner
         self.url = inner.url
         self.outage_s = outage_s

@@ -21,7 +21,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from lakeflow.errors import EtagMismatchError
+from lakeflow.errors import EtagMismatchError, InputError
 from lakeflow.io.ranged import open_ranged
 from lakeflow.io.s3errors import translate, translated
 from lakeflow.io.store import ObjectInfo, S3Access, check_key
@@ -70,7 +70,7 @@ class S3Store:
     def __init__(self, url: str, options: S3Options | None = None) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:
-            raise ValueError(f"not an S3 URL: {url!r} (expected s3://bucket/prefix)")
+            raise InputError(f"not an S3 URL: {url!r} (expected s3://bucket/prefix)")
         opts = options or S3Options()
         self.options = opts
         self.bucket = parsed.netloc

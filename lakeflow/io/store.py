@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from lakeflow.errors import InputError
+
 
 @dataclass(frozen=True)
 class ObjectInfo:
@@ -111,8 +113,8 @@ def content_etag(data: bytes) -> str:
 def check_key(key: str) -> str:
     """Refuse keys that could escape the store root or collide with temporary files."""
     if not key or key.startswith("/") or key.endswith("/"):
-        raise ValueError(f"invalid object key {key!r}: use a relative path like 'a/b.json'")
+        raise InputError(f"invalid object key {key!r}: use a relative path like 'a/b.json'")
     parts = key.split("/")
     if any(p in ("", ".", "..") or p.startswith(".~lakeflow") for p in parts):
-        raise ValueError(f"invalid object key {key!r}: empty, '.', '..' or reserved path segment")
+        raise InputError(f"invalid object key {key!r}: empty, '.', '..' or reserved path segment")
     return key

@@ -1,4 +1,4 @@
-"""A throw-away S3 server (moto on 127.0.0.1) for benchmarks and demos when no S3 lake is given."""
+"""A throw-away S3 server (moto on 127.0.0.1): `lakeflow bench lake`'s S3 backend when no S3 lake is given."""
 
 from __future__ import annotations
 

@@ -1,18 +1,58 @@
-"""The commit record: the small object that makes one trajectory shard visible.
+"""The lake's one commit protocol, and the commit record of trajectory shards.
 
-A shard is written first under a unique key; its commit record is written last with a
-create-only write. Readers see only shards that have a commit record, so a writer killed
-at any point leaves either nothing visible or a complete, checksummed shard.
+Everything that becomes visible by a record (a trajectory shard, a metric object, a weight version)
+is written in two create-only steps: `store_object` puts the immutable object under a unique key,
+then `commit` writes the small record that names it. Readers see only objects that have a record,
+so a writer killed at any point leaves either nothing visible or a complete, checksummed object.
+Keys embed a writer id (`new_writer_id`) and its sequence number, so writers never collide and
+need no lock. `utc_now` is the writers' clock: every record's `created_at` and every dated key.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import hashlib
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lakeflow.errors import CorruptCommitError
+from lakeflow.io import Store
 from lakeflow.lake import layout
+
+
+def utc_now() -> datetime:
+    """Now, in UTC: the clock of every writer (injected as `clock` where a test needs another)."""
+    return datetime.now(UTC)
+
+
+def new_writer_id(name: str) -> str:
+    """A unique writer instance id, `<name>-<12 hex>`: what makes its object and record keys its own."""
+    return f"{layout.check_name(name, 'writer name')[:48]}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object written by `store_object`: stored, not yet visible."""
+
+    key: str
+    size: int  # bytes
+    sha256: str  # hex digest of the bytes
+
+
+def store_object(store: Store, key: str, data: bytes) -> StoredObject:
+    """Step one: write `data` under its unique `key`, create-only; nothing sees it before `commit`.
+    Writing the same bytes again succeeds (a retry); FileExistsError when the key holds other bytes."""
+    store.put_if_absent(key, data)
+    return StoredObject(key=key, size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
+
+def commit(store: Store, key: str, record: BaseModel, indent: int | None = None) -> None:
+    """Step two: make stored objects visible by writing the record that names them (JSON), create-only.
+    The same record again succeeds (a retry); FileExistsError when another record holds the key."""
+    store.put_if_absent(key, record.model_dump_json(indent=indent).encode())
+
 
 COMMIT_FORMAT = 1
 # Bounds on what a writer may claim: a record past them is refused before anything is read.
@@ -23,7 +63,7 @@ MAX_VERSION = 1 << 40
 
 
 class CommitRecord(BaseModel):
-    """One committed shard."""
+    """The record that makes one trajectory shard visible."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,9 +79,6 @@ class CommitRecord(BaseModel):
     min_policy_version: int = Field(ge=0, description="Oldest policy_version of any sample.")
     max_policy_version: int = Field(ge=0, description="Newest max_version of any sample.")
     created_at: datetime = Field(description="Writer's clock (UTC) when the commit was made.")
-
-    def to_bytes(self) -> bytes:
-        return self.model_dump_json().encode()
 
     @classmethod
     def from_bytes(cls, key: str, data: bytes) -> CommitRecord:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from lakeflow.errors import InputError, LakeFormatError
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 MANIFEST = "lakeflow.json"
@@ -27,7 +29,7 @@ TABLE = "tables/trajectories"
 def check_name(name: str, what: str = "name") -> str:
     """Model, writer and task ids appear in keys: letters, digits, '.', '_', '-' (max 64)."""
     if not _NAME.match(name):
-        raise ValueError(
+        raise InputError(
             f"invalid {what} {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     return name
@@ -66,11 +68,11 @@ def parse_commit_key(key: str) -> CommitKey:
     """Inverse of `commit_key`; ValueError for a key that is not a commit record."""
     m = _COMMIT.match(key)
     if not m:
-        raise ValueError(f"not a commit record key: {key!r}")
+        raise LakeFormatError(f"not a commit record key: {key!r}")
     try:
         when = datetime.strptime(f"{m[1]} {m[2]}:{m[3]}", "%Y-%m-%d %H:%M-%S.%f").replace(tzinfo=UTC)
     except ValueError as e:
-        raise ValueError(f"not a commit record key (no such time): {key!r}") from e
+        raise LakeFormatError(f"not a commit record key (no such time): {key!r}") from e
     return CommitKey(when, check_name(m[4], "writer id"), int(m[5]))
 
 
@@ -140,7 +142,7 @@ def weights_manifest_key(model_id: str, version: int) -> str:
 def weights_object_key(model_id: str, version: int, name: str) -> str:
     """One file of a weight version's model directory (`model.safetensors`, `config.json`, …)."""
     if "/" in name or not name or name.startswith("."):
-        raise ValueError(f"invalid weight file name {name!r}")
+        raise InputError(f"invalid weight file name {name!r}")
     return weights_dir(model_id, version) + name
 
 
@@ -198,7 +200,7 @@ def checkpoint_prefix(model_id: str, version: int) -> str:
 def checkpoint_object_key(model_id: str, version: int, name: str) -> str:
     """One object of the trainer's checkpoint for weight version `version` (`optimizer.pt`, `trainer.json`)."""
     if "/" in name or not name or name.startswith("."):
-        raise ValueError(f"invalid checkpoint object name {name!r}")
+        raise InputError(f"invalid checkpoint object name {name!r}")
     return checkpoint_prefix(model_id, version) + name
 
 
@@ -225,7 +227,7 @@ def autoscale_stats_key(model_id: str) -> str:
 
 def _number(n: int, what: str) -> str:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-        raise ValueError(f"{what} must be a non-negative integer, got {n!r}")
+        raise InputError(f"{what} must be a non-negative integer, got {n!r}")
     return f"{n:08d}"
 
 
@@ -255,7 +257,7 @@ def parse_shard_key(key: str) -> ShardKey:
     """Inverse of `shard_key`; ValueError for a key that is not a shard."""
     m = _SHARD.match(key)
     if not m:
-        raise ValueError(f"not a trajectory shard key: {key!r}")
+        raise LakeFormatError(f"not a trajectory shard key: {key!r}")
     # the ids must be names, so a key can never reach outside its partition ('..', '/')
     return ShardKey(check_name(m[1], "model id"), m[2], check_name(m[3], "writer id"), int(m[4]))
 
@@ -271,7 +273,7 @@ CATALOG_LATEST = f"{CATALOG}LATEST"  # pointer to the newest catalog checkpoint
 def catalog_checkpoint_key(seq: int, name: str) -> str:
     """One object of catalog checkpoint `seq` (a table as Parquet, or manifest.json)."""
     if "/" in name or not name:
-        raise ValueError(f"invalid checkpoint object name {name!r}")
+        raise InputError(f"invalid checkpoint object name {name!r}")
     return f"{CATALOG}checkpoints/{_number(seq, 'checkpoint')}/{name}"
 
 
@@ -323,7 +325,7 @@ def parse_metrics_key(key: str) -> MetricsKey:
     """Inverse of `metrics_object_key` / `metrics_commit_key`; ValueError for any other key."""
     m = _METRICS.match(key)
     if not m:
-        raise ValueError(f"not a metric object or commit key: {key!r}")
+        raise LakeFormatError(f"not a metric object or commit key: {key!r}")
     table = check_name(m[1], "metric table")
     if m[2] is not None:
         return MetricsKey(table, "object", check_name(m[2], "writer id"), int(m[3]))

@@ -3,33 +3,32 @@
 Every process buffers rows of its table (`trainer_steps`, `rollout_stats`, `dataflow_stats`, `eval`)
 and flushes them as one object under `metrics/<table>/date=…/<writer>-<seq>.parquet` (create-only),
 then writes `metrics/<table>/_commits/<writer>-<seq>.json` (create-only): readers see only objects
-with a commit record, as for trajectory shards. The columns of each table are defined once, here,
-with their meaning (docs/metrics.md is checked against them).
+with a commit record, by the commit protocol of trajectory shards (`commit.py`). The columns of each
+table are defined once, here, with their meaning (docs/metrics.md is checked against them).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
 import math
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
-from lakeflow.errors import LakeflowError
+from lakeflow.errors import InputError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.commit import commit, new_writer_id, store_object, utc_now
 
 log = logging.getLogger("lakeflow.metrics")
 
@@ -175,7 +174,7 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
 def schema(table: str) -> pa.Schema:
     """The Arrow schema of a metric table; ValueError for an unknown one."""
     if table not in TABLES:
-        raise ValueError(f"unknown metric table {table!r}; known: {', '.join(TABLES)}")
+        raise InputError(f"unknown metric table {table!r}; known: {', '.join(TABLES)}")
     return pa.schema([pa.field(c.name, c.type) for c in TABLES[table]])
 
 
@@ -210,10 +209,6 @@ class MetricsCommit(BaseModel):
     created_at: datetime = Field(description="Writer's clock (UTC) at commit.")
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class MetricsWriter:
     """Buffers rows of one table and flushes them as one committed object every `flush_s` seconds (checked
     on `add`), on `flush()` and on `close()`. Thread-safe. A failed write is logged and its rows kept for
@@ -231,7 +226,7 @@ class MetricsWriter:
         self.store = store
         self.table = table
         self.schema = schema(table)
-        self.writer_id = f"{layout.check_name(name, 'writer name')[:48]}-{uuid.uuid4().hex[:12]}"
+        self.writer_id = new_writer_id(name)
         self.flush_s = flush_s
         self.clock = clock
         self._rows: list[dict[str, Any]] = []
@@ -266,24 +261,22 @@ class MetricsWriter:
     def _write(self, rows: list[dict[str, Any]], seq: int) -> str:
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=self.schema), buffer, compression="zstd")
-        data = buffer.getvalue()
         now = self.clock()
-        key = layout.metrics_object_key(self.table, now, self.writer_id, seq)
-        self.store.put_if_absent(key, data)
+        stored = store_object(
+            self.store, layout.metrics_object_key(self.table, now, self.writer_id, seq), buffer.getvalue()
+        )
         record = MetricsCommit(
             table=self.table,
-            object=key,
+            object=stored.key,
             writer_id=self.writer_id,
             seq=seq,
             rows=len(rows),
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            size=stored.size,
+            sha256=stored.sha256,
             created_at=now,
         )
-        self.store.put_if_absent(
-            layout.metrics_commit_key(self.table, self.writer_id, seq), record.model_dump_json().encode()
-        )
-        return key
+        commit(self.store, layout.metrics_commit_key(self.table, self.writer_id, seq), record)
+        return stored.key
 
     def close(self) -> None:
         self.flush()

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
+from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake.commit import CommitRecord
 from lakeflow.lake.schema import SAMPLE_SCHEMA
@@ -98,7 +99,7 @@ def synth_table(spec: SynthSpec, n: int, rng: np.random.Generator, raas_id: str)
 def write_synthetic(store: Store, spec: SynthSpec, writers: int = 1, max_rows: int = 2048) -> list[CommitRecord]:
     """Write `spec.samples` samples through `writers` concurrent shard writers; returns the commits."""
     if spec.samples < 1 or writers < 1:
-        raise ValueError("samples and writers must be at least 1")
+        raise InputError("samples and writers must be at least 1")
     share = [spec.samples // writers + (i < spec.samples % writers) for i in range(writers)]
 
     def run(i: int) -> list[CommitRecord]:

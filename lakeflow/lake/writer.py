@@ -1,27 +1,26 @@
 """The shard writer: buffer samples, write an immutable zstd Parquet shard, then commit it.
 
-Many writers (rollout services in any region) commit concurrently without a lock: every
-writer instance has a unique id, every shard and commit key embeds (writer id, seq), and
-both objects are written create-only. Order of writes: shard first, commit record last.
+Many writers (rollout services in any region) commit concurrently without a lock, by the
+lake's commit protocol (`commit.py`): the shard first, its commit record last, both
+create-only under keys that embed the writer's unique id and sequence number.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.commit import CommitRecord
+from lakeflow.lake.commit import CommitRecord, commit, new_writer_id, store_object, utc_now
 from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table, validate_table
 
 
@@ -38,10 +37,6 @@ class PendingShard:
     row_groups: list[int]
     min_policy_version: int
     max_policy_version: int
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ShardWriter:
@@ -62,9 +57,9 @@ class ShardWriter:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         if max_rows < 1 or row_group_rows < 1:
-            raise ValueError("max_rows and row_group_rows must be at least 1")
+            raise InputError("max_rows and row_group_rows must be at least 1")
         self.store = store
-        self.writer_id = f"{layout.check_name(name, 'writer name')[:48]}-{uuid.uuid4().hex[:12]}"
+        self.writer_id = new_writer_id(name)
         self.max_rows = max_rows
         self.row_group_rows = row_group_rows
         self.zstd_level = zstd_level
@@ -119,17 +114,16 @@ class ShardWriter:
             use_dictionary=[n for n in SAMPLE_SCHEMA.names if pa.types.is_string(SAMPLE_SCHEMA.field(n).type)],
             use_byte_stream_split=["response_logprobs"],
         )
-        data = buffer.getvalue()
         key = layout.shard_key(model_id, self.clock(), self.writer_id, seq)
-        self.store.put_if_absent(key, data)
+        stored = store_object(self.store, key, buffer.getvalue())
         n = table.num_rows
         return PendingShard(
             key=key,
             model_id=model_id,
             seq=seq,
             rows=n,
-            size=len(data),
-            sha256=hashlib.sha256(data).hexdigest(),
+            size=stored.size,
+            sha256=stored.sha256,
             row_groups=[min(self.row_group_rows, n - i) for i in range(0, n, self.row_group_rows)],
             min_policy_version=pc.min(table.column("policy_version")).as_py(),
             max_policy_version=pc.max(table.column("max_version")).as_py(),
@@ -151,7 +145,7 @@ class ShardWriter:
             max_policy_version=shard.max_policy_version,
             created_at=now,
         )
-        self.store.put_if_absent(layout.commit_key(now, self.writer_id, shard.seq), record.to_bytes())
+        commit(self.store, layout.commit_key(now, self.writer_id, shard.seq), record)
         return record
 
     def __enter__(self) -> ShardWriter:

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from lakeflow.launch.workloads import Plan, Workload
 from lakeflow.run.cluster import ROLES, quantity_bytes
-
-if TYPE_CHECKING:
-    from lakeflow.launch.render import Plan, Workload
 
 # GPU models each target knows: SkyPilot's accelerator names, and the value of the NVIDIA GPU feature
 # discovery label (`nvidia.com/gpu.product`, set by the GPU operator) that a Kubernetes pod selects.

@@ -10,14 +10,12 @@ unless the launch is offline. Nothing rendered for Kubernetes or SkyPilot names 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lakeflow.errors import LakeflowError
 from lakeflow.io import S3Options, open_store
 from lakeflow.lake import layout
-
-if TYPE_CHECKING:
-    from lakeflow.launch.render import LaunchOptions
+from lakeflow.launch.workloads import LaunchOptions
 
 SHIP_LIMIT = 256 * 1024  # dataset files up to this size travel with the configs (a ConfigMap holds 1 MiB)
 

@@ -16,7 +16,8 @@ import shlex
 from typing import Any
 
 from lakeflow.launch.checks import GPU_PRODUCT_LABEL, GPU_TYPES
-from lakeflow.launch.render import ENDS, ROLES, Plan, Workload, dns_name, dump_all, grace_s
+from lakeflow.launch.render import ENDS, ROLES, dns_name, dump_all, grace_s
+from lakeflow.launch.workloads import Plan, Workload
 from lakeflow.run.cluster import time_seconds
 
 CONFIG_DIR = "/etc/lakeflow"

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.launch.render import Plan, Workload, dns_name, dump
+from lakeflow.launch.render import dns_name, dump
+from lakeflow.launch.workloads import Plan, Workload
 from lakeflow.run.cluster import quantity_bytes
 
 CONFIG_DIR = "/lakeflow/configs"

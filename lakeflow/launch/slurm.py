@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import shlex
 
-from lakeflow.launch.render import Plan, Workload, dns_name
+from lakeflow.launch.render import dns_name
+from lakeflow.launch.workloads import Plan, Workload
 from lakeflow.run.cluster import quantity_bytes
 
 DIRECTIVES = (

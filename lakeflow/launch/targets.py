@@ -15,7 +15,8 @@ from pathlib import Path
 
 from lakeflow.errors import ConfigError, MissingToolError
 from lakeflow.launch import k8s, skypilot, slurm
-from lakeflow.launch.render import LaunchOptions, Plan, plan
+from lakeflow.launch.render import plan
+from lakeflow.launch.workloads import LaunchOptions, Plan
 from lakeflow.run.config import RunConfig
 
 

@@ -1,42 +1,166 @@
-"""What a model reference says about itself without loading it: its vocabulary size, from config.json.
+"""What a model says about itself without loading it: vocabulary, positions, stop and pad tokens, chat template.
 
-Read from the tiny recipe, a local directory, or (for a hub id) the local Hugging Face cache; None when
-the reference cannot be read here (a hub id never downloaded on an offline machine).
+Read from its config.json, generation_config.json and tokenizer files, for the tiny recipe, a local directory,
+or (for a hub id) the local Hugging Face cache; None when the reference cannot be read here (a hub id never
+downloaded on an offline machine). Engines and the trainer read the same files when they load the model.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lakeflow.errors import ConfigError
-from lakeflow.models.tiny import TINY_PREFIX, TINY_VOCAB
+from lakeflow.models.tiny import SPECIAL, TINY_POSITIONS, TINY_PREFIX, TINY_VOCAB
 
 
-def _config_json(ref: str) -> Path | None:
+@dataclass(frozen=True)
+class ModelInfo:
+    """The facts of one model a run config must agree with."""
+
+    ref: str
+    vocab_size: int | None  # embedding rows: token ids must be below it
+    max_positions: int | None  # config.json max_position_embeddings: longest prompt + completion, tokens
+    eos_token_ids: tuple[int, ...]  # ids that end a completion: generation_config's, config's, the tokenizer's eos
+    pad_token_id: int | None  # config's, else generation_config's, else the tokenizer's pad token
+    chat_template: bool  # the tokenizer has one: every shipped workflow renders its prompts with it
+
+
+def is_hub_id(ref: str) -> bool:
+    """`ref` is shaped like a hub id (owner/name) and is not a local path."""
+    return not Path(ref).exists() and not ref.startswith((".", "/", "~")) and ref.count("/") == 1
+
+
+def _finder(ref: str) -> Callable[[str], Path | None] | None:
+    """A function from a file name of the model to its local path (None: not here), or None when the model's
+    config.json is not here at all."""
     path = Path(ref)
     if path.is_dir():
-        return path / "config.json"
-    if path.exists() or ref.startswith((".", "/")) or ref.count("/") != 1:
-        return None  # not a directory and not shaped like a hub id (owner/name)
+        if not (path / "config.json").is_file():
+            return None
+
+        def here(name: str) -> Path | None:
+            return path / name if (path / name).is_file() else None
+
+        return here
+    if not is_hub_id(ref):
+        return None
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
-    cached = try_to_load_from_cache(ref, "config.json")
-    return Path(cached) if isinstance(cached, str) else None
+
+    def cached(name: str) -> Path | None:
+        found = try_to_load_from_cache(ref, name)
+        return Path(found) if isinstance(found, str) else None
+
+    return cached if cached("config.json") is not None else None
+
+
+def _json(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: cannot read the model's {path.name} ({e})") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return [v for v in value if isinstance(v, int)] if isinstance(value, list) else []
+
+
+def _token_text(value: Any) -> str | None:
+    """A tokenizer_config.json token: a string, or {"content": string} (older files)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+class _Tokens:
+    """Ids of token strings, from tokenizer_config.json's added tokens, else tokenizer.json (read when needed)."""
+
+    def __init__(self, tokenizer_config: dict[str, Any], tokenizer_json: Path | None) -> None:
+        decoder = tokenizer_config.get("added_tokens_decoder") or {}
+        self._ids = {_token_text(t): int(i) for i, t in decoder.items() if str(i).isdigit()}
+        self._file = tokenizer_json
+
+    def id(self, text: str | None) -> int | None:
+        if text is None:
+            return None
+        if text not in self._ids and self._file is not None:
+            data, self._file = _json(self._file), None
+            vocab = (data.get("model") or {}).get("vocab")
+            if isinstance(vocab, dict):
+                self._ids = {**{t: int(i) for t, i in vocab.items() if isinstance(i, int)}, **self._ids}
+            self._ids.update({t.get("content"): int(t["id"]) for t in data.get("added_tokens") or [] if "id" in t})
+        return self._ids.get(text)
+
+
+def _tiny(ref: str) -> ModelInfo:
+    # The tiny recipe's special tokens are its first ids (the BPE trainer adds them first): see tiny.py.
+    eos, pad = SPECIAL.index("<|im_end|>"), SPECIAL.index("<|endoftext|>")
+    return ModelInfo(ref, TINY_VOCAB, TINY_POSITIONS, (eos,), pad, True)
+
+
+FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def read_model_info(ref: str) -> ModelInfo | None:
+    """The facts of model `ref`, or None when its config.json cannot be read here. ConfigError for a file
+    that is there but is not JSON. Read once per version of the files (a check asks several times)."""
+    if ref.startswith(TINY_PREFIX):
+        return _tiny(ref)
+    find = _finder(ref)
+    if find is None:
+        return None
+    found = {name: path for name in FILES if (path := find(name)) is not None}
+    try:
+        stamp = tuple((name, str(p), p.stat().st_mtime_ns, p.stat().st_size) for name, p in found.items())
+    except OSError:
+        return None  # a file went away while it was looked at: as if not here
+    return _read(ref, stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _read(ref: str, stamp: tuple[tuple[str, str, int, int], ...]) -> ModelInfo:
+    files = {name: Path(path) for name, path, _, _ in stamp}
+    config, generation = _json(files.get("config.json")), _json(files.get("generation_config.json"))
+    text = config.get("text_config") or {}  # multimodal configs keep the language model's keys there
+    tokenizer = _json(files.get("tokenizer_config.json"))
+    tokens = _Tokens(tokenizer, files.get("tokenizer.json"))
+    size = config.get("vocab_size", text.get("vocab_size"))
+    positions = config.get("max_position_embeddings", text.get("max_position_embeddings"))
+    eos = _ids(generation.get("eos_token_id")) + _ids(config.get("eos_token_id", text.get("eos_token_id")))
+    eos += _ids(tokens.id(_token_text(tokenizer.get("eos_token"))))
+    pads = _ids(config.get("pad_token_id", text.get("pad_token_id"))) + _ids(generation.get("pad_token_id"))
+    pads += _ids(tokens.id(_token_text(tokenizer.get("pad_token"))))
+    template = bool(tokenizer.get("chat_template")) or "chat_template.jinja" in files or "chat_template.json" in files
+    return ModelInfo(
+        ref,
+        vocab_size=size if isinstance(size, int) else None,
+        max_positions=positions if isinstance(positions, int) and positions > 0 else None,
+        eos_token_ids=tuple(sorted(set(eos))),
+        pad_token_id=pads[0] if pads else None,
+        chat_template=template,
+    )
 
 
 def model_vocab_size(ref: str) -> int | None:
     """The embedding rows of model `ref` (token ids must be below it), or None when it cannot be read here."""
-    if ref.startswith(TINY_PREFIX):
-        return TINY_VOCAB
-    path = _config_json(ref)
-    if path is None or not path.exists():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: cannot read the model's config ({e})") from e
-    size = config.get("vocab_size", (config.get("text_config") or {}).get("vocab_size"))
-    return int(size) if isinstance(size, int) else None
+    info = read_model_info(ref)
+    return None if info is None else info.vocab_size

@@ -26,6 +26,7 @@ from lakeflow.errors import MissingExtraError
 
 TINY_PREFIX = "tiny:"
 TINY_VOCAB = 512  # rows of the tiny recipe's embedding (its tokenizer has at most this many tokens)
+TINY_POSITIONS = 512  # its max_position_embeddings: longest prompt + completion, tokens
 TINY_VERSION = 3  # of the recipe (corpus, shapes, tokens): part of the cache path, so a changed recipe is rebuilt
 CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n"
@@ -93,7 +94,7 @@ def build_tiny_model(
         num_attention_heads=1,
         num_key_value_heads=1,
         head_dim=64,  # vLLM's CPU attention refuses smaller heads
-        max_position_embeddings=512,
+        max_position_embeddings=TINY_POSITIONS,
         tie_word_embeddings=True,
         eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),

@@ -3,17 +3,21 @@
 `check_raas_config` imports the workflow, the reward, the agent environment and a factory engine the config
 names (shipped names, `package.module:attr`, entry points), checks their signatures and that the workflow's
 declared roles match the pool's `roles`, and returns one line per problem, each naming the config key. `lakeflow run`,
-`lakeflow launch` and `lakeflow raas` refuse to start on any.
+`lakeflow launch` and `lakeflow raas` refuse to start on any. `check_rollout_model` compares the config with
+the facts of the model it rolls out (chat template, positions) where they can be read; `check_raas_here`
+looks for what this machine must have (the engine's device, a frozen `model`'s files).
 """
 
 from __future__ import annotations
 
 from lakeflow.errors import PluginError
+from lakeflow.models.check import chat_template_problem, device_problem, max_len_problem, model_problem
+from lakeflow.models.info import read_model_info
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
-from lakeflow.raas.config import FactoryEngineConfig, RaasConfig
+from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.raas.engines import engine_factory
 from lakeflow.raas.rewards import build_reward
-from lakeflow.raas.workflows import build_workflow, roles_problem
+from lakeflow.raas.workflows import WORKFLOWS, build_workflow, roles_problem
 
 
 def _at(key: str, name: str) -> str:
@@ -58,3 +62,44 @@ def task_type_problem(task_type: str, reward: str | None, key: str) -> str | Non
     except PluginError as e:
         return f"{key}: {e}"
     return None
+
+
+def engine_model_problems(engine: EngineConfig | None, ref: str, key: str) -> list[str]:
+    """Problems of `engine` (under `key`) serving model `ref`, where the model can be read here: a vLLM
+    `max_model_len` above the model's positions."""
+    if not isinstance(engine, VLLMEngineConfig):
+        return []  # transformers takes the model's own positions
+    info = read_model_info(ref)
+    problem = None if info is None else max_len_problem(info, engine.max_model_len)
+    return [] if problem is None else [f"{_at(key, 'max_model_len')}: {problem}"]
+
+
+def engine_device_problems(engine: EngineConfig | None, key: str) -> list[str]:
+    """The device of a transformers engine (under `key`) that this machine does not have."""
+    if not isinstance(engine, HFEngineConfig):
+        return []  # vLLM picks its platform itself; a factory engine is the user's
+    problem = device_problem(engine.device)
+    return [] if problem is None else [f"{_at(key, 'device')}: {problem}"]
+
+
+def check_rollout_model(config: RaasConfig, ref: str, model_key: str, key: str = "") -> list[str]:
+    """Problems of `config` (under `key`) rolling out model `ref` (named at `model_key`), where the model can be
+    read here: no chat template for a shipped workflow (they render every prompt as chat), a `max_model_len`
+    above the model's positions."""
+    problems = engine_model_problems(config.engine, ref, _at(key, "engine"))
+    info = read_model_info(ref) if config.workflow in WORKFLOWS else None  # a user's workflow may not use chat
+    if info is not None and (problem := chat_template_problem(info)) is not None:
+        problems.append(f"{model_key}: {problem}")
+    return problems
+
+
+def check_raas_here(config: RaasConfig, key: str = "") -> list[str]:
+    """What this machine lacks for `config` (under `key`): the transformers engine's device, and a frozen
+    `model`'s files and facts (the lake's published weights are checked when they are pulled)."""
+    problems = engine_device_problems(config.engine, _at(key, "engine"))
+    if config.model is not None:
+        model_key = _at(key, "model")
+        if (problem := model_problem(config.model)) is not None:
+            problems.append(f"{model_key}: {problem}")
+        problems += check_rollout_model(config, config.model, model_key, key)
+    return problems

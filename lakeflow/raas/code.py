@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lakeflow.errors import InputError
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.sandbox import Limits, Mode, SandboxResult, run_python
 
@@ -136,7 +137,7 @@ def run_cases(
     wall clock and CPU time cover the program and every case plus 2 s of start-up.
     """
     if program_s <= 0 or case_s <= 0:
-        raise ValueError(f"program_s and case_s must be positive, got {program_s!r} and {case_s!r}")
+        raise InputError(f"program_s and case_s must be positive, got {program_s!r} and {case_s!r}")
     budget = program_s + case_s * len(cases) + 2.0
     limits = limits or Limits(wall_s=budget, cpu_s=math.ceil(budget))
     nonce = secrets.token_hex(16)

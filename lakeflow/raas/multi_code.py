@@ -1,5 +1,5 @@
 """The multi-policy code workflows: `code_select` (solver, selector) and `code_testgen` (solver,
-testgen), built from the episode pieces of `multi.py`; programs run in the sandbox (`code.py`).
+testgen), built from the episode pieces of `multi_parts.py`; programs run in the sandbox (`code.py`).
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from lakeflow.lake.tasks import Task
 from lakeflow.raas.code import ProgramReport, extract_program, humaneval_program, run_cases
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
 from lakeflow.raas.episodes import Sampling, Trajectory, plays, task_messages
-from lakeflow.raas.multi import (
+from lakeflow.raas.multi_parts import (
     SELECTOR,
     SOLVER,
     TESTGEN,
-    _add_retry,
-    _each,
-    _engine,
-    _firsts,
-    _follow_up,
-    _generate,
-    _new_id,
-    _one,
-    _pairs,
-    _passed,
-    _problem,
-    _user,
+    add_retry,
+    each,
+    first_of_each,
+    follow_up,
+    full_pass,
+    generate,
+    new_id,
+    one_turn,
+    pairs,
+    problem_text,
+    role_engine,
+    user_turn,
 )
 from lakeflow.raas.outcome import Reward, RewardFn
 
@@ -73,7 +73,7 @@ class CodeReference:
 
 def _code_problem(ref: CodeReference | None, messages: Sequence[ChatMessage]) -> tuple[str, str]:
     """(what another role is shown of the problem, the function's name)."""
-    return (ref.prompt, ref.entry_point) if ref else (_problem(messages), "the function")
+    return (ref.prompt, ref.entry_point) if ref else (problem_text(messages), "the function")
 
 
 def _run(program: str, cases: list[str]) -> ProgramReport | str:
@@ -114,28 +114,28 @@ def code_select(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sam
     the paper's exact rule was not available to us): 1 for picking the passing program when exactly one
     passes, 0 for the failing one, 0.5 when both or neither pass; 0 when no choice can be read
     (recorded as a pick of A)."""
-    solver, selector = _engine(engines, SOLVER), _engine(engines, SELECTOR)
+    solver, selector = role_engine(engines, SOLVER), role_engine(engines, SELECTOR)
     messages = task_messages(task)
     problem, entry_point = _code_problem(ref := CodeReference.parse(task.answer), messages)
     prompt = solver.encode_chat(messages)
     n = task.n_samples
-    cands = _each(_generate(solver, [prompt], 2 * n, sampling), 2 * n)
+    cands = each(generate(solver, [prompt], 2 * n, sampling), 2 * n)
     scores = [reward(c.text, task.answer) if isinstance(c, Completion) else Reward(0.0, c) for c in cands]
     entry = ref.entry_point if ref else ""
     programs = [extract_program(c.text, entry) if isinstance(c, Completion) else "" for c in cands]
     shown = [p.rstrip("\n") + "\n" if p.strip() else "# (no program)\n" for p in programs]
-    asks = [SELECTOR_PROMPT.format(problem=problem, a=a, b=b, entry_point=entry_point) for a, b in _pairs(shown)]
-    s_prompts = [selector.encode_chat(_user(ask)) for ask in asks]
-    picks = _firsts(_generate(selector, s_prompts, 1, sampling))
+    asks = [SELECTOR_PROMPT.format(problem=problem, a=a, b=b, entry_point=entry_point) for a, b in pairs(shown)]
+    s_prompts = [selector.encode_chat(user_turn(ask)) for ask in asks]
+    picks = first_of_each(generate(selector, s_prompts, 1, sampling))
 
     out = []
     for i, pick in enumerate(picks):
-        episode = _new_id()
-        passed = (_passed(scores[2 * i]), _passed(scores[2 * i + 1]))
+        episode = new_id()
+        passed = (full_pass(scores[2 * i]), full_pass(scores[2 * i + 1]))
         choice = parse_choice(pick.text) if isinstance(pick, Completion) else Choice("A", False, pick)
         for k, letter in enumerate("AB"):
             out.append(
-                _one(prompt, cands[2 * i + k]).trajectory(
+                one_turn(prompt, cands[2 * i + k]).trajectory(
                     SOLVER, episode, scores[2 * i + k], sampling, candidate=letter, picked=choice.letter == letter
                 )
             )
@@ -147,7 +147,7 @@ def code_select(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sam
             right = passed["AB".index(choice.letter)]
             s_reward = Reward(float(right), "correct" if right else "wrong", choice.letter)
         about = {"choice": choice.letter, "choice_reason": choice.reason, "passed": list(passed)}
-        out.append(_one(s_prompts[i], pick).trajectory(SELECTOR, episode, s_reward, sampling, **about))
+        out.append(one_turn(s_prompts[i], pick).trajectory(SELECTOR, episode, s_reward, sampling, **about))
     return out
 
 
@@ -187,16 +187,16 @@ def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
     rule): 0 when no assert parses or they fail the canonical solution (or the task has none); else 1
     when the solver's first program passes the hidden tests or the asserts fail it; 0.5 when they let a
     program through that the hidden tests fail."""
-    solver, tester = _engine(engines, SOLVER), _engine(engines, TESTGEN)
+    solver, tester = role_engine(engines, SOLVER), role_engine(engines, TESTGEN)
     messages = task_messages(task)
     problem, entry_point = _code_problem(ref := CodeReference.parse(task.answer), messages)
     prompt = solver.encode_chat(messages)
     t_prompt = tester.encode_chat(
-        _user(TESTGEN_PROMPT.format(problem=problem, limit=MAX_TESTS, entry_point=entry_point))
+        user_turn(TESTGEN_PROMPT.format(problem=problem, limit=MAX_TESTS, entry_point=entry_point))
     )
     n = task.n_samples
-    firsts = _each(_generate(solver, [prompt], n, sampling), n)
-    tests = _each(_generate(tester, [t_prompt], n, sampling), n)
+    firsts = each(generate(solver, [prompt], n, sampling), n)
+    tests = each(generate(tester, [t_prompt], n, sampling), n)
     cases = [parse_asserts(t.text) if isinstance(t, Completion) else [] for t in tests]
     runs: list[ProgramReport | str | None] = [None] * n  # the first program against the generated asserts
     for i, first in enumerate(firsts):
@@ -204,25 +204,23 @@ def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
             code = extract_program(first.text, ref.entry_point)
             runs[i] = _run(humaneval_program(ref.prompt, code, ref.entry_point), cases[i])
 
-    solvers = [_one(prompt, c) for c in firsts]
+    solvers = [one_turn(prompt, c) for c in firsts]
     failing = {i: r for i, r in enumerate(runs) if isinstance(r, ProgramReport) and not r.all_passed}
-    glue = {
-        i: _follow_up(solver, messages, solvers[i].response_ids, _failures(r, cases[i])) for i, r in failing.items()
-    }
+    glue = {i: follow_up(solver, messages, solvers[i].response_ids, _failures(r, cases[i])) for i, r in failing.items()}
     retry = list(glue)
-    seconds = _firsts(_generate(solver, [solvers[i].context() + glue[i] for i in retry], 1, sampling))
+    seconds = first_of_each(generate(solver, [solvers[i].context() + glue[i] for i in retry], 1, sampling))
     second: dict[int, Completion | str] = dict(zip(retry, seconds, strict=True))
     reference = humaneval_program(ref.prompt, ref.solution, ref.entry_point) if ref and ref.solution else None
 
     out = []
     for i, first in enumerate(firsts):
-        episode = _new_id()
+        episode = new_id()
         first_r = reward(first.text, task.answer) if isinstance(first, Completion) else Reward(0.0, first)
         again, extra = second.get(i), dict[str, Any]()
-        final_r = _add_retry(solvers[i], glue.get(i, []), again, first_r, extra, lambda c: reward(c.text, task.answer))
+        final_r = add_retry(solvers[i], glue.get(i, []), again, first_r, extra, lambda c: reward(c.text, task.answer))
         run, caught = runs[i], i in failing
         extra.update(retried=isinstance(again, Completion), tests=len(cases[i]), first_reason=first_r.reason)
-        extra.update(first_correct=_passed(first_r), final_correct=_passed(final_r))
+        extra.update(first_correct=full_pass(first_r), final_correct=full_pass(final_r))
         out.append(solvers[i].trajectory(SOLVER, episode, final_r, sampling, **extra))
         t = tests[i]
         if isinstance(t, str):
@@ -239,10 +237,10 @@ def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
             t_reward = Reward(0.0, run)  # the sandbox failed on the solver's program
         elif not isinstance(first, Completion):
             t_reward = Reward(0.5, "no-program")  # valid tests, but no program to catch
-        elif _passed(first_r):
+        elif full_pass(first_r):
             t_reward = Reward(1.0, "valid")
         else:
             t_reward = Reward(1.0, "caught") if caught else Reward(0.5, "missed")
-        about = {"tests": len(cases[i]), "failed_first": caught, "first_correct": _passed(first_r)}
-        out.append(_one(t_prompt, t).trajectory(TESTGEN, episode, t_reward, sampling, **about))
+        about = {"tests": len(cases[i]), "failed_first": caught, "first_correct": full_pass(first_r)}
+        out.append(one_turn(t_prompt, t).trajectory(TESTGEN, episode, t_reward, sampling, **about))
     return out

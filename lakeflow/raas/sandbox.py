@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Literal
 
+from lakeflow.errors import InputError
+
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "bwrap", "rlimit"]
@@ -67,7 +69,7 @@ class Limits:
     def validate(self) -> None:
         for name, value in vars(self).items():
             if not value > 0:
-                raise ValueError(f"sandbox limit {name} must be positive, got {value!r}")
+                raise InputError(f"sandbox limit {name} must be positive, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,7 @@ def run_python(
     limits = limits or Limits()
     limits.validate()
     if mode not in MODES:
-        raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise InputError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(source, str):
         raise ValueError(f"source must be a str of Python code, got {type(source).__name__}")
     extra = {_check_name(name): _bytes(data) for name, data in (files or {}).items()}
@@ -117,7 +119,7 @@ def run_python(
     chosen = _choose(mode)
     uid = _sandbox_uid()
     if uid is not None and not _world_executable(interpreter):
-        raise ValueError(
+        raise InputError(
             f"interpreter {interpreter} is not executable by other users, and the sandbox runs the program "
             f"as an unprivileged uid: pass python='/usr/bin/python3' (or install Python outside a private home)"
         )
@@ -154,7 +156,7 @@ def _choose(mode: Mode) -> Literal["bwrap", "rlimit"]:
         return "rlimit"
     ok, why = _probe_bwrap()
     if mode == "bwrap" and not ok:
-        raise ValueError(
+        raise InputError(
             f"sandbox mode 'bwrap' was asked for but bubblewrap cannot run here ({why}); "
             "install it (apt-get install -y bubblewrap) where user namespaces are allowed, or use mode='auto'"
         )
@@ -384,7 +386,7 @@ def _interpreter(python: str | None) -> str:
     found = shutil.which(python or "python3", path=_SAFE_PATH if python is None else None)
     if found is None:
         where = f"on {_SAFE_PATH}" if python is None else "(not an executable file)"
-        raise ValueError(f"no Python interpreter {python or 'python3'} {where}: pass python='/path/to/python3'")
+        raise InputError(f"no Python interpreter {python or 'python3'} {where}: pass python='/path/to/python3'")
     return os.path.realpath(found)
 
 

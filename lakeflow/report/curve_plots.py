@@ -6,15 +6,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lakeflow.report.data import ModelData
-from lakeflow.report.plots import _date_axis, _integer_x, _new_figure, _nothing, _save, _utc, colour
+from lakeflow.report.figures import colour, date_axis, integer_x, new_figure, nothing_to_draw, save, utc_times
 
 
 def training_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Loss, KL(current || behaviour) and token entropy per trainer step, one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.curves.steps]
     if not drawn:
-        return _nothing(path)
-    fig, axes = _new_figure(3, 2.6, sharex=True)
+        return nothing_to_draw(path)
+    fig, axes = new_figure(3, 2.6, sharex=True)
     panels = (
         ("loss", "Loss per step", "loss (token mean)"),
         ("kl", "KL(current || behaviour) per step", "nats per token (k3)"),
@@ -25,22 +25,22 @@ def training_plot(models: Sequence[ModelData], path: Path) -> bool:
             values = [float("nan") if v is None else v for v in getattr(m.curves, name)]
             ax.plot(m.curves.steps, values, "-", color=colour(i), label=m.model_id)
         ax.set(title=title, ylabel=unit)
-        _integer_x(ax)
+        integer_x(ax)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("trainer step")
     axes[0].legend(title="model")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def rollout_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Mean response length (top) and share of finish reasons (bottom) per rollout window."""
     drawn = [(i, m) for i, m in enumerate(models) if m.curves.window_at]
     if not drawn:
-        return _nothing(path)
-    fig, (top, bottom) = _new_figure(2, 3.0, sharex=True)
+        return nothing_to_draw(path)
+    fig, (top, bottom) = new_figure(2, 3.0, sharex=True)
     styles = {"stop": "-", "length": "--", "other": ":"}
     for i, m in drawn:
-        times = _utc(m.curves.window_at)
+        times = utc_times(m.curves.window_at)
         lengths = [float("nan") if v is None else v for v in m.curves.response_len]
         top.plot(times, lengths, "o-", ms=3, color=colour(i), label=m.model_id)
         for reason, shares in m.curves.finish_share.items():
@@ -50,19 +50,19 @@ def rollout_plot(models: Sequence[ModelData], path: Path) -> bool:
     bottom.set(title="Finish reasons per rollout window", xlabel="time (UTC)", ylabel="% of samples")
     bottom.set_ylim(-3, 103)  # lines at 0 and 100 stay visible
     for ax in (top, bottom):
-        _date_axis(ax)
+        date_axis(ax)
         ax.grid(alpha=0.3)
     top.legend(title="model")
     bottom.legend(fontsize="small")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def eval_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Held-out pass@1 per version beside the training (rollout) mean reward per version."""
     drawn = [(i, m) for i, m in enumerate(models) if m.curves.eval]
     if not drawn:
-        return _nothing(path)
-    fig, (ax,) = _new_figure(1, 4.0)
+        return nothing_to_draw(path)
+    fig, (ax,) = new_figure(1, 4.0)
     for i, m in drawn:
         if m.rewards:
             versions = [r.version for r in m.rewards]
@@ -83,7 +83,7 @@ def eval_plot(models: Sequence[ModelData], path: Path) -> bool:
                 label=f"{m.model_id}: eval pass@1 ({dataset})",
             )
     ax.set(title="Held-out evaluation per weight version", xlabel="weight version", ylabel="pass@1 / mean reward")
-    _integer_x(ax)
+    integer_x(ax)
     ax.grid(alpha=0.3)
     ax.legend()
-    return _save(fig, path)
+    return save(fig, path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lakeflow.catalog.engine import LakeQuery
+from lakeflow.catalog.lakeview import LakeQuery
 
 
 @dataclass

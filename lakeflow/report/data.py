@@ -19,7 +19,7 @@ from typing import Any, TypeGuard
 from pydantic import ValidationError
 
 from lakeflow.catalog import connect_lake
-from lakeflow.catalog.engine import LakeQuery
+from lakeflow.catalog.lakeview import LakeQuery
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout

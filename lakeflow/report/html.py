@@ -16,7 +16,7 @@ from typing import Any
 
 from lakeflow.io import Store
 from lakeflow.lake.heartbeats import Production
-from lakeflow.report import curve_plots, plots
+from lakeflow.report import curve_plots, figures, plots
 from lakeflow.report.agents import render_html as render_agents
 from lakeflow.report.data import ModelData, ReportData, gather, summary
 
@@ -149,7 +149,7 @@ _POOL_COLUMNS = (
 
 def write_report(store: Store, out: Path, now: datetime | None = None) -> Path:
     """Write `out/index.html` and its PNGs (replacing earlier ones) for the lake at `store`; returns the page."""
-    plots.require_matplotlib()
+    figures.require_matplotlib()
     now = now or datetime.now(UTC)
     data = gather(store, now)
     out.mkdir(parents=True, exist_ok=True)

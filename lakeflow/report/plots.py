@@ -2,7 +2,7 @@
 
 Each function takes the gathered numbers and a path, writes the PNG and returns True, or
 returns False (and removes a PNG left by an earlier report) when there is nothing to draw.
-A model keeps the same colour in every plot. matplotlib is imported lazily: it is an extra.
+A model keeps the same colour in every plot (what plots share is in figures.py).
 """
 
 from __future__ import annotations
@@ -10,36 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from lakeflow.report.data import ModelData
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
-
-_DPI = 110
-_WIDTH_IN = 9.0
-
-
-def require_matplotlib() -> None:
-    """Fail early, naming the extra, when matplotlib is not installed."""
-    _new_figure(1, 1.0)
-
-
-def colour(index: int) -> str:
-    """The colour of the `index`-th model (matplotlib's default cycle)."""
-    return f"C{index % 10}"
+from lakeflow.report.figures import colour, date_axis, integer_x, new_figure, nothing_to_draw, save, utc_times
 
 
 def reward_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Mean reward per weight version (top) and samples per version (bottom), one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.rewards]
     if not drawn:
-        return _nothing(path)
-    fig, (top, bottom) = _new_figure(2, 3.2, sharex=True)
+        return nothing_to_draw(path)
+    fig, (top, bottom) = new_figure(2, 3.2, sharex=True)
     for i, m in drawn:
         versions = [r.version for r in m.rewards]
         top.plot(versions, [r.mean_reward for r in m.rewards], "o-", color=colour(i), label=m.model_id)
@@ -48,47 +29,47 @@ def reward_plot(models: Sequence[ModelData], path: Path) -> bool:
     bottom.set(title="Samples per weight version", xlabel="weight version (policy_version)", ylabel="samples")
     bottom.set_ylim(bottom=0)
     for ax in (top, bottom):
-        _integer_x(ax)
+        integer_x(ax)
         ax.grid(alpha=0.3)
     top.legend(title="model")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def wait_plot(models: Sequence[ModelData], path: Path) -> bool:
     """The trainer's wait / (wait + step) per step over wall-clock time, one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.trainer]
     if not drawn:
-        return _nothing(path)
-    fig, (ax,) = _new_figure(1, 4.0)
+        return nothing_to_draw(path)
+    fig, (ax,) = new_figure(1, 4.0)
     for i, m in drawn:
-        times = _utc([s.at for s in m.trainer])
+        times = utc_times([s.at for s in m.trainer])
         ax.plot(times, [100 * s.wait_fraction for s in m.trainer], "o-", ms=3, color=colour(i), label=m.model_id)
     ax.set(title="Trainer wait fraction per step", xlabel="time (UTC)", ylabel="waiting for a batch (% of step)")
     ax.set_ylim(0, 100)
-    _date_axis(ax)
+    date_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="model")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def throughput_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Samples committed per minute (by the samples' created_at, per actual bin duration), one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.rate_per_min]
     if not drawn:
-        return _nothing(path)
-    fig, (ax,) = _new_figure(1, 4.0)
+        return nothing_to_draw(path)
+    fig, (ax,) = new_figure(1, 4.0)
     for i, m in drawn:
-        edges = _utc([datetime.fromtimestamp(s, UTC) for s in m.rate_edges_s])
+        edges = utc_times([datetime.fromtimestamp(s, UTC) for s in m.rate_edges_s])
         label = m.model_id if m.rate_bin_min == 1 else f"{m.model_id} ({m.rate_bin_min}-minute bins)"
         # each rate holds for its whole bin: repeat the last one at the end of the last bin
         ax.step(edges, [*m.rate_per_min, m.rate_per_min[-1]], where="post", color=colour(i), label=label)
         ax.plot(edges[:-1], m.rate_per_min, "o", ms=3, color=colour(i))
     ax.set(title="Rollout throughput", xlabel="time (UTC)", ylabel="samples per minute")
     ax.set_ylim(bottom=0)
-    _date_axis(ax)
+    date_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="model")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def pool_size_plot(models: Sequence[ModelData], path: Path) -> bool:
@@ -97,11 +78,11 @@ def pool_size_plot(models: Sequence[ModelData], path: Path) -> bool:
 
     drawn = [(i, m) for i, m in enumerate(models) if m.pool_size]
     if not drawn:
-        return _nothing(path)
-    fig, (ax,) = _new_figure(1, 4.0)
+        return nothing_to_draw(path)
+    fig, (ax,) = new_figure(1, 4.0)
     top = 1
     for i, m in drawn:
-        times = _utc([p.at for p in m.pool_size])
+        times = utc_times([p.at for p in m.pool_size])
         ax.step(
             times, [p.replicas for p in m.pool_size], where="post", color=colour(i), label=f"{m.model_id}: asked for"
         )
@@ -119,18 +100,18 @@ def pool_size_plot(models: Sequence[ModelData], path: Path) -> bool:
     ax.set(title="Rollout pool size", xlabel="time (UTC)", ylabel="rollout services")
     ax.set_ylim(0, top + 1)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # services come whole
-    _date_axis(ax)
+    date_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="model")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def staleness_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Histogram of step - policy_version over every trained row, one panel per model, fresh and replay stacked."""
     drawn = [m for m in models if any(m.staleness.values())]
     if not drawn:
-        return _nothing(path)
-    fig, axes = _new_figure(len(drawn), 2.8)
+        return nothing_to_draw(path)
+    fig, axes = new_figure(len(drawn), 2.8)
     kinds = {"fresh": "C2", "replay": "C1"}
     for ax, m in zip(axes, drawn, strict=True):
         top = max(max(v) for v in m.staleness.values() if v)
@@ -144,21 +125,21 @@ def staleness_plot(models: Sequence[ModelData], path: Path) -> bool:
             ax.bar(xs, counts, bottom=base, color=kinds.get(kind, "C7"), label=f"{kind} ({sum(counts)} rows)")
             base = [b + c for b, c in zip(base, counts, strict=True)]
         ax.set(title=f"Staleness of trained samples: {m.model_id}", ylabel="rows")
-        _integer_x(ax)
+        integer_x(ax)
         ax.grid(alpha=0.3, axis="y")
         ax.legend()
     axes[-1].set_xlabel("staleness (trainer step − policy_version, in versions)")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def weights_plot(models: Sequence[ModelData], path: Path) -> bool:
     """Stored delta size (top) and sparsity (bottom) per weight version, one line per model."""
     drawn = [(i, m) for i, m in enumerate(models) if m.weights]
     if not drawn:
-        return _nothing(path)
+        return nothing_to_draw(path)
     sizes = [w.delta_bytes for _, m in drawn for w in m.weights if w.delta_bytes is not None]
     unit, scale = _byte_unit(max(sizes, default=0))
-    fig, (top, bottom) = _new_figure(2, 3.2, sharex=True)
+    fig, (top, bottom) = new_figure(2, 3.2, sharex=True)
     full_labelled = False
     for i, m in drawn:
         deltas = [(w.version, w.delta_bytes / scale) for w in m.weights if w.delta_bytes is not None]
@@ -179,50 +160,10 @@ def weights_plot(models: Sequence[ModelData], path: Path) -> bool:
         ylabel="elements unchanged (%)",
     )
     for ax in (top, bottom):
-        _integer_x(ax)
+        integer_x(ax)
         ax.grid(alpha=0.3)
     top.legend(title="model")
-    return _save(fig, path)
-
-
-def _new_figure(nrows: int, height_in: float, sharex: bool = False) -> tuple[Figure, list[Axes]]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported here: it takes ~0.5 s
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(_WIDTH_IN, height_in * nrows), dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)  # the Agg (PNG) backend, set on this figure rather than process-wide
-    axes = fig.subplots(nrows, 1, squeeze=False, sharex=sharex)
-    return fig, [ax for row in axes for ax in row]
-
-
-def _save(fig: Figure, path: Path) -> bool:
-    fig.savefig(path, format="png")
-    return True
-
-
-def _nothing(path: Path) -> bool:
-    path.unlink(missing_ok=True)  # a PNG from an earlier report would otherwise be shown as current
-    return False
-
-
-def _integer_x(ax: Axes) -> None:
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-
-
-def _date_axis(ax: Axes) -> None:
-    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-
-    locator = AutoDateLocator(tz=UTC)  # type: ignore[no-untyped-call]  # matplotlib.dates has no annotations
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
-
-
-def _utc(times: list[datetime]) -> np.ndarray[Any, np.dtype[np.datetime64]]:
-    """Times as naive UTC datetime64 (microseconds); a time without a zone is taken as UTC."""
-    naive = [t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t for t in times]
-    return np.array(naive, dtype="datetime64[us]")
+    return save(fig, path)
 
 
 def _xy(points: list[tuple[int, float]]) -> tuple[list[int], list[float]]:

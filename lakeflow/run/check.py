@@ -1,9 +1,12 @@
 """The check of a whole run config before `lakeflow run` or `lakeflow launch` starts anything.
 
-It collects the problems of every process's config (`check_raas_config` of each rollout pool,
+`check_run_config` collects the problems of every process's config (`check_raas_config` of each rollout pool,
 `check_trainer_config`, `check_dataset`, `check_eval_config`), each naming its key in the run config
 (`models[0].raas.config.workflow: unknown workflow 'rvlr'; known: ...`), and the run's own: a task type
-of a model's dataset that no reward scores, in a pool with no explicit `reward`. The processes check
+of a model's dataset that no reward scores, in a pool with no explicit `reward`; a config that contradicts
+a model that can be read here (vocabulary, positions, no chat template). `check_run_here` (`lakeflow run`
+only: a launched run's nodes are not this machine) adds what this machine lacks: models that are neither
+directories nor cached nor on a hub that answers, devices it does not have. The processes check
 their own configs again when they start (a name must resolve there too: import paths and entry
 points do; a registration made only in the launching process does not).
 """
@@ -14,12 +17,21 @@ from lakeflow.dataflow.check import check_dataset
 from lakeflow.dataflow.datasets import task_types
 from lakeflow.errors import ConfigError
 from lakeflow.evaluation.check import check_eval_config
-from lakeflow.raas.check import check_raas_config, task_type_problem
-from lakeflow.run.config import RunConfig
+from lakeflow.models.check import chat_template_problem, device_problem, model_problem
+from lakeflow.models.info import read_model_info
+from lakeflow.raas.check import (
+    check_raas_config,
+    check_rollout_model,
+    engine_device_problems,
+    engine_model_problems,
+    task_type_problem,
+)
+from lakeflow.raas.config import RaasConfig
+from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
-_REGION_KEYS = ("workflow", "roles", "reward", "environment")
+_REGION_KEYS = ("workflow", "roles", "reward", "environment", "model")
 
 
 def check_run_config(config: RunConfig) -> list[str]:
@@ -28,14 +40,15 @@ def check_run_config(config: RunConfig) -> list[str]:
     for i, m in enumerate(config.models):
         at = f"models[{i}]"
         problems += check_trainer_config(m.trainer, f"{at}.trainer")
-        dataset = m.dataflow_config().dataset
+        if (vocab := m.vocab_problem()) is not None:
+            problems.append(f"{at}.dataflow.vocab_size: {vocab}")
+        dataset = m.dataflow_section().dataset
         problems += check_dataset(dataset, f"{at}.dataflow.dataset")
-        pools = [(f"{at}.raas.config", m.raas)]
-        for j, (r, (_, pool)) in enumerate(zip(m.regions, m.pools()[1:], strict=True)):
-            if set(r.config) & set(_REGION_KEYS):
-                pools.append((f"{at}.regions[{j}].config", pool))
+        pools = [(f"{at}.raas.config", m.raas), *_region_pools(m, at, _REGION_KEYS)]
         for key, pool in pools:
             problems += check_raas_config(pool.config, key)
+            for ref, model_key in _rollout_models(config, m, pool.config, key):
+                problems += check_rollout_model(pool.config, ref, model_key, key)
         try:
             types = sorted(task_types(dataset) or ()) if dataset is not None else []
         except ConfigError as e:  # a dataset file that cannot be read: the dataflow would stop on it
@@ -51,4 +64,57 @@ def check_run_config(config: RunConfig) -> list[str]:
             reward = m.eval.reward if m.eval.reward is not None else m.raas.config.reward
             section = m.eval.model_copy(update={"reward": reward})
             problems += check_eval_config(section, f"{at}.eval")
+            problems += _eval_model_problems(m, at)
+    return list(dict.fromkeys(problems))
+
+
+def _region_pools(m: RunModel, at: str, keys: tuple[str, ...]) -> list[tuple[str, PoolConfig]]:
+    """(key, pool) of each region of `m` whose config overrides one of `keys` of the home pool's."""
+    pools = zip(m.regions, m.pools()[1:], strict=True)
+    return [(f"{at}.regions[{j}].config", pool) for j, (r, (_, pool)) in enumerate(pools) if set(r.config) & set(keys)]
+
+
+def _rollout_models(config: RunConfig, m: RunModel, pool: RaasConfig, key: str) -> list[tuple[str, str]]:
+    """(model reference, its key) of each model a pool of `m` rolls out: its frozen `model`, else the published
+    weights of each role's model (a copy of that model's trainer model, tokenizer included)."""
+    if pool.model is not None:
+        return [(pool.model, f"{key}.model")]
+    index = {other.id: i for i, other in enumerate(config.models)}
+    ids = dict.fromkeys((pool.roles or {"policy": m.id}).values())
+    return [(config.models[index[i]].trainer.model, f"models[{index[i]}].trainer.model") for i in ids if i in index]
+
+
+def _eval_model_problems(m: RunModel, at: str) -> list[str]:
+    """The eval engine's positions and the chat template its prompts are rendered with, against the model."""
+    problems = engine_model_problems(m.eval.engine if m.eval else None, m.trainer.model, f"{at}.eval.engine")
+    info = read_model_info(m.trainer.model)
+    if info is not None and (problem := chat_template_problem(info)) is not None:
+        problems.append(f"{at}.trainer.model: {problem}")
+    return problems
+
+
+def check_run_here(config: RunConfig) -> list[str]:
+    """What this machine lacks to run `config` (empty: nothing), one line each naming its key: a model that is
+    not a directory, not in the Hugging Face cache and not on a hub that answers (asked once per model, a few
+    seconds at most); a device (trainer, transformers engines) that does not exist here."""
+    problems: list[str] = []
+    models: dict[str, str | None] = {}  # reference -> its problem, each looked up once
+
+    def model_at(ref: str, key: str) -> None:
+        if ref not in models:
+            models[ref] = model_problem(ref)
+        if (problem := models[ref]) is not None:
+            problems.append(f"{key}: {problem}")
+
+    for i, m in enumerate(config.models):
+        at = f"models[{i}]"
+        model_at(m.trainer.model, f"{at}.trainer.model")
+        if (problem := device_problem(m.trainer.device)) is not None:
+            problems.append(f"{at}.trainer.device: {problem}")
+        problems += engine_device_problems(m.raas.config.engine, f"{at}.raas.config.engine")  # regions share it
+        for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model",))]:
+            if pool.config.model is not None:
+                model_at(pool.config.model, f"{key}.model")
+        if m.eval is not None:
+            problems += engine_device_problems(m.eval.engine, f"{at}.eval.engine")
     return list(dict.fromkeys(problems))

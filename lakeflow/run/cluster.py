@@ -12,16 +12,14 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from lakeflow.configfile import StrictConfig
 
 ROLES = ("dataflow", "trainer", "raas", "eval")
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
 _UNITS = {None: 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+):(\d{2}):(\d{2})$")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def quantity_bytes(value: str) -> int:
@@ -41,7 +39,7 @@ def time_seconds(value: str) -> int:
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
-class Toleration(_Strict):
+class Toleration(StrictConfig):
     """A Kubernetes toleration (pods may run on nodes tainted this way)."""
 
     key: str | None = Field(None, description="Taint key (None with operator Exists: every taint).")
@@ -52,7 +50,7 @@ class Toleration(_Strict):
     )
 
 
-class Resources(_Strict):
+class Resources(StrictConfig):
     """What one process (one node of a multi-node trainer) asks for; unset fields keep the role's default."""
 
     cpus: float | None = Field(None, gt=0, description="CPU cores.")
@@ -101,7 +99,7 @@ DEFAULTS: dict[str, Resources] = {
 }
 
 
-class ModelResources(_Strict):
+class ModelResources(StrictConfig):
     """Overrides for one model's processes."""
 
     trainer: Resources = Field(default_factory=Resources, description="The model's trainer.")
@@ -109,7 +107,7 @@ class ModelResources(_Strict):
     eval: Resources = Field(default_factory=Resources, description="The model's evaluation.")
 
 
-class ModelCache(_Strict):
+class ModelCache(StrictConfig):
     """Where the Hugging Face cache lives (HF_HOME) for the processes that read a hub id (the trainer's
     rank 0 publishing version 0; rollout services with `model:`), so a restart does not download again."""
 
@@ -117,7 +115,7 @@ class ModelCache(_Strict):
     claim: str | None = Field(None, description="Kubernetes: a PersistentVolumeClaim mounted at `path`.")
 
 
-class Credentials(_Strict):
+class Credentials(StrictConfig):
     """How the processes of each role reach the lake (one identity per role, least privilege)."""
 
     type: Literal["irsa", "workload_identity", "secret", "none"] = Field(
@@ -141,7 +139,7 @@ class Credentials(_Strict):
         return value
 
 
-class LaunchConfig(_Strict):
+class LaunchConfig(StrictConfig):
     """Placement of the run's processes on a cluster (`lakeflow launch`)."""
 
     image: str | None = Field(

@@ -10,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from lakeflow.configfile import load_config_file
+from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
+from lakeflow.errors import ConfigError
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
@@ -21,19 +22,17 @@ from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+_UNKNOWN_VOCAB = 1 << 31  # stands in for a vocabulary not set and not readable while the file is validated
 
 
-class PoolConfig(_Strict):
+class PoolConfig(StrictConfig):
     """The rollout services of one model."""
 
     replicas: int = Field(1, ge=0, description="Rollout service processes to start.")
     config: RaasConfig = Field(default_factory=RaasConfig, description="Each instance's config.")
 
 
-class RegionPool(_Strict):
+class RegionPool(StrictConfig):
     """A further rollout pool of the model in another region: the home pool's config with this region, its
     weights source and any overrides. Its samples go to the run's lake like the home pool's."""
 
@@ -67,7 +66,7 @@ class RegionPool(_Strict):
         return PoolConfig(replicas=self.replicas, config=RaasConfig.model_validate(merged))
 
 
-class AutoscaleConfig(_Strict):
+class AutoscaleConfig(StrictConfig):
     """`lakeflow run --autoscale` (or this section): a `lakeflow autoscale --actuator local` process sizes
     every rollout pool, starting it at its `replicas` (within [min, max])."""
 
@@ -79,7 +78,7 @@ class AutoscaleConfig(_Strict):
     window_s: float | None = Field(None, gt=0, description="Observation window (default: the balance report's).")
 
 
-class RunModel(_Strict):
+class RunModel(StrictConfig):
     """One model of the run: how its data flows, how it trains, who rolls it out."""
 
     id: str = Field(description="Model id.")
@@ -94,23 +93,38 @@ class RunModel(_Strict):
     )
     eval: EvalConfig | None = Field(None, description="Held-out evaluation of each version (`lakeflow eval`).")
 
-    def dataflow_config(self) -> ModelConfig:
-        """The model's dataflow section, its vocabulary size taken from the trainer's model where it can be read."""
-        fields = {"id": self.id, **self.dataflow}
-        derived = model_vocab_size(self.trainer.model)
-        given = fields.get("vocab_size")
+    def vocab_problem(self) -> str | None:
+        """What is wrong with `dataflow.vocab_size` against the trainer's model (None: nothing): not set while
+        the model cannot be read here, or contradicting the model's."""
+        given, derived = self.dataflow.get("vocab_size"), model_vocab_size(self.trainer.model)
         if given is None and derived is None:
-            raise ValueError(
-                f"model {self.id}: dataflow.vocab_size is not set and the vocabulary of {self.trainer.model!r} "
-                "cannot be read here (not a local directory, not in the Hugging Face cache): set it"
+            return (
+                f"not set, and the vocabulary of {self.trainer.model!r} cannot be read here (not a tiny model, a "
+                "model directory or a hub id in the Hugging Face cache): set it"
             )
         if given is not None and derived is not None and given != derived:
-            raise ValueError(
-                f"model {self.id}: dataflow.vocab_size {given} contradicts {self.trainer.model!r}, whose vocabulary "
-                f"is {derived}: remove the key (it is read from the model) or fix it"
+            return (
+                f"{given} contradicts {self.trainer.model!r}, whose vocabulary is {derived}: remove the key (it is "
+                "read from the model) or fix it"
             )
-        if given is None:
-            fields["vocab_size"] = derived
+        return None
+
+    def dataflow_config(self) -> ModelConfig:
+        """The model's dataflow section, its vocabulary size taken from the trainer's model where it can be read;
+        ConfigError when `vocab_problem` finds one (the run's check reports it first)."""
+        if (problem := self.vocab_problem()) is not None:
+            raise ConfigError(f"model {self.id}: dataflow.vocab_size: {problem}")
+        fields = {"id": self.id, **self.dataflow}
+        if fields.get("vocab_size") is None:
+            fields["vocab_size"] = model_vocab_size(self.trainer.model)
+        return ModelConfig.model_validate(fields)
+
+    def dataflow_section(self) -> ModelConfig:
+        """The dataflow section validated on its own (a placeholder vocabulary when it is not set: checking it
+        against the model is the run check's, `vocab_problem`)."""
+        fields = {"id": self.id, **self.dataflow}
+        if fields.get("vocab_size") is None:
+            fields["vocab_size"] = model_vocab_size(self.trainer.model) or _UNKNOWN_VOCAB
         return ModelConfig.model_validate(fields)
 
     def pools(self) -> list[tuple[str, PoolConfig]]:
@@ -136,7 +150,7 @@ class RunModel(_Strict):
         return self
 
 
-class RunCredentials(_Strict):
+class RunCredentials(StrictConfig):
     """Which credentials each process gets (S3 lakes): an AWS profile of the shared credentials file
     (~/.aws/credentials or AWS_SHARED_CREDENTIALS_FILE) per role, e.g. the access keys `infra/terraform`
     made for that role. A process of a role given here sees only that profile (the launcher's
@@ -148,7 +162,7 @@ class RunCredentials(_Strict):
     eval: str | None = Field(None, description="AWS profile of the evaluation services (None: the launcher's).")
 
 
-class RunConfig(_Strict):
+class RunConfig(StrictConfig):
     """The whole file."""
 
     name: str = Field(description="Run name; the default lake is ./runs/<name>.")
@@ -179,7 +193,9 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
-        flow = self.dataflow()  # validates every model's dataflow section
+        flow = DataflowConfig(  # validates every model's dataflow section
+            models=[m.dataflow_section() for m in self.models], tasks=self.tasks, loop=self.loop
+        )
         models = {m.id: m for m in self.models}
         regions = {r.region for m in self.models for r in m.regions}
         for key, known, what in ((self.launch.models, models, "models"), (self.launch.regions, regions, "regions")):

@@ -27,76 +27,10 @@ from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.manifest import write_run_manifest
-from lakeflow.run.config import PoolConfig, RunConfig, RunModel
+from lakeflow.run.config import RunConfig
 from lakeflow.run.observe import eval_specs
+from lakeflow.run.processes import ProcessSpec, process_specs
 from lakeflow.weights.manifest import latest_version
-
-
-@dataclass(frozen=True)
-class ProcessSpec:
-    """One process of a run, wherever it runs (here, Kubernetes, SkyPilot, Slurm): the lakeflow verb, its
-    flags (without --lake, --endpoint-url and --config, which depend on the place) and its config file."""
-
-    name: str  # dataflow, train-<model>, raas-<model>[-<region>]-<i> (no -<i> for a replicated pool), mirror-…
-    role: str  # dataflow | trainer | raas | eval | mirror (| autoscale, in a run with --autoscale)
-    model_id: str | None
-    verb: str  # the lakeflow command, e.g. "raas" or "weights mirror"
-    flags: tuple[str, ...]
-    config_name: str  # "": the command takes no config file
-    config: dict[str, Any]
-    region: str = ""  # rollout pools of `regions:` (not autoscaled) and their mirrors
-
-
-def dataflow_spec(config: RunConfig) -> ProcessSpec:
-    flow = config.dataflow().model_dump(mode="json")
-    return ProcessSpec("dataflow", "dataflow", None, "dataflow", ("--wait",), "dataflow.yaml", flow)
-
-
-def trainer_spec(config: RunConfig, m: RunModel) -> ProcessSpec:
-    # --wait: a restarted trainer waits out its killed predecessor's lease (one trainer per model)
-    flags = ("--model", m.id, "--steps", str(config.steps), "--wait")
-    trainer = m.trainer.model_dump(mode="json")
-    return ProcessSpec(f"train-{m.id}", "trainer", m.id, "train", flags, f"trainer-{m.id}.yaml", trainer)
-
-
-def raas_spec(
-    config: RunConfig, m: RunModel, index: int | None, region: str = "", pool: PoolConfig | None = None
-) -> ProcessSpec:
-    """Rollout service `index` of `m`'s pool in `region` ("": the home pool, `m.raas`); None: one config
-    shared by every replica of the pool (no `id`: each instance takes a random one)."""
-    base = f"raas-{m.id}-{region}" if region else f"raas-{m.id}"
-    name = base if index is None else f"{base}-{index}"
-    raas_id = None if index is None else f"{config.name}-{name.removeprefix('raas-')}"[:64]
-    raas = (pool or m.raas).config.model_copy(update={"id": raas_id}).model_dump(mode="json")
-    return ProcessSpec(name, "raas", m.id, "raas", ("--model", m.id), f"{name}.yaml", raas, region)
-
-
-def mirror_specs(config: RunConfig) -> list[ProcessSpec]:
-    """A `lakeflow weights mirror --loop` per region pool with `mirror: true`: it keeps the region's
-    `weights_url` (or `mirror_to`, where weights_url reads it through a CDN) current from the lake, one
-    per model and target."""
-    out, seen = [], set()
-    for m in config.models:
-        for r in m.regions:
-            to = r.mirror_to or r.weights_url
-            if not r.mirror or to is None or (m.id, to) in seen:
-                continue
-            seen.add((m.id, to))
-            flags = ("--to", to, "--model", m.id, "--loop", "--interval", str(r.mirror_interval_s))
-            out.append(
-                ProcessSpec(f"mirror-{m.id}-{r.region}", "mirror", m.id, "weights mirror", flags, "", {}, r.region)
-            )
-    return out
-
-
-def process_specs(config: RunConfig) -> list[ProcessSpec]:
-    """Every process `lakeflow run` starts: the dataflow process, then per model its trainer and pool."""
-    out = [dataflow_spec(config)]
-    for m in config.models:
-        out.append(trainer_spec(config, m))
-        for region, pool in m.pools():
-            out += [raas_spec(config, m, i, region, pool) for i in range(pool.replicas)]
-    return out + mirror_specs(config)
 
 
 @dataclass

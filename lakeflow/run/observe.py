@@ -4,21 +4,16 @@ run's tracker handed to every trainer, rollout pool and evaluation that has none
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from lakeflow.run.config import RunConfig
+from lakeflow.run.processes import ProcessSpec
 from lakeflow.tracking.config import TrackerConfig
-
-if TYPE_CHECKING:
-    from lakeflow.run.launcher import ProcessSpec
 
 
 def eval_specs(config: RunConfig) -> list[ProcessSpec]:
     """One `lakeflow eval` process per model with an `eval:` section: it follows the model's versions and
     exits once version `steps` is evaluated (the run waits for it, as for the trainers). Its engine is the
     model's rollout pool's unless the section names one, and so is its reward."""
-    from lakeflow.run.launcher import ProcessSpec  # the launcher imports this module
-
     out = []
     for m in config.models:
         if m.eval is None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lakeflow.configfile import StrictConfig
 
 
-class TrackerConfig(BaseModel):
+class TrackerConfig(StrictConfig):
     """A tracker plugin (TRACKERS in lakeflow.tracking.trackers) and where it writes."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["wandb", "tensorboard", "mlflow"] = Field(description="The tracker's library.")
     dir: str = Field(

@@ -1,5 +1,6 @@
 """The check of a trainer config before `lakeflow train` starts: a `type: function` loss resolves and takes
-its params. Shipped names are checked against their typed configs, so the check imports no torch."""
+its params. Shipped names are checked against their typed configs, so the check imports no torch.
+`check_trainer_here` looks for what this machine must have: the model's files and the device."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from lakeflow.errors import PluginError
+from lakeflow.models.check import device_problem, model_problem
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.trainer.config import SHIPPED_LOSSES, FunctionLoss, LossConfig, TrainerConfig
 
@@ -44,3 +46,15 @@ def check_trainer_config(config: TrainerConfig, key: str = "") -> list[str]:
     except PluginError as e:
         return [str(e)]
     return []
+
+
+def check_trainer_here(config: TrainerConfig, key: str = "") -> list[str]:
+    """What this machine lacks for `config` (empty: nothing): the model (a directory, the Hugging Face cache or
+    a hub that answers) and the device. torch is imported only for a device other than the CPU."""
+    prefix = f"{key}." if key else ""
+    problems = []
+    if (problem := model_problem(config.model)) is not None:
+        problems.append(f"{prefix}model: {problem}")
+    if (problem := device_problem(config.device)) is not None:
+        problems.append(f"{prefix}device: {problem}")
+    return problems

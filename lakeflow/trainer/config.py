@@ -10,17 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from lakeflow.configfile import load_config_file
+from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.tracking.config import TrackerConfig
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class GrpoLoss(_Strict):
+class GrpoLoss(StrictConfig):
     """Token-level PPO-clip (GRPO): ratio clipped to [1 - clip_eps, 1 + clip_eps_high]."""
 
     type: Literal["grpo"] = "grpo"
@@ -30,7 +26,7 @@ class GrpoLoss(_Strict):
     )
 
 
-class M2poLoss(_Strict):
+class M2poLoss(StrictConfig):
     """M2PO: the clip range is derived per microbatch from the second moment of the log-ratio."""
 
     type: Literal["m2po"] = "m2po"
@@ -39,13 +35,13 @@ class M2poLoss(_Strict):
     )
 
 
-class SftLoss(_Strict):
+class SftLoss(StrictConfig):
     """Supervised fine-tuning: negative log-likelihood of the response tokens (advantages unused)."""
 
     type: Literal["sft"] = "sft"
 
 
-class FunctionLoss(_Strict):
+class FunctionLoss(StrictConfig):
     """A loss function named by path: `function(inputs: LossInputs, **params) -> LossOutput` (the types of
     lakeflow.trainer.losses; a [B, T] per-token tensor is taken as the LossOutput's per_token)."""
 
@@ -61,14 +57,14 @@ LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss | FunctionLoss, Field(discr
 SHIPPED_LOSSES = ("grpo", "m2po", "sft")  # the names of lakeflow.trainer.losses.LOSSES (no torch import here)
 
 
-class KlConfig(_Strict):
+class KlConfig(StrictConfig):
     """Penalty against a frozen reference (weight version 0)."""
 
     coef: float = Field(0.0, ge=0, description="Weight of the KL term; 0 turns it off (no reference is loaded).")
     estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Schulman's estimator of KL(policy || reference).")
 
 
-class AdvantageConfig(_Strict):
+class AdvantageConfig(StrictConfig):
     """How rewards become advantages, from the group statistics the dataflow layer stored in the batch."""
 
     scale_by_std: bool = Field(True, description="Divide (reward - group mean) by (group std + eps); else only centre.")
@@ -76,7 +72,7 @@ class AdvantageConfig(_Strict):
     batch_norm: bool = Field(False, description="Then normalise advantages to mean 0, std 1 over the whole batch.")
 
 
-class TrainerConfig(_Strict):
+class TrainerConfig(StrictConfig):
     """The whole file."""
 
     model: str = Field(description="Base model: `tiny:<name>`, a local Hugging Face directory, or a hub id.")

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from lakeflow.errors import CorruptShardError
+from lakeflow.errors import CorruptShardError, LakeFormatError
 from lakeflow.io import Store
 from lakeflow.lake import LakeReader, SampleRef
 from lakeflow.lake.batch import read_batch
@@ -163,9 +163,9 @@ def build_batch(
     old_logp = torch.zeros((n, width), dtype=torch.float32)
     for i, (prompt, response, lp, lm) in enumerate(zip(prompts, responses, logprobs, loss_masks, strict=True)):
         if not prompt:
-            raise ValueError(f"sample {i} of the batch has an empty prompt: its first token cannot be scored")
+            raise LakeFormatError(f"sample {i} of the batch has an empty prompt: its first token cannot be scored")
         if not len(response) == len(lp) == len(lm):
-            raise ValueError(
+            raise LakeFormatError(
                 f"sample {i}: response_ids ({len(response)}), response_logprobs ({len(lp)}) and loss_mask "
                 f"({len(lm)}) differ in length"
             )
@@ -176,7 +176,7 @@ def build_batch(
             mask[i, p : p + r] = torch.tensor(lm, dtype=torch.float32)
             old_logp[i, p : p + r] = torch.tensor(lp, dtype=torch.float32)
     if vocab_size is not None and n and int(input_ids.max()) >= vocab_size:
-        raise ValueError(f"token id {int(input_ids.max())} is outside the model's vocabulary ({vocab_size})")
+        raise LakeFormatError(f"token id {int(input_ids.max())} is outside the model's vocabulary ({vocab_size})")
     reward = torch.tensor(batch.column("reward").to_pylist(), dtype=torch.float32)
     adv = group_advantages(
         reward,

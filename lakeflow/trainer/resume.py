@@ -17,7 +17,7 @@ import contextlib
 import io
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
@@ -32,10 +32,24 @@ from lakeflow.trainer.step import StepParts, train_step
 from lakeflow.trainer.writer import OPTIMIZER_FILE, TRAINER_FILE
 from lakeflow.weights import read_manifest, state_sha256
 
-if TYPE_CHECKING:
-    from lakeflow.trainer.loop import Trainer
-
 log = logging.getLogger("lakeflow.trainer")
+
+
+class Resumable(Protocol):
+    """What a resume needs of the trainer (`loop.Trainer`, which imports this module)."""
+
+    store: Store
+    model_id: str
+    config: TrainerConfig
+    world: distributed.World | None
+    model: Any
+    parts: StepParts | None
+    publish_dtype: str
+
+    @property
+    def lead(self) -> bool: ...
+
+    def pull_version(self, version: int, name: str) -> str: ...
 
 
 def newest_checkpoint(store: Store, model_id: str, at_most: int) -> int | None:
@@ -57,7 +71,7 @@ def write_checkpoint(store: Store, model_id: str, version: int, state: dict[str,
     store.put(layout.checkpoint_object_key(model_id, version, OPTIMIZER_FILE), buffer.getvalue())
 
 
-def restore(trainer: Trainer, latest: int) -> int:
+def restore(trainer: Resumable, latest: int) -> int:
     """Bring the trainer's optimizer to version `latest` (its weights are loaded); returns the version of
     the checkpoint used (-1 without one), from which the checkpoint schedule counts."""
     store, model_id = trainer.store, trainer.model_id
@@ -79,7 +93,7 @@ def restore(trainer: Trainer, latest: int) -> int:
     return found
 
 
-def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
+def _retrain(trainer: Resumable, checkpoint: int, latest: int) -> bool:
     """Retrain batches checkpoint .. latest - 1 from version `checkpoint` (its master weights where the
     checkpoint has them), publishing nothing; False (and nothing changed) when a batch or that version is gone."""
     c, config = trainer.config, trainer.model.config
@@ -113,7 +127,7 @@ def _retrain(trainer: Trainer, checkpoint: int, latest: int) -> bool:
     return True
 
 
-def _adopt_master(trainer: Trainer, master: dict[str, torch.Tensor], version: int) -> None:
+def _adopt_master(trainer: Resumable, master: dict[str, torch.Tensor], version: int) -> None:
     """The checkpoint's master weights in place of the published (narrower) ones, when they are what was published."""
     held = {name: t.detach().clone() for name, t in trainer.model.state_dict().items()}
     _copy_into(trainer.model, master)
@@ -128,7 +142,7 @@ def _adopt_master(trainer: Trainer, master: dict[str, torch.Tensor], version: in
     )  # fmt: skip
 
 
-def _published_sha256(trainer: Trainer) -> str:
+def _published_sha256(trainer: Resumable) -> str:
     return state_sha256(to_state(published_tensors(distributed.full_tensors(trainer.model), trainer.publish_dtype)))
 
 
@@ -141,7 +155,7 @@ def _copy_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None
                 own[name].copy_(t.to(own[name].device))
 
 
-def _load_optimizer(trainer: Trainer, version: int) -> dict[str, torch.Tensor] | None:
+def _load_optimizer(trainer: Resumable, version: int) -> dict[str, torch.Tensor] | None:
     """AdamW state of `version` from its checkpoint (rank 0 reads it and broadcasts it); returns the master
     weights the checkpoint holds (one process only; None without them)."""
     optimizer, c = _parts(trainer).optimizer, trainer.config
@@ -167,7 +181,7 @@ def _load_optimizer(trainer: Trainer, version: int) -> dict[str, torch.Tensor] |
     return master
 
 
-def _parts(trainer: Trainer) -> StepParts:
+def _parts(trainer: Resumable) -> StepParts:
     if trainer.parts is None:
         raise RuntimeError("Trainer.start() sets up the model before a resume")
     return trainer.parts

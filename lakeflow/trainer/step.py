@@ -1,7 +1,7 @@
 """One training step on one batch: minibatches, gradient accumulation by token budget, clipping, AdamW.
 
 `train_step` is the one step function: the trainer (`loop.py`) calls it for every batch and the
-benchmarks' synchronous loop (`bench/loop.py`) calls it too. Under torchrun each rank trains its
+benchmarks' synchronous loop (`benchmarks/loop.py`) calls it too. Under torchrun each rank trains its
 share of the microbatches (FSDP2 sums the gradients over ranks) and the metrics are summed over ranks.
 """
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from lakeflow.errors import WeightsFormatError
 from lakeflow.weights.entropy import StreamReader
 from lakeflow.weights.groupcode import decode_group, encode_group
 from lakeflow.weights.legacy import FORMAT_V1, FORMAT_V2, decode_v1, shared_models, v2_segment
@@ -138,19 +139,19 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
     parts, meta = parse_safetensors(data, "delta object")
     fmt = meta.get("format")
     if fmt not in _STREAMS or set(parts) != {"header", *_STREAMS[fmt]}:
-        raise ValueError(f"not a {FORMAT} (or /2, /1) object (format {fmt!r})")
+        raise WeightsFormatError(f"not a {FORMAT} (or /2, /1) object (format {fmt!r})")
     try:
         head = json.loads(zstandard.ZstdDecompressor().decompress(parts["header"].bits.tobytes()))
         groups = [(str(g["dtype"]), [(str(n), int(s)) for n, s in g["tensors"]]) for g in head["groups"]]
     except (zstandard.ZstdError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError("delta header is unreadable") from e
+        raise WeightsFormatError("delta header is unreadable") from e
     for dtype, tensors in groups:
         for name, size in tensors:
             t = old.get(name)
             if t is None or t.dtype != dtype or t.bits.size != size:
-                raise ValueError(f"delta does not fit the local state: tensor {name!r} differs or is missing")
+                raise WeightsFormatError(f"delta does not fit the local state: tensor {name!r} differs or is missing")
     if sum(len(t) for _, t in groups) != len(old):
-        raise ValueError("delta does not fit the local state: the local state has extra tensors")
+        raise WeightsFormatError("delta does not fit the local state: the local state has extra tensors")
     if fmt == FORMAT_V1:
         new = decode_v1(old, head, parts)
         if digest is not None:
@@ -169,7 +170,7 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
     try:
         segments, specs = _segments_of(head, groups)
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"delta segment table is malformed: {e}") from e
+        raise WeightsFormatError(f"delta segment table is malformed: {e}") from e
     streams = {k: parts[k].bits for k in _STREAMS[fmt]}
     models = shared_models(head) if fmt == FORMAT_V2 else []
 
@@ -177,11 +178,11 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         spec = specs[id(seg)]
         got = {}
         if not isinstance(spec.get("streams"), list) or len(spec["streams"]) != len(streams):
-            raise ValueError("delta segment lists no streams")
+            raise WeightsFormatError("delta segment lists no streams")
         for (k, arr), (lo, n) in zip(streams.items(), spec["streams"], strict=True):
             lo, n = int(lo), int(n)
             if lo < 0 or n < 0 or lo + n > arr.size:
-                raise ValueError(f"delta segment's {k} stream lies outside the object")
+                raise WeightsFormatError(f"delta segment's {k} stream lies outside the object")
             got[k] = arr[lo : lo + n]
         old_pieces = [old[n].bits[lo:hi] for n, lo, hi in seg.pieces]
         pieces = None if in_place else [outs[n][lo:hi] for n, lo, hi in seg.pieces]
@@ -192,7 +193,7 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
         else:
             reader, spec = v2_segment(got, spec, models[seg.group], seg.size)
         if decode_group({**spec, "dtype": groups[seg.group][0]}, old_pieces, pieces, reader, cold, 0) != len(cold):
-            raise ValueError("delta cold stream holds more data than its header says")
+            raise WeightsFormatError("delta cold stream holds more data than its header says")
         reader.check_done()
 
     new = {name: raw_tensor(old[name].dtype, old[name].shape, out) for name, out in outs.items()}
@@ -249,17 +250,17 @@ def _segments_of(
     rank = {n: i for i, n in enumerate(sorted(names))}
     segment = head["segment"]
     if not isinstance(segment, int) or segment < 1:
-        raise ValueError("invalid segment size")
+        raise WeightsFormatError("invalid segment size")
     segments, specs = [], {}
     for g, (group, (_, tensors)) in enumerate(zip(head["groups"], groups, strict=True)):
         sizes = [s for _, s in tensors]
         expected = list(_cut([n for n, _ in tensors], sizes, segment))
         listed = group["segments"]
         if not isinstance(listed, list) or len(listed) != len(expected):
-            raise ValueError("segments do not tile the group")
+            raise WeightsFormatError("segments do not tile the group")
         for spec, (start, size, pieces) in zip(listed, expected, strict=True):
             if not isinstance(spec, dict) or spec.get("start") != start or spec.get("size") != size:
-                raise ValueError("segments do not tile the group")
+                raise WeightsFormatError("segments do not tile the group")
             first = pieces[0][0] if pieces else (tensors[-1][0] if tensors else "")
             seg = _Segment(g, start, size, tuple(pieces), rank.get(first, 0))
             segments.append(seg)

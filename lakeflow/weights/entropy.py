@@ -15,6 +15,8 @@ from typing import Any
 import constriction
 import numpy as np
 
+from lakeflow.errors import WeightsFormatError
+
 _SLICE = 1 << 20  # values unpacked per numpy call; a multiple of 8 so slices end on byte boundaries
 _TOP = 4  # significant bits below the leading one that were entropy-coded; the rest are stored raw
 _SMALL = 1 << (_TOP + 1)  # magnitudes below this are their own symbol, with no raw bits
@@ -64,7 +66,7 @@ class StreamReader:
         present, counts = np.asarray(hist[0], dtype=np.int64), [int(c) for c in hist[1]]
         count = int(hist[2]) if len(hist) > 2 else sum(counts)
         if not 0 <= count <= self._limit or not counts or min(counts) <= 0 or present.size != len(counts):
-            raise ValueError("delta stream model is malformed")
+            raise WeightsFormatError("delta stream model is malformed")
         if len(counts) == 1:
             idx = np.zeros(count, dtype=np.intp)
         else:
@@ -79,7 +81,7 @@ class StreamReader:
             at = wide[wide_width == w]
             nbytes = (at.size * int(w) + 7) // 8
             if self._pos + nbytes > self._bits.size:
-                raise ValueError("delta bit stream is shorter than its header says")
+                raise WeightsFormatError("delta bit stream is shorter than its header says")
             low = _unpack(self._bits[self._pos : self._pos + nbytes], at.size, int(w)).astype(np.int64)
             out[at] += sign[idx[at]] * low
             self._pos += nbytes
@@ -87,4 +89,4 @@ class StreamReader:
 
     def check_done(self) -> None:
         if self._pos != self._bits.size or not self._coder.is_empty():
-            raise ValueError("delta streams hold more data than their header says")
+            raise WeightsFormatError("delta streams hold more data than their header says")

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from lakeflow.errors import WeightsFormatError
 from lakeflow.weights import kernels
 from lakeflow.weights.kernels import absmask
 from lakeflow.weights.tensors import BITS_DTYPE
@@ -140,29 +141,29 @@ def decode_group(
         contexts = [(int(c), int(n_c), bool(f), g, v) for c, n_c, f, g, v in group["contexts"]]
         cold_hist = group["cold"]
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"delta header is malformed: {e}") from e
+        raise WeightsFormatError(f"delta header is malformed: {e}") from e
     bits_dtype = np.dtype(BITS_DTYPE[dtype])
     mbits = MANTISSA_BITS.get(dtype, 0)
     exponents = kernels.exponents(bits_dtype, mbits)
     if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= exponents):
-        raise ValueError("delta header gives an invalid exponent cut")
+        raise WeightsFormatError("delta header gives an invalid exponent cut")
     size = sum(o.size for o in olds)
     n_ctx = np.zeros(e_cut, dtype=np.int64)
     changes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # context -> (gaps, values) of its changes
     for c, n_c, f, gap_hist, val_hist in contexts:
         if not 0 <= c < e_cut or c in changes or not 0 < n_c <= size:
-            raise ValueError("delta header lists an invalid context")
+            raise WeightsFormatError("delta header lists an invalid context")
         n_ctx[c] = n_c
         gaps = reader.read(gap_hist, signed=False)
         changes[c] = (_change_gaps(gaps, n_c) if f else gaps, reader.read(val_hist, signed=True))
     cold_pos = np.cumsum(reader.read(cold_hist, signed=False) + 1) - 1
     n_cold = cold_pos.size * bits_dtype.itemsize
     if cold_at + n_cold > len(cold):
-        raise ValueError("delta cold stream is shorter than its header says")
+        raise WeightsFormatError("delta cold stream is shorter than its header says")
     in_place = outs is None
     outs = olds if outs is None else outs
     if cold_pos.size and cold_pos[-1] >= size:
-        raise ValueError("delta changes an element beyond the end of the local state")
+        raise WeightsFormatError("delta changes an element beyond the end of the local state")
     if e_cut:
         _apply_hot(olds, outs, in_place, mbits, exponents, n_ctx, changes)
     elif not in_place:
@@ -180,7 +181,7 @@ def _change_gaps(event_gaps: np.ndarray, n_c: int) -> np.ndarray:
     """Gaps between the changed elements of a context whose events are its unchanged elements."""
     ranks = np.cumsum(event_gaps + 1) - 1
     if ranks.size and (ranks[-1] >= n_c or event_gaps.min() < 0):
-        raise ValueError("delta ranks an element beyond its exponent's count")
+        raise WeightsFormatError("delta ranks an element beyond its exponent's count")
     changed = np.ones(n_c, dtype=bool)
     changed[ranks] = False
     return np.diff(np.flatnonzero(changed), prepend=-1) - 1
@@ -200,9 +201,9 @@ def _apply_hot(
     k_ctx = np.zeros_like(n_ctx)
     for c, (gaps, values) in changes.items():
         if gaps.size != values.size:
-            raise ValueError("delta does not fit the local state: changed elements per exponent differ")
+            raise WeightsFormatError("delta does not fit the local state: changed elements per exponent differ")
         if gaps.size and (gaps.min() < 0 or gaps.sum() + gaps.size > n_ctx[c]):
-            raise ValueError("delta ranks an element beyond its exponent's count")
+            raise WeightsFormatError("delta ranks an element beyond its exponent's count")
         k_ctx[c] = gaps.size
     empty = [np.zeros(0, np.int64)]
     order = sorted(changes)
@@ -216,9 +217,11 @@ def _apply_hot(
     left[:cut][k_ctx > 0] = all_gaps[first[k_ctx > 0]]
     for old, out in zip(olds, outs, strict=True):
         if kernels.apply(old, out, mbits, cut, all_gaps, all_values, at, end, left, not in_place):
-            raise ValueError("delta does not fit the local state: it moves a value outside its dtype's bit patterns")
+            raise WeightsFormatError(
+                "delta does not fit the local state: it moves a value outside its dtype's bit patterns"
+            )
     # every change consumed, and as many elements per hot exponent as the encoder counted
     through = np.concatenate([[0], np.cumsum(all_gaps + 1)])
     ranked = through[end] - through[first]  # elements up to each context's last change
     if not (np.array_equal(at, end) and np.array_equal(ranked + kernels.NEVER - left[:cut], n_ctx)):
-        raise ValueError("delta does not fit the local state: element counts per exponent differ")
+        raise WeightsFormatError("delta does not fit the local state: element counts per exponent differ")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import zstandard
 
+from lakeflow.errors import WeightsFormatError
 from lakeflow.weights.entropy import StreamReader
 from lakeflow.weights.groupcode import decode_group
 from lakeflow.weights.tensors import State, raw_tensor
@@ -45,7 +46,7 @@ def shared_models(head: dict[str, Any]) -> list[Models]:
     try:
         return [{(str(k), int(c), int(f)): [list(p), list(n)] for k, c, f, p, n in g["models"]} for g in head["groups"]]
     except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"delta stream models are malformed: {e}") from e
+        raise WeightsFormatError(f"delta stream models are malformed: {e}") from e
 
 
 def v2_segment(
@@ -57,11 +58,11 @@ def v2_segment(
 
     def stream(key: tuple[str, int, int], n: Any) -> list[Any]:
         if not isinstance(n, int) or n < 0:
-            raise ValueError("delta segment gives an invalid stream length")
+            raise WeightsFormatError("delta segment gives an invalid stream length")
         if n == 0:
             return []
         if key not in models:
-            raise ValueError(f"delta has no model for stream {key}")
+            raise WeightsFormatError(f"delta has no model for stream {key}")
         return [*models[key], n]
 
     contexts = [

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from pcodec import ChunkConfig, standalone
 
+from lakeflow.errors import WeightsFormatError
+
 _LEVEL = 12  # pcodec's highest compression level (default 8: 0.2% more bytes, no faster); the bytes depend on it
 _DTYPES: dict[bool, type[np.integer]] = {False: np.uint32, True: np.int64}  # by `signed`
 
@@ -51,25 +53,25 @@ class PcoReader:
     def read(self, entry: object, signed: bool) -> np.ndarray:
         """The next stream (its header `entry` = [bytes, integers]), as int64."""
         if not isinstance(entry, list) or len(entry) != 2 or not all(type(x) is int for x in entry):
-            raise ValueError("delta stream entry is malformed")
+            raise WeightsFormatError("delta stream entry is malformed")
         nbytes, count = int(entry[0]), int(entry[1])
         if not 0 <= count <= self._limit or nbytes < 0 or (count == 0) != (nbytes == 0):
-            raise ValueError("delta stream entry gives an invalid length")
+            raise WeightsFormatError("delta stream entry gives an invalid length")
         if self._pos + nbytes > self._data.size:
-            raise ValueError("delta streams are shorter than their header says")
+            raise WeightsFormatError("delta streams are shorter than their header says")
         out = np.empty(count, dtype=_DTYPES[signed])
         if count:
             blob = self._data[self._pos : self._pos + nbytes].tobytes()
             try:
                 progress = standalone.simple_decompress_into(blob, out)
             except (RuntimeError, TypeError) as e:
-                raise ValueError(f"delta stream is corrupt: {e}") from e
+                raise WeightsFormatError(f"delta stream is corrupt: {e}") from e
             if progress.n_processed != count or not progress.finished:
-                raise ValueError("delta stream holds another number of integers than its header says")
+                raise WeightsFormatError("delta stream holds another number of integers than its header says")
         self._pos += nbytes
         wide: np.ndarray = out.astype(np.int64, copy=False)
         return wide
 
     def check_done(self) -> None:
         if self._pos != self._data.size:
-            raise ValueError("delta streams hold more data than their header says")
+            raise WeightsFormatError("delta streams hold more data than their header says")

@@ -24,9 +24,10 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Protocol
 
-from lakeflow.errors import EtagMismatchError, WeightsConflictError
+from lakeflow.errors import EtagMismatchError, InputError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.commit import commit
 from lakeflow.weights.codec import encode_delta
 from lakeflow.weights.manifest import (
     DEFAULT_SHARD_BYTES,
@@ -105,9 +106,9 @@ def publish(
     manifest is written: the version is then not published by this call).
     """
     if full_every < 1:
-        raise ValueError(f"full_every must be >= 1, got {full_every}")
+        raise InputError(f"full_every must be >= 1, got {full_every}")
     if force and lease is None:
-        raise ValueError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
+        raise InputError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
     if lease is not None:
         lease.check()
     current = latest_version(store, model)  # not LATEST itself: a deleted or rolled-back pointer is no reset
@@ -162,7 +163,10 @@ def publish(
     )
     if lease is not None:
         lease.check()  # the last moment a lost lease can stop this publish: the manifest commits it
-    _put(store.put_if_absent, manifest_key, manifest.model_dump_json(indent=1).encode(), model, version)
+    try:
+        commit(store, manifest_key, manifest, indent=1)  # the lake's commit protocol: the manifest is the record
+    except FileExistsError as e:
+        raise _conflict(manifest_key, model, version) from e
     _advance_latest(store, model, version, publisher)
     return manifest
 
@@ -245,10 +249,14 @@ def _put(write, key: str, data: bytes, model: str, version: int) -> None:  # typ
     try:
         write(key, data)
     except FileExistsError as e:
-        raise WeightsConflictError(
-            f"{key} already exists: another trainer is publishing version {version} of {model!r}, or an "
-            "earlier publish crashed before moving LATEST; if no other trainer runs, publish again with force"
-        ) from e
+        raise _conflict(key, model, version) from e
+
+
+def _conflict(key: str, model: str, version: int) -> WeightsConflictError:
+    return WeightsConflictError(
+        f"{key} already exists: another trainer is publishing version {version} of {model!r}, or an "
+        "earlier publish crashed before moving LATEST; if no other trainer runs, publish again with force"
+    )
 
 
 def _move_latest(store: Store, model: str, version: int, publisher: str, etag: str | None) -> None:

@@ -9,6 +9,7 @@ raises WeightsChainError: nothing is deleted on the word of a chain that cannot 
 
 from __future__ import annotations
 
+from lakeflow.errors import InputError, WeightsFormatError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.weights.chain import Manifests, back_to_full
@@ -24,7 +25,7 @@ def list_versions(store: Store, model: str) -> list[int]:
 def needed_versions(store: Store, model: str, keep: int) -> set[int]:
     """The newest `keep` published versions and the full versions and deltas their chains need."""
     if keep < 1:
-        raise ValueError(f"keep must be >= 1, got {keep}")
+        raise InputError(f"keep must be >= 1, got {keep}")
     top = latest_version(store, model)
     if top is None:
         return set()
@@ -57,5 +58,5 @@ def collect(store: Store, model: str, keep: int, dry_run: bool = False, keep_bas
 def _version_of(key: str, model: str) -> int:
     v = layout.parse_weights_version(key, model)
     if v is None:
-        raise ValueError(f"manifest refers to {key!r}, outside weights/{model}/")
+        raise WeightsFormatError(f"manifest refers to {key!r}, outside weights/{model}/")
     return v

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lakeflow.errors import WeightsFormatError
 from lakeflow.weights.workers import shared_bytes
 
 # Unsigned view used for each safetensors dtype (same width, no arithmetic).
@@ -61,17 +62,17 @@ State = dict[str, RawTensor]
 def raw_tensor(dtype: str, shape: Iterable[int], data: bytes | memoryview | np.ndarray) -> RawTensor:
     """A tensor from raw bytes (or any array holding them); ValueError when sizes disagree."""
     if dtype not in BITS_DTYPE:
-        raise ValueError(f"unsupported safetensors dtype {dtype!r}; supported: {sorted(BITS_DTYPE)}")
+        raise WeightsFormatError(f"unsupported safetensors dtype {dtype!r}; supported: {sorted(BITS_DTYPE)}")
     shape = tuple(int(d) for d in shape)
     if isinstance(data, np.ndarray):
         raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
     else:
         raw = np.frombuffer(data, dtype=np.uint8)
     if raw.size % np.dtype(BITS_DTYPE[dtype]).itemsize:
-        raise ValueError(f"{dtype} tensor data of {raw.size} bytes is not a whole number of elements")
+        raise WeightsFormatError(f"{dtype} tensor data of {raw.size} bytes is not a whole number of elements")
     bits = raw.view(BITS_DTYPE[dtype])
     if bits.size != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"{dtype} tensor of shape {shape} needs {np.prod(shape)} elements, got {bits.size}")
+        raise WeightsFormatError(f"{dtype} tensor of shape {shape} needs {np.prod(shape)} elements, got {bits.size}")
     return RawTensor(dtype, shape, bits.reshape(-1))
 
 
@@ -115,7 +116,7 @@ def read_safetensors(path: str, writable: bool = False, shared: bool = False) ->
         size = os.fstat(f.fileno()).st_size
         data = shared_bytes(size)[:size] if shared else np.empty(size, np.uint8)
         if f.readinto(data.data) != size:
-            raise ValueError(f"{path}: changed while it was read")
+            raise WeightsFormatError(f"{path}: changed while it was read")
     return parse_safetensors(data, path)
 
 
@@ -125,16 +126,16 @@ MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own bound on its JSON h
 def parse_safetensors(data: bytes | np.ndarray, what: str = "safetensors data") -> tuple[State, dict[str, str]]:
     """Tensors (views into `data`) and metadata of a safetensors byte string."""
     if len(data) < 8:
-        raise ValueError(f"{what}: too short to be a safetensors file")
+        raise WeightsFormatError(f"{what}: too short to be a safetensors file")
     (n,) = struct.unpack("<Q", bytes(data[:8]))
     if n > min(len(data) - 8, MAX_HEADER_BYTES):
-        raise ValueError(f"{what}: header length {n:,} exceeds the file size or {MAX_HEADER_BYTES:,} bytes")
+        raise WeightsFormatError(f"{what}: header length {n:,} exceeds the file size or {MAX_HEADER_BYTES:,} bytes")
     try:
         header = json.loads(bytes(data[8 : 8 + n]))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{what}: unreadable safetensors header") from e
+        raise WeightsFormatError(f"{what}: unreadable safetensors header") from e
     if not isinstance(header, dict):
-        raise ValueError(f"{what}: the safetensors header is not a JSON object")
+        raise WeightsFormatError(f"{what}: the safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
     body = (data.data if isinstance(data, np.ndarray) else memoryview(data))[8 + n :]
     state: State = {}
@@ -142,10 +143,10 @@ def parse_safetensors(data: bytes | np.ndarray, what: str = "safetensors data") 
         try:
             start, end = info["data_offsets"]
             if not 0 <= start <= end <= len(body):
-                raise ValueError(f"tensor {name!r} lies outside the file")
+                raise WeightsFormatError(f"tensor {name!r} lies outside the file")
             state[name] = raw_tensor(info["dtype"], info["shape"], body[start:end])
         except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{what}: tensor {name!r} is malformed: {e}") from e
+            raise WeightsFormatError(f"{what}: tensor {name!r} is malformed: {e}") from e
     return state, dict(meta) if isinstance(meta, dict) else {}
 
 

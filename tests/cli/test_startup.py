@@ -42,8 +42,9 @@ def test_analyst_commands_import_no_torch(tmp_path: Path) -> None:
 
 
 def test_the_probe_sees_heavy_imports(tmp_path: Path) -> None:
-    # The same probe on a command that imports torch before it fails on its config: the check above can fail.
+    # The same probe on a command that imports torch before it fails: the check above can fail. (A bad key is
+    # refused before torch is imported; a device index no machine has is looked up with torch.)
     config = tmp_path / "trainer.yaml"
-    config.write_text("not_a_key: 1\n")
+    config.write_text("model: tiny:probe\ndevice: cuda:64\n")
     args = ["train", "--lake", str(tmp_path / "lake"), "--model", "policy", "--config", str(config)]
     assert "torch" in heavy_imports(*args, cwd=tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lakeflow.catalog.policy import load_policy, run_policy
+from lakeflow.catalog.policy import load_policy
 from lakeflow.catalog.state import Catalog
 from lakeflow.cli import main
 from lakeflow.dataflow.balance import target_pool
@@ -82,9 +82,8 @@ def test_a_runaway_policy_is_interrupted(tmp_path: Path) -> None:
     slow = tmp_path / "slow.sql"
     slow.write_text("SELECT 'g' AS group_id FROM range(1000000000) a, range(1000000000) b ORDER BY a.range + b.range")
     catalog = Catalog()
-    catalog.stage_complete("policy", 1)
     with pytest.raises(PolicyError, match=r"interrupted after 0\.5 s"):
-        run_policy(catalog.con, load_policy("filter", str(slow)), {"model_id": "policy"}, timeout_s=0.5)
+        catalog.check_policy(load_policy("filter", str(slow)), timeout_s=0.5)
     catalog.close()
 
 
@@ -127,33 +126,6 @@ def test_every_dataflow_config_in_jobs_parses_and_names_real_policies(path: Path
 )
 def test_balance_formula(g: int, wait: float | None, produced: int, consumed: int, target: int) -> None:
     assert target_pool(g, wait, produced, consumed) == target
-
-
-@pytest.mark.slow
-def test_bench_dataflow_json_compares_catalog_and_buffer() -> None:
-    out = run(
-        "bench",
-        "dataflow",
-        "--sizes",
-        "20000",
-        "--buffer-sizes",
-        "10000",
-        "--batches",
-        "3",
-        "--shard-samples",
-        "2048",
-        "--json",
-    )
-    report = json.loads(out)
-    systems = {(r["system"], r["samples"]) for r in report["rows"]}
-    assert systems == {
-        ("lakeflow catalog", 20000),
-        ("in-memory buffer", 10000),
-        ("in-memory buffer (extrapolated)", 20000),
-    }
-    lake = next(r for r in report["rows"] if r["system"] == "lakeflow catalog")
-    assert lake["ingest_samples_s"] > 0 and 0 < lake["serve_p50_ms"] <= lake["serve_p99_ms"]
-    assert report["shard_ingest"]["samples"] == 2048
 
 
 def test_balance_report_reads_heartbeats_and_trainer_stats(tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.catalog.serving import batch_table, plan_batch
 from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.errors import LeaseHeldError
@@ -60,8 +59,8 @@ def test_a_batch_written_just_before_a_crash_is_adopted_not_reserved(store: Stor
     assert list_batch_steps(store, "policy") == [0]
     set_trainer_version(store, "policy", 1)
     # Crash point: batch 1 stored, the process dies before recording it (no checkpoint either).
-    plan = plan_batch(doomed.catalog, "policy", 1, doomed.serving["policy"])
-    write_batch(store, "policy", 1, batch_table(doomed.catalog, "policy", plan), {})
+    plan = doomed.catalog.serving.plan_batch("policy", 1, doomed.serving["policy"])
+    write_batch(store, "policy", 1, doomed.catalog.serving.batch_table("policy", plan), {})
     doomed.catalog.close()
     time.sleep(0.6)  # its lease expires
     successor = DataflowService(store, config(prompts_per_step=4, steps_ahead=0))

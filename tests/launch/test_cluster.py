@@ -23,8 +23,8 @@ from lakeflow.cli import main
 from lakeflow.dataflow.config import FileDataset
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.errors import ConfigError, LaunchCheckError
-from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import launch
+from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.run import load_run_config
 from lakeflow.run.cluster import LaunchConfig, Resources
 

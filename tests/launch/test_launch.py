@@ -26,8 +26,8 @@ from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.errors import ConfigError, LaunchCheckError, MissingToolError
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.launch import slurm
-from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import TARGETS, apply, launch
+from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.raas.config import RaasConfig
 from lakeflow.run import RunConfig, load_run_config
 from lakeflow.trainer.config import TrainerConfig

@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from lakeflow.io import open_store
-from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import launch
+from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.run import load_run_config
 from lakeflow.weights.manifest import latest_version
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lakeflow.cli.bench_window import lake_measures
+from benchmarks.window import lake_measures
 from lakeflow.io import Store
 from lakeflow.lake import LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
@@ -62,7 +62,7 @@ def test_groups_in_one_window_share_a_shard_and_are_ingested(lake: tuple[Store, 
     groups = {g for _, c in reader.poll().commits for g in reader.read_shard(c).column("group_id").to_pylist()}
     still_open, _ = lake_tasks.list_tasks(store, "policy")
     assert len(groups) == 5 and not still_open & groups  # released once ingested
-    measured = lake_measures(store, "policy", N, steps=1)  # what `lakeflow bench window` reports
+    measured = lake_measures(store, "policy", N, steps=1)  # what `python -m benchmarks window` reports
     assert (measured["shards"], measured["groups_per_shard"]) == (2, 2.5)
     flow.close()
     service.close()

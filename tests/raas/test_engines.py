@@ -56,22 +56,6 @@ def test_token_id_prompts_and_several_prompts(engine: HFEngine) -> None:
     assert out[0][0].text == engine.decode(out[0][0].token_ids)
 
 
-def test_pace_pauses_per_decoding_step_of_each_prompt(engine: HFEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The benchmarks' stand-in for an accelerator's latency: one pause per prompt, as long as its longest
-    completion times the pace (a batch decodes its samples together)."""
-    pauses: list[float] = []
-    monkeypatch.setattr("lakeflow.raas.engines.time.sleep", pauses.append)
-    prompt = engine.encode_chat([{"role": "user", "content": "What is 1 + 2 * 3?"}])
-    paced = HFEngine(HFEngineConfig(pace_s_per_token=0.5), seed=0)
-    paced.model, paced.tokenizer, paced.max_model_len = engine.model, engine.tokenizer, engine.max_model_len
-    paced._stop_ids = engine._stop_ids
-    out = paced.generate([prompt, prompt[:-3]], n=3, max_tokens=4, temperature=1.0)
-    assert pauses == [0.5 * max(len(c.token_ids) for c in group) for group in out]
-    pauses.clear()
-    engine.generate([prompt], n=2, max_tokens=4, temperature=1.0)
-    assert pauses == []  # no pace, no pause
-
-
 def test_bad_arguments_are_refused(engine: HFEngine) -> None:
     with pytest.raises(ValueError, match="temperature"):
         engine.generate([[1, 2]], n=1, max_tokens=4, temperature=-1.0)

@@ -9,7 +9,7 @@ import yaml
 
 from lakeflow.configfile import load_config_file
 from lakeflow.run.config import RunConfig
-from lakeflow.run.launcher import raas_spec
+from lakeflow.run.processes import raas_spec
 
 CONFIG = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "tiny-math.yaml"
 

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import yaml
 
-from lakeflow.cli.bench_remote import region_measures
+from benchmarks.remote import region_measures
 from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.lake.heartbeats import production, read_heartbeats
-from lakeflow.launch.render import LaunchOptions
 from lakeflow.launch.targets import launch
+from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.run import Launcher, RunConfig
-from lakeflow.run.launcher import process_specs
+from lakeflow.run.processes import process_specs
 from lakeflow.weights.manifest import read_manifest
 from tests.run.test_run import write_config
 
@@ -104,7 +104,7 @@ def test_a_run_with_a_remote_pool_pulling_from_a_mirror(tmp_path: Path) -> None:
     out = subprocess.run(sql, capture_output=True, check=True, timeout=120).stdout.decode()
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert {r["region"] for r in rows} == {"", "far"}  # both regions' samples are in the home lake
-    measured = region_measures(store, "policy", steps=3)["regions"]  # what `lakeflow bench remote` reports
+    measured = region_measures(store, "policy", steps=3)["regions"]  # what `python -m benchmarks remote` reports
     assert set(measured) == {"home", "far"} and measured["far"]["pulls"] >= 1
     assert 0 <= measured["far"]["trained_share"] <= 1
     assert measured["far"]["share"] + measured["home"]["share"] == pytest.approx(1.0)

@@ -209,8 +209,7 @@ def test_engine_override_switches_every_pool_and_keeps_matching_settings(tmp_pat
         "device": "cpu",
         "dtype": "float32",
         "threads": 1,
-        "pace_s_per_token": 0.0,
     }
     vllm = config.with_engine("vllm").models[0].raas.config.engine
-    assert vllm.type == "vllm" and vllm.max_model_len == 2048  # the vLLM defaults
+    assert vllm.type == "vllm" and vllm.max_model_len is None  # the vLLM defaults (the model's positions)
     assert config.models[0].raas.config.engine.type == "hf"  # the original is unchanged

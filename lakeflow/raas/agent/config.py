@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from lakeflow.configfile import StrictConfig
 
 
-class EnvironmentConfig(BaseModel):
+class EnvironmentConfig(StrictConfig):
     """The environment of multi-turn, tool-using episodes (workflow `agent`) and the limits of an episode."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(
         description=(

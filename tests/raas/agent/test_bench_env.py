@@ -1,10 +1,10 @@
-"""`lakeflow bench agent`'s pieces: its sleeping-tool environment played by the runner, and its table."""
+"""`python -m benchmarks agent`'s pieces: its sleeping-tool environment played by the runner, and its table."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.bench.agent import CALL, Waiting, render
+from benchmarks.agent import CALL, Waiting, render
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.episodes import POLICY, Sampling
@@ -12,7 +12,7 @@ from tests.raas.agent.helpers import Scripted, make_task
 
 
 def test_the_waiting_environment_ends_after_its_calls(tok: Any) -> None:
-    config = EnvironmentConfig(name="lakeflow.bench.agent:Waiting", args={"tool_s": 0.01, "calls": 2})
+    config = EnvironmentConfig(name="benchmarks.agent:Waiting", args={"tool_s": 0.01, "calls": 2})
     engine = Scripted(tok, lambda ctx: CALL)
     (t,) = agent(make_task(1), {POLICY: engine}, lambda *_: None, Sampling(200, 0.25), environment=config)  # type: ignore[arg-type]
     assert t.extra["tool_calls"] == {"wait": 2} and t.extra["turns"] == 2 and t.reward == 1.0

@@ -8,6 +8,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
+from lakeflow.errors import InputError
 from lakeflow.raas.agent.env import ChatMessage, Turn
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -65,7 +66,7 @@ def spec_of(answer: str, env: str, keys: tuple[str, ...]) -> dict[str, Any]:
     try:
         spec = json.loads(answer)
     except ValueError as e:
-        raise ValueError(f"{env}: the task's answer is not the JSON this environment reads ({e}): {hint}") from e
+        raise InputError(f"{env}: the task's answer is not the JSON this environment reads ({e}): {hint}") from e
     if not isinstance(spec, dict) or (missing := [k for k in keys if k not in spec]):
-        raise ValueError(f"{env}: the task's answer lacks {missing if isinstance(spec, dict) else list(keys)}: {hint}")
+        raise InputError(f"{env}: the task's answer lacks {missing if isinstance(spec, dict) else list(keys)}: {hint}")
     return spec

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lakeflow.errors import InputError
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
 from lakeflow.raas.agent.envs.common import first_messages, made_calls, spec_of, task_row
@@ -61,7 +62,7 @@ class Game:
 def build_game(seed: int, depth: int = 2, distractors: int = 3) -> Game:
     """The game of `seed`: a recipe tree of `depth` (2 or 3) under the goal, and `distractors` extra recipes."""
     if depth not in (2, 3) or not 0 <= distractors <= 8:
-        raise ValueError(f"craft: depth must be 2 or 3 and distractors 0-8, got {depth}, {distractors}")
+        raise InputError(f"craft: depth must be 2 or 3 and distractors 0-8, got {depth}, {distractors}")
     rng = random.Random(f"craft-{seed}-{depth}-{distractors}")
     materials = rng.sample(_MATERIALS, len(_MATERIALS))
     parts = [f"{m} {p}" for m in materials for p in _PARTS]
@@ -182,7 +183,7 @@ class CraftEnv:
 def make_tasks(n: int, seed: int = 0, *, depth: int = 2, distractors: int = 3) -> list[dict[str, str]]:
     """`n` games (game seeds drawn from `seed`) as dataset rows whose prompt is the game's first message."""
     if n < 1:
-        raise ValueError(f"craft: n must be at least 1, got {n}")
+        raise InputError(f"craft: n must be at least 1, got {n}")
     seeds = random.Random(f"craft-tasks-{seed}").sample(range(10**9), n)
     rows = []
     for i, s in enumerate(seeds):

@@ -13,6 +13,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lakeflow.errors import InputError
+
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "th")
 _VOWELS = ("a", "e", "i", "o", "u", "ai", "ei", "ou")
 _CODAS = ("", "n", "r", "s", "l", "m", "th", "nd", "rk", "x")
@@ -51,7 +53,7 @@ def _names(rng: random.Random, n: int, make: Callable[[random.Random], str]) -> 
 def build_world(seed: int, people: int = 50) -> World:
     """The world of `seed`: `people` people, a company per 2-3 people, a city per 2 people, 6 countries."""
     if people < 2:
-        raise ValueError(f"search: a world needs at least 2 people, got {people}")
+        raise InputError(f"search: a world needs at least 2 people, got {people}")
     rng = random.Random(f"facts-{seed}-{people}")
     n_companies, n_cities = max(2, people // 3), max(2, people // 2)
     countries = _names(rng, 6, lambda r: _word(r, 2) + "ia")

@@ -17,6 +17,7 @@ import random
 import re
 from collections.abc import Sequence
 
+from lakeflow.errors import ConfigError, InputError
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
 from lakeflow.raas.agent.envs.common import first_messages, made_calls, task_row, without_calls
@@ -32,7 +33,7 @@ class LookupEnv:
 
     def __init__(self, *, call_credit: float = 0.0, system_prompt: str = "") -> None:
         if not 0.0 <= call_credit < 1.0:
-            raise ValueError(f"lookup: call_credit must be in [0, 1), got {call_credit}")
+            raise ConfigError(f"lookup: call_credit must be in [0, 1), got {call_credit}")
         self.call_credit = call_credit
         self.system_prompt = system_prompt
         self.value = ""
@@ -42,7 +43,7 @@ class LookupEnv:
 
     def reset(self, task: Task) -> list[ChatMessage]:
         if not task.answer.strip().isdigit():
-            raise ValueError(
+            raise InputError(
                 f"lookup: the task's answer must be the digits the tool returns, got {task.answer[:40]!r}: "
                 "generate the dataset with `python -m lakeflow.raas.agent.envs lookup`"
             )
@@ -76,7 +77,7 @@ class LookupEnv:
 def make_tasks(n: int, seed: int = 0, *, digits: int = 1, prompt: str = PROMPT) -> list[dict[str, str]]:
     """`n` tasks whose answer is a random number of `digits` digits (the prompt is the same for all)."""
     if n < 1 or not 1 <= digits <= 6:
-        raise ValueError(f"lookup: n must be >= 1 and digits 1-6, got {n}, {digits}")
+        raise InputError(f"lookup: n must be >= 1 and digits 1-6, got {n}, {digits}")
     rng = random.Random(f"lookup-{seed}-{digits}")
     return [
         task_row(f"lookup-{seed}-{i}", prompt, "".join(rng.choice("0123456789") for _ in range(digits)), TASK_TYPE)

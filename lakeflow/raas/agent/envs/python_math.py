@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
 from lakeflow.raas.agent.envs.common import answer_tag, first_messages, made_calls
@@ -43,7 +44,7 @@ class PythonMathEnv:
         system_prompt: str = SYSTEM,
     ) -> None:
         if not wall_s > 0 or memory_mb < 16 or output_chars < 1:
-            raise ValueError(
+            raise ConfigError(
                 f"python_math: wall_s must be > 0, memory_mb >= 16 and output_chars >= 1 "
                 f"(got {wall_s}, {memory_mb}, {output_chars})"
             )

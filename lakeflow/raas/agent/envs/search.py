@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from lakeflow.errors import MissingExtraError
+from lakeflow.errors import ConfigError, InputError, MissingExtraError
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
 from lakeflow.raas.agent.envs.common import answer_tag, first_messages, made_calls, normalize, spec_of, task_row
@@ -38,7 +38,7 @@ class SearchEnv:
 
     def __init__(self, *, top_k: int = 3, system_prompt: str = SYSTEM) -> None:
         if not 1 <= top_k <= 20:
-            raise ValueError(f"search: top_k must be from 1 to 20, got {top_k}")
+            raise ConfigError(f"search: top_k must be from 1 to 20, got {top_k}")
         self.top_k = top_k
         self.system_prompt = system_prompt
         self.gold = ""
@@ -108,10 +108,10 @@ def _indexed(seed: int, people: int) -> tuple[tuple[str, ...], Any]:
 def make_tasks(n: int, seed: int = 0, *, people: int = 50, hops: int = 2) -> list[dict[str, str]]:
     """`n` questions about the world of `seed` needing `hops` (1 or 2) searches, as dataset rows."""
     if hops not in (1, 2):
-        raise ValueError(f"search: hops must be 1 or 2, got {hops}")
+        raise InputError(f"search: hops must be 1 or 2, got {hops}")
     pool = [q for q in build_world(seed, people).questions if q.hops == hops]
     if not 1 <= n <= len(pool):
-        raise ValueError(f"search: a world of {people} people has {len(pool)} {hops}-hop questions; asked for {n}")
+        raise InputError(f"search: a world of {people} people has {len(pool)} {hops}-hop questions; asked for {n}")
     chosen = random.Random(f"search-tasks-{seed}-{people}-{hops}").sample(pool, n)
     world = {"seed": seed, "people": people}
     return [

@@ -1,0 +1,229 @@
+"""`python -m benchmarks agent`: episodes/s of one rollout service whose tool sleeps, many episodes in flight
+versus one at a time, side by side in one run.
+
+The tiny model is taught (a few hundred SFT steps on CPU, seconds) to answer every assistant turn
+with the Hermes call `<tool_call>{"name": "wait"}</tool_call>`, so real engine turns make real tool
+calls; the environment's `wait` tool sleeps `tool_s` and the episode ends after `calls` calls. Each
+setting runs the real `RolloutService` (workflow `agent`) on a local lake until it has committed
+`episodes` one-episode groups; only `environment.max_concurrent_episodes` differs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lakeflow.bench import machine
+from lakeflow.io import open_store
+from lakeflow.lake import tasks as lake_tasks
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
+from lakeflow.raas.outcome import Reward
+
+CALL = '<tool_call>{"name": "wait"}</tool_call>'
+PROMPT = "Wait twice."
+
+
+class Waiting:
+    """The bench's environment: one tool, `wait`, that sleeps; the episode ends after `calls` calls."""
+
+    def __init__(self, tool_s: float = 0.2, calls: int = 2) -> None:
+        self.tool_s, self.calls, self.made = tool_s, calls, 0
+
+    def reset(self, task: Task) -> list[ChatMessage]:
+        return [{"role": "user", "content": task.prompt}]
+
+    def tools(self) -> list[Tool]:
+        return [Tool("wait", "Waits a while.", {"type": "object", "properties": {}}, self._wait)]
+
+    def _wait(self) -> str:
+        time.sleep(self.tool_s)
+        return "waited"
+
+    def step(self, turn: Turn) -> Feedback:
+        self.made += sum(r.error is None for r in turn.results)
+        return Feedback(done=self.made >= self.calls or not turn.results)
+
+    def final_reward(self) -> Reward:
+        return Reward(float(self.made >= self.calls), "waited" if self.made >= self.calls else "stopped")
+
+
+def teach_tool_calls(model_dir: str, out_dir: str, turns: int = 3, steps: int = 150, seed: int = 0) -> str:
+    """A copy of the model at `model_dir` fine-tuned to answer every assistant turn with CALL (loss on
+    the assistant's tokens only), saved to `out_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    messages: list[dict[str, str]] = [{"role": "user", "content": PROMPT}]
+    rendered: Any = tok.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    ids = [int(t) for t in rendered]
+    labels = [-100] * len(ids)
+    for _ in range(turns):  # call, tool answer, call, ...: the assistant's part is learned at every depth
+        answer = [*tok.encode(CALL, add_special_tokens=False), tok.eos_token_id]
+        ids, labels = ids + answer, labels + answer
+        glue = tok.encode("\n<|im_start|>tool\nwaited<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)
+        ids, labels = ids + glue, labels + [-100] * len(glue)
+    x, y = torch.tensor([ids]), torch.tensor([labels])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=x, labels=y).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+def _issue(store: Any, episodes: int, tag: str) -> None:
+    now = datetime.now(UTC)
+    for i in range(episodes):
+        task = Task(
+            task_id=f"{tag}{i:05d}",
+            model_id="policy",
+            prompt_id=f"p{i}",
+            prompt=PROMPT,
+            answer="",
+            n_samples=1,
+            task_type="agent",
+            issued_at=now,
+        )
+        lake_tasks.write_task(store, task)
+
+
+def run(
+    episodes: int = 32,
+    concurrency: Sequence[int] = (1, 32),
+    tool_s: float = 0.2,
+    calls: int = 2,
+    engine_type: str = "hf",
+) -> dict[str, Any]:
+    """Episodes/s of one rollout service at each concurrency (the same engine, loaded once)."""
+    work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-agent-"))
+    try:
+        return _run(work, episodes, concurrency, tool_s, calls, engine_type)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(
+    work: Path, episodes: int, concurrency: Sequence[int], tool_s: float, calls: int, engine_type: str
+) -> dict[str, Any]:
+    from lakeflow.models import resolve_model
+    from lakeflow.raas.config import RaasConfig
+    from lakeflow.raas.engines import build_engine
+    from lakeflow.raas.service import RolloutService
+
+    base = resolve_model("tiny:bench-agent", work / "models")
+    taught = teach_tool_calls(base, str(work / "taught"))
+    engine_config: dict[str, Any] = {"type": engine_type}
+    if engine_type == "vllm":
+        engine_config |= {"max_model_len": 512, "enforce_eager": True}
+    results: list[dict[str, Any]] = []
+    engine = None
+    for width in concurrency:
+        store = open_store(str(work / f"lake-{width}"))
+        _issue(store, episodes, f"w{width}-")
+        config = RaasConfig.model_validate(
+            {
+                "engine": engine_config,
+                "model": taught,
+                "workflow": "agent",
+                "max_new_tokens": 48,
+                "temperature": 0.25,  # the taught call nearly always (the tiny model learns it only roughly)
+                "poll_s": 0.05,
+                "seed": 0,
+                "commit_window_s": 0,
+                "cache_dir": str(work / "cache"),
+                "environment": {
+                    "name": f"{__name__}:Waiting",
+                    "args": {"tool_s": tool_s, "calls": calls},
+                    "max_concurrent_episodes": width,
+                    "max_turns": calls + 1,
+                },
+            }
+        )
+        engine = engine or build_engine(config.engine, seed=0)
+        service = RolloutService(store, "policy", config, engine=engine)
+        started = time.perf_counter()
+        stats = service.run(max_groups=episodes)
+        seconds = time.perf_counter() - started
+        service.close()
+        tool_calls, turns = _structure(store)
+        results.append(
+            {
+                "concurrent_episodes": width,
+                "episodes": stats.groups,
+                "seconds": round(seconds, 3),
+                "episodes_per_s": round(stats.groups / seconds, 3),
+                "tool_calls_per_episode": round(tool_calls / max(stats.groups, 1), 3),
+                "turns_per_episode": round(turns / max(stats.groups, 1), 3),
+            }
+        )
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
+    one = next((r for r in results if r["concurrent_episodes"] == min(concurrency)), results[0])
+    for r in results:
+        r["ratio_to_one_at_a_time"] = round(r["episodes_per_s"] / one["episodes_per_s"], 2)
+    return {"engine": engine_type, "tool_s": tool_s, "calls_per_episode": calls, "results": results}
+
+
+def _structure(store: Any) -> tuple[int, int]:
+    """Tool calls and turns of every committed episode, read back from the lake's samples."""
+    from lakeflow.lake import LakeReader
+
+    reader = LakeReader(store)
+    calls = turns = 0
+    for _, record in reader.poll().commits:
+        for extra in reader.read_shard(record).column("extra").to_pylist():
+            info = json.loads(extra)
+            calls += sum(info["tool_calls"].values()) - info["tool_errors"]
+            turns += info["turns"]
+    return calls, turns
+
+
+def render(result: dict[str, Any]) -> str:
+    from lakeflow.text import text_table
+
+    keys = (
+        "concurrent_episodes",
+        "episodes",
+        "seconds",
+        "episodes_per_s",
+        "ratio_to_one_at_a_time",
+        "tool_calls_per_episode",
+        "turns_per_episode",
+    )
+    rows = [[str(r[k]) for k in keys] for r in result["results"]]
+    head = ["concurrent", "episodes", "s", "episodes/s", "x one-at-a-time", "tool calls/ep", "turns/ep"]
+    title = f"engine {result['engine']}, tool sleeps {result['tool_s']} s, {result['calls_per_episode']} calls/episode"
+    return "\n".join([title, *text_table(head, rows, rule=True)])
+
+
+@click.command("agent")
+@click.option("--episodes", type=click.IntRange(min=1), default=64, show_default=True, help="Episodes per setting.")
+@click.option("--concurrent", type=click.IntRange(min=2), default=32, show_default=True, help="Episodes in flight.")
+@click.option("--tool-s", type=click.FloatRange(min=0), default=0.2, show_default=True, help="Seconds per tool call.")
+@click.option("--calls", type=click.IntRange(min=1), default=2, show_default=True, help="Tool calls per episode.")
+@click.option("--engine", type=click.Choice(["hf", "vllm"]), default="hf", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def bench_agent(episodes: int, concurrent: int, tool_s: float, calls: int, engine: str, as_json: bool) -> None:
+    """Episodes/s of workflow `agent` on the tiny model taught to call a sleeping tool: `--concurrent`
+    episodes in flight beside one at a time, the same service code and engine, in one run."""
+    result = run(episodes, (1, concurrent), tool_s, calls, engine)
+    result["machine"] = machine()
+    click.echo(json.dumps(result, indent=1) if as_json else render(result))

@@ -1,0 +1,40 @@
+"""Inference engines behind one small interface: n sampled completions with behaviour logprobs.
+
+`base.py`: the `Engine` interface and what the engines share; `hf.py`: `HFEngine` (transformers);
+`vllm.py`: `VLLMEngine` (vLLM's offline API, imported only when chosen); `registry.py`: `ENGINES` and
+`build_engine`, which turns an engine config into an engine.
+"""
+
+from lakeflow.raas.engines.base import (
+    ChatMessage,
+    Completion,
+    Engine,
+    FinishReason,
+    Prompt,
+    TokenizedEngine,
+    chat_token_ids,
+    check_sampling,
+    decode_text,
+    is_token_ids,
+    read_config,
+)
+from lakeflow.raas.engines.hf import HFEngine
+from lakeflow.raas.engines.registry import ENGINES, build_engine, engine_factory
+
+__all__ = [
+    "ENGINES",
+    "ChatMessage",
+    "Completion",
+    "Engine",
+    "FinishReason",
+    "HFEngine",
+    "Prompt",
+    "TokenizedEngine",
+    "build_engine",
+    "chat_token_ids",
+    "check_sampling",
+    "decode_text",
+    "engine_factory",
+    "is_token_ids",
+    "read_config",
+]

@@ -1,0 +1,123 @@
+"""What every inference engine is: the `Engine` interface, the completion it returns, and the token side
+the shipped engines share (chat template, decoding, argument checks, `config.json` comparison).
+
+Logprobs are those of the *tempered* sampling distribution, log softmax(logits / T)[token], with no
+top-k/top-p truncation: exactly the distribution the tokens were drawn from, so a trainer that divides
+its logits by the same T (stamped on every sample as `extra.temperature`) gets the importance ratio
+pi_theta / pi_behaviour right.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+ChatMessage = Mapping[str, str]  # {"role": ..., "content": ...}
+Prompt = Sequence[ChatMessage] | Sequence[int]  # chat messages, or token ids continued as they are
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One sampled completion of one prompt."""
+
+    prompt_ids: list[int]
+    token_ids: list[int]  # the sampled tokens, up to and including the stop token
+    logprobs: list[float]  # log p_T(token | prefix) of each sampled token, tempered by T
+    finish_reason: FinishReason  # "stop": a stop token was sampled; "length": max_tokens reached
+    text: str  # token_ids decoded, special tokens dropped
+
+
+class Engine(Protocol):
+    """What a workflow needs from an inference engine."""
+
+    max_model_len: int  # longest prompt + completion, in tokens
+
+    def load(self, model_dir: str) -> None:
+        """Load (or reload in place, between generations) the weights of a Hugging Face directory."""
+
+    def encode_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Token ids of chat messages under the model's chat template (`tools`: function schemas it renders)."""
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        """Text of token ids, special tokens dropped."""
+
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
+    ) -> list[list[Completion]]:
+        """`n` completions of each prompt, sampled at `temperature`, with tempered logprobs."""
+
+
+def is_token_ids(prompt: Prompt) -> bool:
+    return all(isinstance(t, int) for t in prompt)
+
+
+def chat_token_ids(
+    tokenizer: Any,
+    messages: Sequence[ChatMessage],
+    add_generation_prompt: bool = True,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
+    """Token ids of chat messages through the tokenizer's chat template (shared by every engine); `tools`
+    (function schemas) go to the template's `tools=`, so the model sees them in its own format."""
+    ids = tokenizer.apply_chat_template(
+        [dict(m) for m in messages],
+        add_generation_prompt=add_generation_prompt,
+        tools=[dict(t) for t in tools] if tools else None,
+        return_dict=False,
+    )
+    return [int(t) for t in ids]
+
+
+def decode_text(tokenizer: Any, token_ids: Sequence[int]) -> str:
+    """Text of generated token ids, special tokens dropped."""
+    return str(tokenizer.decode(list(token_ids), skip_special_tokens=True))
+
+
+def check_sampling(n: int, max_tokens: int, temperature: float) -> None:
+    """ValueError for sampling arguments no engine accepts. Temperature 0 is greedy decoding (evaluation):
+    the logprobs are then those of the untempered distribution, log softmax(logits)."""
+    if n < 1 or max_tokens < 1 or temperature < 0:
+        raise ValueError(f"need n >= 1, max_tokens >= 1, temperature >= 0; got {n}, {max_tokens}, {temperature}")
+
+
+class TokenizedEngine:
+    """The token side both engines share: their tokenizer (set by `load`) applies the chat template
+    and decodes; every call before `load` is refused."""
+
+    tokenizer: Any
+
+    def encode_chat(
+        self,
+        messages: Sequence[ChatMessage],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        self._require_model()
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt, tools)
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        self._require_model()
+        return decode_text(self.tokenizer, token_ids)
+
+    def _require_model(self) -> None:
+        if self.tokenizer is None:  # `load` sets it with the weights
+            raise RuntimeError("no weights loaded: call load(model_dir) first")
+
+
+def read_config(model_dir: str) -> str | None:
+    """The directory's config.json as canonical JSON (sorted keys), None when it is missing or unreadable:
+    two loads with the same text have the same architecture, so weights can be reloaded in place."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            return json.dumps(json.load(f), sort_keys=True)
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,128 @@
+"""`HFEngine`: the `Engine` interface on transformers `generate`, on one device (float32 on CPU by default)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from lakeflow.errors import MissingExtraError
+from lakeflow.raas.config import HFEngineConfig
+from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
+
+
+class HFEngine(TokenizedEngine):
+    """transformers `generate` on one device: float32 on CPU by default."""
+
+    def __init__(self, config: HFEngineConfig | None = None, seed: int | None = None) -> None:
+        try:
+            import torch
+            import transformers  # noqa: F401
+        except ImportError as e:
+            raise MissingExtraError("torch and transformers", "raas") from e
+        self.config = config or HFEngineConfig()
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.model_dir: str | None = None
+        self.max_model_len = 0
+        self._config_json: str | None = None
+        self._stop_ids: set[int] = set()
+
+    # --- weights ------------------------------------------------------------------------
+
+    def load(self, model_dir: str) -> None:
+        """Reload tensors in place when the architecture is unchanged, else build the model anew."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        config_json = read_config(model_dir)
+        same_architecture = self.model is not None and config_json is not None and config_json == self._config_json
+        if same_architecture and self._load_in_place(model_dir):
+            self.model_dir = model_dir
+            return
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, self.config.dtype))
+        model = model.to(self.config.device).eval()
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model, self.tokenizer, self.model_dir, self._config_json = model, tokenizer, model_dir, config_json
+        self.max_model_len = int(getattr(model.config, "max_position_embeddings", 0) or 1 << 30)
+        eos = model.generation_config.eos_token_id
+        stop = {eos} if isinstance(eos, int) else set(eos or [])
+        if tokenizer.eos_token_id is not None:
+            stop.add(tokenizer.eos_token_id)
+        self._stop_ids = stop
+
+    def _load_in_place(self, model_dir: str) -> bool:
+        """Copy every tensor of the directory's safetensors into the live model; False if they do not fit."""
+        import torch
+        from safetensors.torch import load_file
+
+        files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
+        state: dict[str, torch.Tensor] = {}
+        for name in files:
+            state.update(load_file(os.path.join(model_dir, name)))
+        params = dict(self.model.state_dict())
+        if not state or set(state) - set(params):
+            return False
+        loaded_ptrs = {params[k].data_ptr() for k in state}
+        if any(params[k].data_ptr() not in loaded_ptrs for k in set(params) - set(state)):
+            return False  # a tensor the files do not hold and that is not tied to one they do
+        if any(params[k].shape != v.shape for k, v in state.items()):
+            return False
+        with torch.no_grad():
+            for key, value in state.items():
+                params[key].copy_(value)
+        return True
+
+    # --- sampling -----------------------------------------------------------------------
+
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
+    ) -> list[list[Completion]]:
+        check_sampling(n, max_tokens, temperature)
+        self._require_model()
+        return [self._generate_one(prompt, n, max_tokens, temperature) for prompt in prompts]
+
+    def _generate_one(self, prompt: Prompt, n: int, max_tokens: int, temperature: float) -> list[Completion]:
+        import torch
+        from transformers import GenerationConfig
+
+        ids = [int(t) for t in prompt] if is_token_ids(prompt) else self.encode_chat(prompt)  # type: ignore[arg-type]
+        if not ids:
+            raise ValueError("empty prompt")
+        if len(ids) + max_tokens > self.max_model_len:
+            raise ValueError(f"prompt of {len(ids)} tokens + {max_tokens} new exceeds {self.max_model_len} tokens")
+        x = torch.tensor([ids], device=self.config.device)
+        # top_k=0, top_p=1: sample from the whole tempered distribution, the one the logprobs describe.
+        greedy = temperature == 0
+        gen = GenerationConfig(  # type: ignore[no-untyped-call]
+            do_sample=not greedy,
+            temperature=None if greedy else temperature,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_tokens,
+            num_return_sequences=1 if greedy else n,  # greedy: one decode, copied n times below
+            output_logits=True,
+            return_dict_in_generate=True,
+            eos_token_id=sorted(self._stop_ids) or None,
+            pad_token_id=self.tokenizer.pad_token_id,
+        )
+        with torch.inference_mode():
+            out = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gen)
+            new = out.sequences[:, len(ids) :]  # (n, steps)
+            logits = torch.stack(out.logits, dim=1).float()  # (n, steps, vocab): raw, before any processor
+            scaled = logits if greedy else logits / temperature
+            logprobs = torch.log_softmax(scaled, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        completions = []
+        for row, lp in zip(new.tolist(), logprobs.tolist(), strict=True):
+            end = next((i + 1 for i, t in enumerate(row) if t in self._stop_ids), None)
+            tokens, reason = (row[:end], "stop") if end is not None else (row, "length")
+            completions.append(
+                Completion(list(ids), tokens, lp[: len(tokens)], reason, self.decode(tokens))  # type: ignore[arg-type]
+            )
+        return completions * n if greedy else completions

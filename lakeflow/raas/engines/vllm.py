@@ -1,0 +1,189 @@
+"""The vLLM engine: the `Engine` interface on vLLM's offline `LLM` API.
+
+Logprobs: vLLM is started with `logprobs_mode="processed_logprobs"`, so the logprob it returns for
+a sampled token is log softmax(processed logits)[token], where the processed logits are the model's
+logits divided by the temperature (no penalties, no top-k/top-p: SamplingParams' defaults are kept
+neutral). That is the tempered distribution the token was drawn from, the same contract as
+`HFEngine`. (vLLM's default, "raw_logprobs", would return log softmax(logits) at T = 1.)
+
+Weights: the first `load` starts vLLM on the directory; a later `load` of a directory with the same
+`config.json` re-reads its safetensors in place (`collective_rpc("reload_weights")`) and drops the
+prefix cache, which is how a weight-store pull (an atomic swap of the directory) reaches the engine.
+A different architecture restarts vLLM.
+
+vLLM starts worker processes: a script using this engine needs an `if __name__ == "__main__":` guard.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.raas.config import VLLMEngineConfig
+from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_MAX_LEN = 2048  # tokens, for a model whose config.json gives no max_position_embeddings
+
+# Defaults for CPU runs on these machines; a caller's own setting wins. vLLM logs to stdout by default,
+# which would mix its logs into `lakeflow raas`'s JSON summary: send them to stderr.
+_ENV_DEFAULTS = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+}
+
+
+def _import_vllm() -> Any:
+    for key, value in _ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    try:
+        return importlib.import_module("vllm")  # untyped (Any): vllm is not installed where mypy runs
+    except ImportError as e:
+        raise MissingExtraError("vllm", "vllm") from e
+
+
+class VLLMEngine(TokenizedEngine):
+    """vLLM's `LLM`: float32 on CPU, the model's dtype elsewhere, unless the config names a dtype."""
+
+    def __init__(self, config: VLLMEngineConfig | None = None, seed: int | None = None) -> None:
+        self.vllm: Any = _import_vllm()
+        self.config = config or VLLMEngineConfig()
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+        self.llm: Any = None
+        self.tokenizer: Any = None
+        self.model_dir: str | None = None
+        self.max_model_len = 0
+        self._config_json: str | None = None
+
+    # --- weights ------------------------------------------------------------------------
+
+    def load(self, model_dir: str) -> None:
+        """Reload the directory's weights in place when the architecture is unchanged, else start vLLM."""
+        config_json = read_config(model_dir)
+        if self.llm is not None and config_json is not None and config_json == self._config_json:
+            t0 = time.perf_counter()
+            # reload_weights re-lists the directory's safetensors, so a directory swapped in at the same
+            # path is read anew; `weights_path` also points vLLM at a new path when the caller moved.
+            self.llm.collective_rpc("lakeflow_reload_weights", args=(model_dir,))
+            self.llm.reset_prefix_cache()
+            self.model_dir = model_dir
+            log.info("vLLM reloaded weights from %s in %.3f s", model_dir, time.perf_counter() - t0)
+            return
+        self.close()
+        t0 = time.perf_counter()
+        platform = importlib.import_module("vllm.platforms").current_platform
+        on_cpu = bool(platform.is_cpu())
+        model_max = _max_positions(config_json)
+        max_len = self.config.max_model_len or model_max or _DEFAULT_MAX_LEN
+        if model_max and max_len > model_max:
+            raise ConfigError(
+                f"engine.max_model_len {max_len} exceeds the {model_max} positions of {model_dir} (config.json "
+                "max_position_embeddings): lower it, or leave it out to use the model's"
+            )
+        kwargs: dict[str, Any] = {
+            "model": model_dir,
+            "max_model_len": max_len,
+            "enforce_eager": self.config.enforce_eager,
+            "dtype": self.config.dtype or ("float32" if on_cpu else "auto"),
+            "seed": self.seed,
+            "logprobs_mode": "processed_logprobs",
+            "worker_extension_cls": f"{__name__}.WorkerExtension",
+        }
+        if not on_cpu:
+            kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
+        self.llm = self.vllm.LLM(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.model_dir, self._config_json, self.max_model_len = model_dir, config_json, max_len
+        log.info("vLLM started on %s in %.1f s", model_dir, time.perf_counter() - t0)
+
+    def close(self) -> None:
+        """Stop vLLM's engine core and its workers (also done at interpreter exit)."""
+        if self.llm is None:
+            return
+        llm, self.llm = self.llm, None
+        engine = getattr(llm, "llm_engine", None)
+        core = getattr(engine, "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+
+    # --- sampling -----------------------------------------------------------------------
+
+    def generate(
+        self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
+    ) -> list[list[Completion]]:
+        check_sampling(n, max_tokens, temperature)
+        self._require_model()
+        all_ids = []
+        for prompt in prompts:
+            ids = [int(t) for t in prompt] if is_token_ids(prompt) else self.encode_chat(prompt)  # type: ignore[arg-type]
+            if not ids:
+                raise ValueError("empty prompt")
+            if len(ids) + max_tokens > self.max_model_len:
+                raise ValueError(f"prompt of {len(ids)} tokens + {max_tokens} new exceeds {self.max_model_len} tokens")
+            all_ids.append(ids)
+        if not all_ids:
+            return []
+        # top_k/top_p/min_p and penalties left neutral: the whole tempered distribution is sampled.
+        greedy = temperature == 0  # vLLM decodes greedily once; the completion is copied n times below
+        params = self.vllm.SamplingParams(
+            n=1 if greedy else n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, logprobs=0
+        )
+        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in all_ids], params, use_tqdm=False)
+        results = []
+        for ids, out in zip(all_ids, outputs, strict=True):
+            completions = []
+            for c in out.outputs:
+                tokens = [int(t) for t in c.token_ids]
+                if c.logprobs is None or len(c.logprobs) != len(tokens):
+                    raise RuntimeError(f"vLLM returned {len(c.logprobs or [])} logprobs for {len(tokens)} tokens")
+                logprobs = [float(step[t].logprob) for step, t in zip(c.logprobs, tokens, strict=True)]
+                if c.finish_reason not in ("stop", "length"):
+                    raise RuntimeError(f"vLLM finished a completion with {c.finish_reason!r}")
+                completions.append(Completion(list(ids), tokens, logprobs, c.finish_reason, self.decode(tokens)))
+            results.append(completions * n if greedy else completions)
+        return results
+
+
+class WorkerExtension:
+    """Methods vLLM mixes into its workers (`worker_extension_cls`); `self` is the worker."""
+
+    def lakeflow_reload_weights(self, weights_path: str) -> None:
+        """`reload_weights`, then re-tie a tied LM head to the reloaded embedding.
+
+        vLLM 0.32's layer-wise reload replaces `embed_tokens.weight` with a new tensor and puts the old
+        one back under `lm_head` ("ParallelLMHead: Failed to load weights": the checkpoint has no
+        `lm_head.weight`), so without this a tied model would sample with the stale output projection.
+        Re-running the head's weight processing rebuilds its CPU GEMM (packed weights / oneDNN handle).
+        """
+        worker: Any = self
+        worker.reload_weights(weights_path=weights_path)
+        runner = worker.model_runner
+        text_config = runner.model_config.hf_text_config
+        if not getattr(text_config, "tie_word_embeddings", False):
+            return
+        model = runner.get_model()
+        head = getattr(model, "lm_head", None)
+        embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+        if head is None or embed is None or not hasattr(head, "weight"):
+            raise RuntimeError(f"cannot re-tie the LM head of {type(model).__name__} after a weight reload")
+        head.weight = embed.weight
+        method = getattr(head, "quant_method", None)
+        if method is not None:
+            method.process_weights_after_loading(head)
+
+
+def _max_positions(config_json: str | None) -> int | None:
+    import json
+
+    if config_json is None:
+        return None
+    value = json.loads(config_json).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) and value > 0 else None

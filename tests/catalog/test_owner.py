@@ -1,0 +1,166 @@
+"""One owner for the catalog's SQL: raw DuckDB connections stay inside the modules that own them.
+
+Checked on the source (ast), over the package, the tests and the benchmarks:
+- `.con` / `._con` (a DuckDB connection held as an attribute) only in `catalog/statedb.py` (the
+  dataflow catalog's connection) and `catalog/lakeview.py` (the analysts' read-only `LakeQuery`,
+  whose `con` is locked before anyone gets it: external access off, only SELECT / EXPLAIN run).
+- `duckdb.connect` only in those two modules, in the package and the benchmarks. (Tests may open a
+  plain DuckDB over Parquet files they wrote themselves: that is no catalog.) Benchmarks comparing
+  ways of reading the lake get a connection from `lakeview.open_connection`.
+- The connection wrapper (`catalog/statedb.py`) is imported only by the catalog's state modules, and
+  an owner's `_db` is touched only inside the owner classes: everything else calls their methods.
+"""
+
+from __future__ import annotations
+
+import ast
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakeflow.catalog.policy import load_policy
+from lakeflow.catalog.serving import ServingPolicies
+from lakeflow.catalog.state import Catalog
+from lakeflow.catalog.statedb import identifier
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOG = "lakeflow/catalog"
+CONNECTION_OWNERS = {f"{CATALOG}/statedb.py", f"{CATALOG}/lakeview.py"}  # hold `.con` and call duckdb.connect
+STATE_MODULES = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table", "candidates")}
+DB_HOLDERS = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table")}  # the owner classes
+SCANNED = ("lakeflow", "tests", "benchmarks", "scripts", "examples")
+
+
+def _sources(*tops: str) -> list[tuple[str, ast.AST]]:
+    out = []
+    for top in tops:
+        for path in sorted((ROOT / top).rglob("*.py")) if (ROOT / top).is_dir() else []:
+            out.append((path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))))
+    return out
+
+
+def _attributes(tree: ast.AST, names: set[str]) -> list[int]:
+    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in names]
+
+
+def _duckdb_connects(tree: ast.AST) -> list[int]:
+    lines = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and n.attr == "connect"
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "duckdb"
+    ]
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module == "duckdb" and any(a.name == "connect" for a in n.names):
+            lines.append(n.lineno)
+    return lines
+
+
+def test_connections_are_held_only_by_their_owners() -> None:
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources(*SCANNED)
+        if rel not in CONNECTION_OWNERS and rel != "tests/catalog/test_owner.py"
+        for line in _attributes(tree, {"con", "_con"})
+    ]
+    assert not found, f"a DuckDB connection used outside its owner (call the catalog's methods): {found}"
+
+
+def test_duckdb_connections_are_opened_only_by_their_owners() -> None:
+    found = [
+        f"{rel}:{line}"
+        for rel, tree in _sources("lakeflow", "benchmarks", "scripts", "examples")
+        if rel not in CONNECTION_OWNERS
+        for line in _duckdb_connects(tree)
+    ]
+    assert not found, f"duckdb.connect outside catalog/statedb.py and catalog/lakeview.py: {found}"
+
+
+def test_the_catalog_connection_is_reached_only_through_the_owner_classes() -> None:
+    importers, reached = [], []
+    for rel, tree in _sources(*SCANNED):
+        if rel == "tests/catalog/test_owner.py":
+            continue
+        for n in ast.walk(tree):
+            module = n.module if isinstance(n, ast.ImportFrom) else None
+            names = [a.name for a in n.names] if isinstance(n, ast.Import | ast.ImportFrom) else []
+            if (module == "lakeflow.catalog.statedb" or "lakeflow.catalog.statedb" in names) and (
+                rel not in STATE_MODULES
+            ):
+                importers.append(f"{rel}:{n.lineno}")
+        if rel not in DB_HOLDERS:
+            reached += [f"{rel}:{line}" for line in _attributes(tree, {"_db"})]
+    assert not importers, f"catalog/statedb.py imported outside the catalog's state modules: {importers}"
+    assert not reached, f"an owner's connection reached from outside (call its methods): {reached}"
+
+
+def test_catalog_sql_only_reads() -> None:
+    catalog = Catalog()
+    try:
+        assert catalog.sql("SELECT count(*) AS n FROM groups WHERE model_id = ?", ["m"]).to_pylist() == [{"n": 0}]
+        for write in ("DELETE FROM fresh", "UPDATE replay SET n = 0", "SELECT 1; DROP TABLE groups"):
+            with pytest.raises(ValueError, match="reads only"):
+                catalog.sql(write)
+        assert catalog.sql("SELECT count(*) AS n FROM duckdb_tables() WHERE table_name = 'groups'").num_rows == 1
+    finally:
+        catalog.close()
+
+
+def test_identifiers_are_the_only_formatted_text() -> None:
+    assert identifier("fresh") == '"fresh"'
+    for bad in ("fresh; DROP TABLE groups", 'x"y', "", "1abc", "a b"):
+        with pytest.raises(ValueError, match="identifier"):
+            identifier(bad)
+
+
+def _samples(model_id: str, group_id: str, n: int) -> pa.Table:
+    ids = [f"{group_id}-{i}" for i in range(n)]
+    return pa.table(
+        {
+            "sample_id": ids,
+            "model_id": [model_id] * n,
+            "group_id": [group_id] * n,
+            "prompt_id": [f"p-{group_id}"] * n,
+            "task_id": [f"t-{group_id}"] * n,
+            "policy_version": pa.array([3] * n, pa.int64()),
+            "reward": [float(i % 2) for i in range(n)],
+            "shard_idx": pa.array([0] * n, pa.int32()),
+            "row": pa.array(range(n), pa.int32()),
+        }
+    )
+
+
+def test_values_with_quotes_are_bound_not_formatted() -> None:
+    """A model id and a group id full of SQL go through ingest, completion and serving as plain values."""
+    model = "m'); DROP TABLE groups; --"
+    catalog = Catalog()
+    try:
+        now = datetime.now(UTC)
+        catalog.add_shard("trajectories/model=m/date=2026-01-01/w-00000000.parquet", "k", model, 8, now)
+        catalog.ingest(pa.concat_tables([_samples(model, "g'1", 4), _samples(model, "g2", 4)]))
+        assert catalog.drop_oversized(model, 4) == []
+        done = catalog.complete_groups(model, 4, load_policy("filter", "keep_all"), 0.5)
+        assert (done.kept, done.filtered, done.tasks) == (2, 0, [(model, "t-g'1"), (model, "t-g2")])
+        policies = ServingPolicies(
+            staleness=load_policy("staleness", "version_window"),
+            fresh=load_policy("fresh", "fifo"),
+            replay=None,
+            groups_per_step=2,
+            max_staleness=4,
+            replay_ratio=0.0,
+            replay_capacity=10,
+        )
+        plan = catalog.serving.plan_batch(model, 5, policies)
+        assert sorted(plan.fresh) == ["g'1", "g2"]
+        batch = catalog.serving.batch_table(model, plan)
+        assert batch.num_rows == 8
+        assert catalog.serving.record_batch(model, 5, plan.fresh, [], batch.num_rows, 10, now)
+        assert catalog.serving.next_step(model) == 6
+        assert catalog.sql("SELECT count(*) AS n FROM groups").to_pylist() == [{"n": 2}]
+        assert catalog.model_numbers([model])[model]["groups_kept"] == 2
+    finally:
+        catalog.close()
