@@ -26,7 +26,8 @@ from benchmarks.loop import lake_loop_stats
 from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.trainer import Trainer, TrainerConfig
-from lakeflow.trainer.model import to_state
+from lakeflow.trainer.distributed import full_tensors
+from lakeflow.trainer.model import published_tensors, to_state
 from lakeflow.weights import read_manifest, rebuild_state, state_sha256
 
 MODEL_ID = "policy"
@@ -100,7 +101,8 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
             trainer.run(until_version=run.steps)
             wall_s = time.monotonic() - started
             digests = [read_manifest(store, MODEL_ID, v).state_sha256 for v in range(1, trainer.published + 1)]
-            held = state_sha256(to_state(trainer.model))  # the trainer's own weights, bit for bit
+            # the trainer's own weights as published (in its publish dtype), bit for bit
+            held = state_sha256(to_state(published_tensors(full_tensors(trainer.model), trainer.publish_dtype)))
         finally:
             timer.cancel()
             trainer.stop()
