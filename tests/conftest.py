@@ -1,5 +1,10 @@
 """Shared fixtures: a real S3 server (moto on a free loopback port, or the endpoint in
-LAKEFLOW_TEST_S3_ENDPOINT) and a `store` fixture parametrised over every backend."""
+LAKEFLOW_TEST_S3_ENDPOINT) and a `store` fixture parametrised over every backend.
+
+Every torch in the suite (this process and the trainers, rollout services and runs it starts) uses one
+OpenMP thread unless the caller's environment says otherwise: the test models are tiny, and torch's
+spinning OpenMP workers on a machine whose cores are busy (several processes of a run, other jobs) turn
+a millisecond step into seconds."""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before anything imports torch; inherited by subprocesses
 
 import boto3
 import pytest

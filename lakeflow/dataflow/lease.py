@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.lease import Lease, LeaseWords
+from lakeflow.lake.lease import Lease, LeaseWords, utc_clock
 
 SERVING = LeaseWords(
     held="lake is served by dataflow process {owner} until {until:%H:%M:%S} UTC; "
@@ -16,9 +17,11 @@ SERVING = LeaseWords(
 )
 
 
-def serving_lease(store: Store, ttl: timedelta, owner: str | None = None) -> Lease:
+def serving_lease(
+    store: Store, ttl: timedelta, owner: str | None = None, clock: Callable[[], datetime] = utc_clock
+) -> Lease:
     """The lake's serving lease (`_dataflow/lease.json`)."""
-    return Lease(store, layout.DATAFLOW_LEASE, ttl, SERVING, owner)
+    return Lease(store, layout.DATAFLOW_LEASE, ttl, SERVING, owner, clock)
 
 
 __all__ = ["Lease", "serving_lease"]

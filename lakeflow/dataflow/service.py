@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +34,7 @@ from lakeflow.errors import PolicyError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, layout
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
+from lakeflow.lake.lease import utc_clock
 from lakeflow.lake.quarantine import GROUP_SOURCE
 from lakeflow.weights.manifest import latest_version, read_latest
 
@@ -60,11 +62,17 @@ class Counters:
 class DataflowService:
     """The dataflow process for one lake."""
 
-    def __init__(self, store: Store, config: DataflowConfig, catalog_path: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        config: DataflowConfig,
+        catalog_path: str | None = None,
+        lease_clock: Callable[[], datetime] = utc_clock,
+    ) -> None:
         self.store = store
         self.config = config
         self.catalog = Catalog(catalog_path)
-        self.lease = serving_lease(store, timedelta(seconds=config.loop.lease_ttl_s))
+        self.lease = serving_lease(store, timedelta(seconds=config.loop.lease_ttl_s), clock=lease_clock)
         self.ingestor = Ingestor(store, self.catalog, config)
         self.issuer = TaskIssuer(store, self.catalog, config)
         self.cursor = CommitCursor()

@@ -5,6 +5,7 @@ The holder stops writing as soon as its lease might have lapsed by its own clock
 (`valid()`), so a successor that waited for expiry never overlaps with it; both sides
 assume clocks agree to well within the lease's lifetime. The dataflow's serving lease
 (`dataflow/lease.py`) and each model's trainer lease (`trainer/lease.py`) are leases.
+`clock` is the holder's clock (UTC); tests pass one they move by hand, so no test waits out a lease.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -47,6 +49,11 @@ def decode(data: bytes) -> LeaseState:
     return LeaseState(str(raw["owner"]), datetime.fromisoformat(raw["expires_at"]), int(raw["epoch"]))
 
 
+def utc_clock() -> datetime:
+    """The wall clock, in UTC: what every lease reads unless given another."""
+    return datetime.now(UTC)
+
+
 def new_owner() -> str:
     """A holder name unique to this process: host, pid and a random suffix."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -55,8 +62,17 @@ def new_owner() -> str:
 class Lease:
     """This process's claim on `key`."""
 
-    def __init__(self, store: Store, key: str, ttl: timedelta, words: LeaseWords, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        key: str,
+        ttl: timedelta,
+        words: LeaseWords,
+        owner: str | None = None,
+        clock: Callable[[], datetime] = utc_clock,
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.key = key
         self.ttl = ttl
         self.words = words
@@ -86,7 +102,7 @@ class Lease:
             return None
 
     def _try_acquire(self) -> None:
-        now = datetime.now(UTC)
+        now = self.clock()
         mine = LeaseState(self.owner, now + self.ttl, 1)
         try:
             self.store.put_if_absent(self.key, encode(mine))
@@ -113,7 +129,7 @@ class Lease:
         """Extend the lease; LeaseHeldError if it was lost (another process took it over)."""
         if self._etag is None:
             raise LeaseHeldError("lease not held")
-        state = LeaseState(self.owner, datetime.now(UTC) + self.ttl, self.epoch)
+        state = LeaseState(self.owner, self.clock() + self.ttl, self.epoch)
         try:
             self._etag = self.store.put_if_match(self.key, encode(state), self._etag)
         except (EtagMismatchError, FileNotFoundError) as e:
@@ -132,17 +148,17 @@ class Lease:
 
     def valid(self, margin: float = 0.2) -> bool:
         """True while the lease is held with more than `margin` of its lifetime left."""
-        return self._etag is not None and datetime.now(UTC) < self._expires - self.ttl * margin
+        return self._etag is not None and self.clock() < self._expires - self.ttl * margin
 
     def due(self) -> bool:
         """True when a renewal is due (a third of the lifetime has passed)."""
-        return datetime.now(UTC) >= self._expires - self.ttl * (2 / 3)
+        return self.clock() >= self._expires - self.ttl * (2 / 3)
 
     def release(self) -> None:
         """Give the lease up (on clean exit) so a successor need not wait for expiry."""
         if self._etag is None:
             return
-        state = LeaseState(self.owner, datetime.now(UTC), self.epoch)
+        state = LeaseState(self.owner, self.clock(), self.epoch)
         # Already taken over or removed: then there is nothing of ours to give back.
         with contextlib.suppress(EtagMismatchError, FileNotFoundError):
             self.store.put_if_match(self.key, encode(state), self._etag)

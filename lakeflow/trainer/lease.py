@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from lakeflow.errors import LakeflowError, LeaseHeldError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.lease import Lease, LeaseWords, decode
+from lakeflow.lake.lease import Lease, LeaseWords, decode, utc_clock
 
 log = logging.getLogger("lakeflow.trainer")
 
@@ -34,9 +35,17 @@ def _words(model_id: str) -> LeaseWords:
 class TrainerLease:
     """The lease of one model's trainer, renewed every ttl/6 by a daemon thread once acquired."""
 
-    def __init__(self, store: Store, model_id: str, ttl_s: float, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        model_id: str,
+        ttl_s: float,
+        owner: str | None = None,
+        clock: Callable[[], datetime] = utc_clock,
+    ) -> None:
         self.model_id = layout.check_name(model_id, "model id")
-        self.lease = Lease(store, layout.trainer_lease_key(model_id), timedelta(seconds=ttl_s), _words(model_id), owner)
+        key, ttl = layout.trainer_lease_key(model_id), timedelta(seconds=ttl_s)
+        self.lease = Lease(store, key, ttl, _words(model_id), owner, clock)
         self._stop = threading.Event()
         self._lost: LeaseHeldError | None = None
         self._thread: threading.Thread | None = None

@@ -46,7 +46,8 @@ def _local(tmp_path: Path, mode: str = "ok", drain_s: float = 30.0) -> LocalActu
 def _wait_for(path: Path) -> None:
     import time
 
-    for _ in range(400):  # the processes start in well under a second; 20 s of patience
+    deadline = time.monotonic() + 120  # a guard against a hang: they start in well under a second when idle
+    while time.monotonic() < deadline:
         if path.exists():
             return
         time.sleep(0.05)

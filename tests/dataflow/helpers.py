@@ -87,12 +87,13 @@ def roll_out_tasks(
 
 
 def config(**model: Any) -> DataflowConfig:
+    """One model's dataflow config; `loop` and `tasks` override the loop's and the tasks' settings. Tests
+    count iterations, not seconds: an idle iteration sleeps 0.02 s (poll_s), not the default second."""
     loop = model.pop("loop", {})
     tasks = model.pop("tasks", {})
     base: dict[str, Any] = {"id": "policy", "vocab_size": 100, "n_samples": 4, "prompts_per_step": 4, "steps_ahead": 0}
-    return DataflowConfig.model_validate(
-        {"models": [base | model], "loop": {"checkpoint_s": 3600, "lease_ttl_s": 30, **loop}, "tasks": tasks}
-    )
+    loop = {"poll_s": 0.02, "checkpoint_s": 3600, "lease_ttl_s": 30, **loop}
+    return DataflowConfig.model_validate({"models": [base | model], "loop": loop, "tasks": tasks})
 
 
 def now() -> datetime:

@@ -4,6 +4,7 @@ process compacts in its loop and `lakeflow sql` still shows exactly what it inge
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from lakeflow.lake import LakeReader, iter_commits, layout
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.lake.table import read_snapshot, vacuum
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
+from tests.lake.helpers import lapse_lease
 
 
 def _compact_cmd(lake: str, *extra: str) -> list[str]:
@@ -61,7 +63,7 @@ def test_kill_9_at_random_points_of_compaction_loses_and_doubles_nothing(process
     rng = random.Random(12)
     for _ in range(4):
         proc = subprocess.Popen(
-            _compact_cmd(process_lake, "--file-rows", "24", "--lease-ttl-s", "1"),
+            _compact_cmd(process_lake, "--file-rows", "24"),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -74,7 +76,7 @@ def test_kill_9_at_random_points_of_compaction_loses_and_doubles_nothing(process
         proc.stderr.close()
         ids = _table_ids(store)
         assert len(ids) == len(set(ids)) and set(ids) <= set(committed)  # never doubled, never invented
-        time.sleep(1.1)  # the dead process's lease expires
+        lapse_lease(store, layout.DATAFLOW_LEASE)  # the dead process's lease, waited out
     done = subprocess.run(_compact_cmd(process_lake, "--file-rows", "48"), capture_output=True, check=True)
     assert b"compacted" in done.stdout, done.stderr
     assert sorted(_table_ids(store)) == committed  # every committed row exactly once
@@ -134,12 +136,13 @@ def test_kill_9_during_optimize_changes_nothing_committed(tmp_path: Path) -> Non
     files = len(read_snapshot(store).files)
     rng = random.Random(3)
     for _ in range(4):
-        proc = subprocess.Popen(_compact_cmd(lake, "--lease-ttl-s", "1"), stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(_compact_cmd(lake), stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.5, 3.0))  # start-up, reading the table, rewriting, committing
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert sorted(_table_ids(store)) == committed  # the old files or the new ones, never a mix
-        time.sleep(1.1)  # the dead process's lease expires
+        with contextlib.suppress(FileNotFoundError):  # killed before it took the lease: none to wait out
+            lapse_lease(store, layout.DATAFLOW_LEASE)
     done = subprocess.run(_compact_cmd(lake), capture_output=True, check=True)
     assert b"optimize rewrote" in done.stdout
     assert sorted(_table_ids(store)) == committed and len(read_snapshot(store).files) < files

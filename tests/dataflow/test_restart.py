@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.errors import LeaseHeldError
 from lakeflow.io import S3Options, Store, open_store
+from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch, write_batch
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
+from tests.lake.helpers import ManualClock, lapse_lease
 
 
 def served_fresh(store: Store) -> list[str]:
@@ -53,7 +56,7 @@ def test_restart_from_a_checkpoint_does_not_rescan(store: Store) -> None:
 
 def test_a_batch_written_just_before_a_crash_is_adopted_not_reserved(store: Store) -> None:
     write_groups(store, [group("policy", [1, 0, 1, 0]) for _ in range(8)])
-    doomed = DataflowService(store, config(prompts_per_step=4, steps_ahead=0, loop={"lease_ttl_s": 0.5}))
+    doomed = DataflowService(store, config(prompts_per_step=4, steps_ahead=0))  # a 30 s lease
     doomed.start()
     doomed.step()  # ingests; the trainer is at 0, so it serves step 0 and records it
     assert list_batch_steps(store, "policy") == [0]
@@ -62,8 +65,11 @@ def test_a_batch_written_just_before_a_crash_is_adopted_not_reserved(store: Stor
     plan = doomed.catalog.serving.plan_batch("policy", 1, doomed.serving["policy"])
     write_batch(store, "policy", 1, doomed.catalog.serving.batch_table("policy", plan), {})
     doomed.catalog.close()
-    time.sleep(0.6)  # its lease expires
-    successor = DataflowService(store, config(prompts_per_step=4, steps_ahead=0))
+
+    def a_minute_later() -> datetime:  # the successor's clock: the doomed process's 30 s lease has expired
+        return datetime.now(UTC) + timedelta(minutes=1)
+
+    successor = DataflowService(store, config(prompts_per_step=4, steps_ahead=0), lease_clock=a_minute_later)
     successor.start()
     successor.run(iterations=1)
     assert successor.counters.adopted == 2  # steps 0 and 1, rebuilt from the bucket
@@ -104,20 +110,21 @@ def test_batches_adopted_before_their_samples_are_ingested_are_not_served_again(
 
 
 def test_only_one_process_serves_and_an_expired_lease_is_taken_over(store: Store) -> None:
-    first = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=0.5), owner="first")
+    clock = ManualClock()  # both processes' clock: time passes only where the test moves it
+    first = serving_lease(store, ttl=timedelta(seconds=0.5), owner="first", clock=clock)
     first.acquire()
-    second = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="second")
+    second = serving_lease(store, ttl=timedelta(seconds=30), owner="second", clock=clock)
     with pytest.raises(LeaseHeldError, match="served by dataflow process first"):
         second.acquire()
     assert first.valid()
-    time.sleep(0.6)
+    clock.advance(0.6)
     assert not first.valid()  # by its own clock it must stop writing
     second.acquire(wait=True, poll_s=0.05)
     assert second.epoch == 2
     with pytest.raises(LeaseHeldError, match="lost the serving lease"):
         first.renew()
     second.release()
-    third = serving_lease(store, ttl=__import__("datetime").timedelta(seconds=30), owner="third")
+    third = serving_lease(store, ttl=timedelta(seconds=30), owner="third", clock=clock)
     third.acquire()  # released: no need to wait for expiry
     third.release()
 
@@ -160,7 +167,7 @@ def test_kill_9_while_serving_never_serves_a_fresh_group_twice(process_lake: str
                         "dataset": {"type": "synthetic", "prompts": 50},
                     }
                 ],
-                "loop": {"poll_s": 0.02, "checkpoint_s": 0.3, "lease_ttl_s": 1.5},
+                "loop": {"poll_s": 0.02, "checkpoint_s": 0.3, "lease_ttl_s": 30},
             }
         )
     )
@@ -180,7 +187,8 @@ def test_kill_9_while_serving_never_serves_a_fresh_group_twice(process_lake: str
             assert rival.returncode == 1 and b"lake is served by dataflow process" in err
             proc.send_signal(signal.SIGKILL)
             proc.communicate()
-            proc = _dataflow(process_lake, cfg, "--wait")  # takes over once the dead lease expires
+            lapse_lease(store, layout.DATAFLOW_LEASE)  # the dead process's 30 s lease, waited out
+            proc = _dataflow(process_lake, cfg, "--wait")  # takes over the expired lease
         target = len(list_batch_steps(store, "policy")) + 6  # the successor serves too
         while len(list_batch_steps(store, "policy")) < target:
             version += 1

@@ -1,13 +1,16 @@
-"""Sample builders and a byte-counting store for the lake tests."""
+"""Sample builders, a byte-counting store, and a hand-moved clock for leases, for the lake tests
+(and every test of a lease holder: none waits out a lease's lifetime)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
 from lakeflow.io import ObjectInfo, S3Access, Store
 from lakeflow.io.ranged import open_ranged
+from lakeflow.lake.lease import decode, encode
 
 
 def sample(**overrides: Any) -> dict[str, Any]:
@@ -66,3 +69,25 @@ class CountingStore:
 
     def s3_access(self) -> S3Access | None:
         return None
+
+
+class ManualClock:
+    """A UTC clock that stands still until `advance` moves it: a lease's `clock` in a test."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def lapse_lease(store: Store, key: str) -> None:
+    """What waiting out a dead holder's lease does: its expiry moves into the past (same holder, same epoch).
+    For leases held by a process the test killed, whose clock it cannot move."""
+    data, etag = store.get_with_etag(key)
+    state = decode(data)
+    state.expires_at = datetime.now(UTC) - timedelta(seconds=1)
+    store.put_if_match(key, encode(state), etag)

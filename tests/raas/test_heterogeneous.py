@@ -25,14 +25,37 @@ from lakeflow.weights import State
 
 GROUPS = 30  # tasks issued: the run ends when every one is committed
 N = 2  # samples per group
-DELAY_S = 0.5  # the slow service's extra time per generate call: over 4x a fast group (~0.1 s) on the tiny model
+PACE = 3  # the fast service generates this many groups during each generate call of the slow one
 
 
-class SlowEngine:
-    """An engine that sleeps `delay_s` on every generate call before generating: a slower accelerator."""
+class Paced:
+    """Two engines over one tiny model, the slow one slower by construction rather than by a sleep: each of
+    its generate calls first waits until the fast one has finished PACE calls (or no open task is left for
+    it), so the ratio of their speeds is the same on an idle machine and a loaded one. The fast one starts
+    its first call only once the slow one has claimed a task and started its own, so both take part."""
 
-    def __init__(self, inner: HFEngine, delay_s: float) -> None:
-        self.inner, self.delay_s = inner, delay_s
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.fast_calls = 0
+        self.slow_started = threading.Event()
+
+    def unclaimed(self) -> bool:
+        tasks, claimed = lake_tasks.list_tasks(self.store, "policy")
+        return bool(tasks - claimed)
+
+    def before_slow(self) -> None:
+        self.slow_started.set()
+        mark = self.fast_calls
+        deadline = time.monotonic() + 120  # a guard against a hang, not a timing check
+        while self.fast_calls < mark + PACE and self.unclaimed() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+class PacedEngine:
+    """An HFEngine whose generate calls are paced by `Paced` (the fast side counts, the slow side waits)."""
+
+    def __init__(self, inner: HFEngine, pace: Paced, slow: bool) -> None:
+        self.inner, self.pace, self.slow = inner, pace, slow
 
     @property
     def max_model_len(self) -> int:
@@ -50,8 +73,13 @@ class SlowEngine:
     def generate(
         self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
     ) -> list[list[Completion]]:
-        time.sleep(self.delay_s)
-        return self.inner.generate(prompts, n, max_tokens, temperature)
+        if self.slow:
+            self.pace.before_slow()
+            return self.inner.generate(prompts, n, max_tokens, temperature)
+        self.pace.slow_started.wait(120)  # a guard against a hang
+        out = self.inner.generate(prompts, n, max_tokens, temperature)
+        self.pace.fast_calls += 1
+        return out
 
 
 def issue_tasks(store: Store, count: int) -> None:
@@ -71,7 +99,7 @@ def issue_tasks(store: Store, count: int) -> None:
         lake_tasks.write_task(store, task)
 
 
-def service(store: Store, tmp_path: Path, raas_id: str, slow: bool) -> RolloutService:
+def service(store: Store, tmp_path: Path, raas_id: str, pace: Paced, slow: bool) -> RolloutService:
     config = RaasConfig(
         id=raas_id,
         region="test-1",
@@ -82,15 +110,18 @@ def service(store: Store, tmp_path: Path, raas_id: str, slow: bool) -> RolloutSe
         cache_dir=str(tmp_path / raas_id),
     )
     engine = HFEngine(HFEngineConfig(threads=1), seed=0)
-    return RolloutService(store, "policy", config, engine=SlowEngine(engine, DELAY_S) if slow else engine)
+    return RolloutService(store, "policy", config, engine=PacedEngine(engine, pace, slow))
 
 
 def test_a_faster_service_claims_more_groups(lake: tuple[Store, State], tmp_path: Path) -> None:
-    """Two real rollout services over one lake, the tiny model on the CPU in both; one waits DELAY_S before
-    every generate call, as a slower accelerator would take longer. Neither is told about the other: each
-    claims the next open task when it is free. The fast one must commit at least twice as many groups."""
+    """Two real rollout services over one lake, the tiny model on the CPU in both; one takes as long for a
+    group as the other takes for PACE (`Paced`), as a slower accelerator would. Neither is told about the
+    other: each claims the next open task when it is free. The fast one must commit at least twice as many
+    groups."""
     store, _ = lake
-    fast, slow = service(store, tmp_path, "raas-fast", False), service(store, tmp_path, "raas-slow", True)
+    pace = Paced(store)
+    fast = service(store, tmp_path, "raas-fast", pace, slow=False)
+    slow = service(store, tmp_path, "raas-slow", pace, slow=True)
     for s in (fast, slow):
         assert s.refresh_weights()  # both ready before work arrives: the race is over speed, not start-up
     issue_tasks(store, GROUPS)
@@ -98,7 +129,8 @@ def test_a_faster_service_claims_more_groups(lake: tuple[Store, State], tmp_path
     started = time.monotonic()
     for t in threads:
         t.start()
-    while fast.stats.groups + slow.stats.groups < GROUPS and time.monotonic() - started < 60:
+    deadline = started + 300  # a guard against a hang, not a timing check
+    while fast.stats.groups + slow.stats.groups < GROUPS and time.monotonic() < deadline:
         time.sleep(0.05)
     for s in (fast, slow):
         s.stop()

@@ -21,9 +21,10 @@ import pytest
 from lakeflow.raas import sandbox
 from lakeflow.raas.sandbox import Limits, bwrap_status, run_python
 
+# For tests where the wall clock must stop the program (it sleeps, or spins until a limit stops it).
 FAST = Limits(wall_s=2, cpu_s=1, memory_mb=256, processes=16, output_bytes=64 * 1024)
-# For tests where another limit must fire first: the wall clock is far away, so a loaded machine
-# (a busy loop getting a fraction of a core) cannot make the wall clock win the race.
+# For every other test: the wall clock is far away, so a loaded machine (a start-up slowed to seconds, a
+# busy loop getting a fraction of a core) cannot make it stop a program that should end or hit another limit.
 SLOW_WALL = Limits(wall_s=60, cpu_s=1, memory_mb=256, processes=16, output_bytes=64 * 1024)
 ROOT = os.geteuid() == 0  # root: programs run as a fresh unprivileged uid
 
@@ -55,15 +56,17 @@ def _marked_pids(marker: str, wait_s: float = 2.0) -> list[int]:
 
 def test_normal_program_runs(mode: str) -> None:
     src = "import sys\nprint(sys.argv[1], sys.stdin.read(), open('data/in.txt').read())\nprint('err', file=sys.stderr)"
-    r = run_python(src, stdin="from-stdin", files={"data/in.txt": "from-file"}, args=["arg"], mode=mode, limits=FAST)
+    r = run_python(
+        src, stdin="from-stdin", files={"data/in.txt": "from-file"}, args=["arg"], mode=mode, limits=SLOW_WALL
+    )
     assert r.ok and r.exit_code == 0 and r.mode == mode
     assert r.stdout == "arg from-stdin from-file\n" and r.stderr == "err\n"
     assert not r.truncated and not r.timed_out and r.limit == ""
 
 
 def test_exit_code_and_exception(mode: str) -> None:
-    assert run_python("import sys; sys.exit(3)", mode=mode, limits=FAST).exit_code == 3
-    r = run_python("1/0", mode=mode, limits=FAST)
+    assert run_python("import sys; sys.exit(3)", mode=mode, limits=SLOW_WALL).exit_code == 3
+    r = run_python("1/0", mode=mode, limits=SLOW_WALL)
     assert r.exit_code == 1 and "ZeroDivisionError" in r.stderr and r.limit == "" and not r.ok
 
 
@@ -133,7 +136,7 @@ def test_memory_hog_is_limited(mode: str) -> None:
 
 
 def test_file_size_is_limited(mode: str) -> None:
-    r = run_python("open('big', 'wb').write(b'0' * (32 << 20))", mode=mode, limits=Limits(wall_s=2, file_mb=1))
+    r = run_python("open('big', 'wb').write(b'0' * (32 << 20))", mode=mode, limits=Limits(wall_s=60, file_mb=1))
     assert r.limit == "file-size" and "File too large" in r.stderr
 
 
@@ -156,7 +159,7 @@ def test_environ_of_other_processes(mode: str) -> None:
         src = (
             "import sys\ntry:\n    print(open(f'/proc/{sys.argv[1]}/environ').read())\nexcept OSError as e:\n print(e)"
         )
-        r = run_python(src, args=[str(holder.pid)], mode=mode, limits=FAST)
+        r = run_python(src, args=[str(holder.pid)], mode=mode, limits=SLOW_WALL)
     finally:
         holder.kill()
         holder.wait()
@@ -180,7 +183,7 @@ def test_writing_outside_the_work_dir(mode: str) -> None:
             "        print('blocked', path, type(e).__name__)\n"
             "open('inside', 'w').write('x')\n"
         )
-        r = run_python(src, args=[str(outside)], mode=mode, limits=FAST)
+        r = run_python(src, args=[str(outside)], mode=mode, limits=SLOW_WALL)
         assert r.ok, r.stderr
         assert (outside / "escaped").exists() == (mode == "rlimit")  # the rlimit mode does not isolate files
         if mode == "bwrap" or ROOT:
@@ -204,7 +207,7 @@ def test_network(mode: str) -> None:
             "except OSError as e:\n"
             "    print('blocked', type(e).__name__)\n"
         )
-        r = run_python(src, args=[str(server.getsockname()[1])], mode=mode, limits=FAST)
+        r = run_python(src, args=[str(server.getsockname()[1])], mode=mode, limits=SLOW_WALL)
         try:
             conn, _ = server.accept()
             conn.close()
@@ -230,7 +233,9 @@ def test_work_dir_is_removed(mode: str, monkeypatch: pytest.MonkeyPatch) -> None
     root.chmod(0o755)
     monkeypatch.setattr(tempfile, "tempdir", str(root))
     try:
-        r = run_python("import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint(os.getcwd())", mode=mode, limits=FAST)
+        r = run_python(
+            "import os\nos.makedirs('a/b')\nos.chmod('a', 0)\nprint(os.getcwd())", mode=mode, limits=SLOW_WALL
+        )
         assert r.ok
         assert list(root.iterdir()) == []
     finally:
@@ -250,4 +255,4 @@ def test_misuse_raises_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox, "_probe_bwrap", lambda: (False, "no user namespaces"))
     with pytest.raises(ValueError, match="bubblewrap cannot run here"):
         run_python("pass", mode="bwrap")
-    assert run_python("print(1)", limits=FAST).mode == "rlimit"  # auto falls back
+    assert run_python("print(1)", limits=SLOW_WALL).mode == "rlimit"  # auto falls back

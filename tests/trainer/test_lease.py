@@ -17,6 +17,7 @@ from lakeflow.io import S3Options, open_store
 from lakeflow.lake import layout
 from lakeflow.trainer.lease import TrainerLease
 from lakeflow.weights import list_versions
+from tests.lake.helpers import ManualClock
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,21 +51,25 @@ def test_a_second_trainer_is_refused_with_the_holder_and_waits_with_wait(tmp_pat
 
 def test_a_holder_whose_lease_was_taken_over_publishes_nothing(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
-    holder = TrainerLease(store, MODEL, ttl_s=1.0, owner="slow")
+    clock = ManualClock()  # both trainers' clock: time passes only where the test moves it
+    holder = TrainerLease(store, MODEL, ttl_s=1.0, owner="slow", clock=clock)
     holder.lease.acquire()  # without the renewing thread: as a holder frozen past its lease
-    time.sleep(1.1)  # the lease has expired (only an expiry, not a race, decides what follows)
-    TrainerLease(store, MODEL, ttl_s=30, owner="successor").acquire()
+    clock.advance(1.1)  # the lease has expired (only an expiry, not a race, decides what follows)
+    successor = TrainerLease(store, MODEL, ttl_s=30, owner="successor", clock=clock)
+    successor.acquire()
     with pytest.raises(WeightsConflictError, match="lost the trainer lease of 'policy' to another trainer"):
         holder.check()  # it tries to renew (an outage may have kept it from it): the swap fails
     with pytest.raises(WeightsConflictError, match="lost the trainer lease"):
         holder.check()
+    successor.release()
 
 
 def test_a_holder_that_could_not_renew_during_an_outage_renews_when_it_checks(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
-    holder = TrainerLease(store, MODEL, ttl_s=1.0, owner="patient")
+    clock = ManualClock()
+    holder = TrainerLease(store, MODEL, ttl_s=1.0, owner="patient", clock=clock)
     holder.lease.acquire()  # not renewed meanwhile, as during an outage
-    time.sleep(1.1)
+    clock.advance(1.1)
     holder.check()  # nobody took it: the compare-and-swap renewal succeeds and it may publish
     assert holder.lease.valid()
 

@@ -18,6 +18,7 @@ from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
 from lakeflow.trainer import Trainer, load_config
 from lakeflow.weights import list_versions, read_latest, read_manifest
+from tests.lake.helpers import lapse_lease
 from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ ENTRY = "from lakeflow.cli.train import train; train()"
 def start(lake: str, config: Path, log: Path, steps: int | None, work: Path) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-c", ENTRY, "--lake", lake, "--model", MODEL, "--config", str(config)]
     args += ["--work-dir", str(work)] + (["--steps", str(steps)] if steps is not None else [])
-    args += ["--wait"]  # a restart waits out the killed trainer's lease (lease_ttl_s below)
+    args += ["--wait"]  # a restart takes over the killed trainer's lease once it has expired (lapse_lease)
     with open(log, "wb") as out:
         return subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
@@ -57,7 +58,7 @@ def test_kill_9_after_version_1_resumes_without_repeating_or_skipping(
     tok = tokenizer(tiny_dir)
     for step in (0, 1):
         write_step_batch(store, step, tok)
-    config = write_config(tmp_path / "trainer.yaml", tiny_cache, lease_ttl_s=2)
+    config = write_config(tmp_path / "trainer.yaml", tiny_cache)
     first_log, second_log = tmp_path / "first.log", tmp_path / "second.log"
     proc = start(lake, config, first_log, 3, tmp_path / "work1")
     try:
@@ -67,6 +68,7 @@ def test_kill_9_after_version_1_resumes_without_repeating_or_skipping(
         proc.wait()
     killed_at = read_latest(store, MODEL)[0].version  # type: ignore[index]
     assert killed_at in (1, 2)
+    lapse_lease(store, layout.trainer_lease_key(MODEL))  # the killed trainer's lease, waited out
     write_step_batch(store, 2, tok)
     proc = start(lake, config, second_log, 3, tmp_path / "work2")
     assert proc.wait(timeout=300) == 0, second_log.read_text()
@@ -127,6 +129,7 @@ def test_kill_9_between_checkpoints_resumes_to_the_uninterrupted_chain(
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+    lapse_lease(store, layout.trainer_lease_key(MODEL))  # the killed trainer's lease, waited out
     write_step_batch(store, 4, tok)
     proc = start(lake, config, second_log, 5, tmp_path / "work2")
     assert proc.wait(timeout=300) == 0, second_log.read_text()

@@ -320,20 +320,23 @@ def test_a_pull_reads_the_manifests_it_walks_concurrently(
     for i, s in enumerate(states):
         publish(store, "m", s, base=states[i - 1] if i else None, full_every=1 if i == 4 else 10)
     store.put(layout.weights_manifest_key("m", 2), b"{not json")  # not on the path 6 -> 5 -> 4 (full)
-    active, peak, lock = [0], [0], threading.Lock()
+    active, peak, changed = [0], [0], threading.Condition()
     get = store.get
 
     def slow_get(key: str) -> bytes:
         if not key.endswith("manifest.json"):
             return get(key)
-        with lock:
+        with changed:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
+            changed.notify_all()
+            if int(key.split("/")[-2]) <= 5:  # the walk back from 6: a long round trip, held until the wave is in
+                # flight (read one after another, the first waits out this guard against a hang, then fails)
+                changed.wait_for(lambda: peak[0] >= 5, timeout=60)
         try:
-            threading.Event().wait(0.05)  # a round trip: the reads in flight together overlap here
             return get(key)
         finally:
-            with lock:
+            with changed:
                 active[0] -= 1
 
     monkeypatch.setattr(store, "get", slow_get)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -108,9 +109,15 @@ def test_claims_are_renewed_while_episodes_run(
 
         def step(self, turn: Turn) -> Feedback:
             if turn.index == 2:  # the episode's last turn, after two slow tools
-                found = lake_tasks.read_claim(store, "policy", self.task_id)
-                assert found is not None
-                seen.append((found[0].claimed_at, found[0].expires_at))
+                deadline = time.monotonic() + 60  # a guard against a hang, not a timing check
+                while True:  # until the keeper's renewal (every ttl/3) has landed, however busy the machine
+                    found = lake_tasks.read_claim(store, "policy", self.task_id)
+                    assert found is not None
+                    claimed, expires = found[0].claimed_at, found[0].expires_at
+                    if (expires - claimed).total_seconds() > 0.6 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+                seen.append((claimed, expires))
             return super().step(turn)
 
     monkeypatch.setitem(registry.ENVIRONMENTS, "watching", Watching)
