@@ -6,15 +6,18 @@ removed service.
 Why neither change is a race: the trainer's first step waits for the first rollouts (a service has to
 start, load the model and generate before batch 0 exists), so the first observed wait fraction is far
 above 10% on any machine. After that the job is trainer-bound by construction: one generated token per
-sample, while the trainer runs a 4-layer model (hidden 128) over every sample in microbatches of 64
-tokens and 4 optimizer steps, with batches served two steps ahead, so the trainer stops waiting (0%
-measured) and the rule shrinks the pool. Every recorded decision is also replayed through `decide`, so
-the test checks what was decided against the rule, not against timings.
+sample, while the trainer's loss waits 0.3 s per microbatch (tests/autoscale/paced_loss.py: about 5 s a
+step, where two services make a step's 32 samples in a fraction of that even on a loaded machine), with
+batches served two steps ahead, so the trainer stops waiting (0% measured) and the rule shrinks the pool.
+(The torch work alone did not do it: with one thread per process a step of this model takes about the time
+a loaded machine's services take for its samples.) Every recorded decision is also replayed through
+`decide`, so the test checks what was decided against the rule, not against timings.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +35,7 @@ from lakeflow.weights.manifest import read_latest
 pytest.importorskip("torch")
 
 STEPS = 6
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(tmp_path: Path) -> Path:
@@ -52,7 +56,13 @@ def config(tmp_path: Path) -> Path:
                     "steps_ahead": 2,
                     "dataset": {"type": "synthetic", "prompts": 100},
                 },
-                "trainer": {"model": str(model), "lr": 1e-3, "minibatches": 4, "max_tokens_per_microbatch": 64},
+                "trainer": {
+                    "model": str(model),
+                    "lr": 1e-3,
+                    "minibatches": 4,
+                    "max_tokens_per_microbatch": 64,
+                    "loss": {"type": "function", "function": "tests.autoscale.paced_loss:paced_grpo"},
+                },
                 "raas": {
                     "replicas": 1,
                     "config": {"max_new_tokens": 1, "poll_s": 0.1, "heartbeat_s": 1, "engine": {"type": "hf"}},
@@ -70,10 +80,13 @@ def config(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_run_autoscale_grows_and_shrinks_the_pool_and_drains_it_without_loss(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "lakeflow", "run", str(config(tmp_path)), "--run-dir", str(run_dir)]
-    done = subprocess.run(cmd, capture_output=True, timeout=300)
+    path = os.environ.get("PYTHONPATH")  # the trainer imports its loss from this checkout's tests/
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{path}" if path else str(ROOT)}
+    done = subprocess.run(cmd, capture_output=True, timeout=600, env=env)  # a guard against a hang
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     store = open_store(str(run_dir / "lake"))
     assert read_latest(store, "policy")[0].version == STEPS  # type: ignore[index]

@@ -50,7 +50,7 @@ def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a guard against a hang: moto starts in seconds when idle
         while True:
             try:
                 urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()

@@ -124,7 +124,9 @@ def test_install_env_builds_a_clean_environment_that_runs_lakeflow(tmp_path: Pat
     lock.write_text("\n".join(pins[n] for n in sorted(resolved) if n in pins) + "\n")
     assert len(lock.read_text().splitlines()) > 20
     venv = tmp_path / "venv"
-    env = {**os.environ, "PYTHON": sys.executable}
+    # the new environment alone: a PYTHONPATH naming a checkout (a suite run from a worktree) is not passed on
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**clean, "PYTHON": sys.executable}
     done = subprocess.run(
         [str(REPO / "scripts/install-env"), str(lock), str(venv)], capture_output=True, text=True, env=env, timeout=900
     )
@@ -135,6 +137,7 @@ def test_install_env_builds_a_clean_environment_that_runs_lakeflow(tmp_path: Pat
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=clean,
     )
     assert check.returncode == 0 and str(venv) in check.stdout  # installed, not the checkout
-    assert subprocess.run([str(venv / "bin/lakeflow"), "sql", "--help"], capture_output=True).returncode == 0
+    assert subprocess.run([str(venv / "bin/lakeflow"), "sql", "--help"], capture_output=True, env=clean).returncode == 0

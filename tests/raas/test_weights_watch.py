@@ -50,7 +50,7 @@ def test_a_far_source_is_watched_in_the_background(
             published.append(1)
             publish(store, "policy", perturbed(v0), base=v0, publisher="test")
             mirror(store, target, "policy")
-            deadline = time.monotonic() + 30  # a guard against a hang: the watcher finds version 1
+            deadline = time.monotonic() + 120  # a guard against a hang: the watcher finds version 1
             while holder[0]._newest.get("policy") != 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
         return out
