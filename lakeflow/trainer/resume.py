@@ -29,7 +29,7 @@ from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import load_batch
 from lakeflow.trainer.model import load_model, published_tensors, to_state
 from lakeflow.trainer.step import StepParts, train_step
-from lakeflow.trainer.writer import OPTIMIZER_FILE, TRAINER_FILE
+from lakeflow.trainer.writer import OPTIMIZER_FILE, TRAINER_FILE, checkpoint_payload
 from lakeflow.weights import read_manifest, state_sha256
 
 log = logging.getLogger("lakeflow.trainer")
@@ -65,7 +65,7 @@ def newest_checkpoint(store: Store, model_id: str, at_most: int) -> int | None:
 def write_checkpoint(store: Store, model_id: str, version: int, state: dict[str, Any], config: TrainerConfig) -> None:
     """A checkpoint written by this process (version 0's, whose moments are fresh: a few bytes)."""
     buffer = io.BytesIO()
-    torch.save({**state, "version": version}, buffer)
+    torch.save({**checkpoint_payload(state), "version": version}, buffer)
     info = {"model_id": model_id, "version": version, "config": config.model_dump(mode="json")}
     store.put(layout.checkpoint_object_key(model_id, version, TRAINER_FILE), json.dumps(info).encode())
     store.put(layout.checkpoint_object_key(model_id, version, OPTIMIZER_FILE), buffer.getvalue())

@@ -35,6 +35,13 @@ OPTIMIZER_FILE = "optimizer.pt"
 TRAINER_FILE = "trainer.json"
 
 
+def checkpoint_payload(state: dict[str, Any]) -> dict[str, Any]:
+    """What `optimizer.pt` holds besides the version: `optimizer_fqn` (the AdamW state keyed by parameter
+    name) and, with a publish dtype narrower than the master weights', `master`. A bare optimizer state is
+    taken as `optimizer_fqn`."""
+    return state if "optimizer_fqn" in state else {"optimizer_fqn": state}
+
+
 @dataclass(frozen=True)
 class WriterSpec:
     """Everything the writer needs, picklable (it is sent to the spawned process)."""
@@ -121,7 +128,7 @@ class LakeWriter:
             tensors = slot.tensors()
         state = unflatten(checkpoint["skeleton"], tensors)
         buffer = io.BytesIO()
-        torch.save({**state, "version": version}, buffer)
+        torch.save({**checkpoint_payload(state), "version": version}, buffer)
         del state, tensors
         store, model = self.spec.store, self.spec.model_id
         store.put(layout.checkpoint_object_key(model, version, TRAINER_FILE), checkpoint["info"])
