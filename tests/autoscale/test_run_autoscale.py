@@ -69,7 +69,7 @@ def config(tmp_path: Path) -> Path:
                 },
             }
         ],
-        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3},
+        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
         "autoscale": {"min": 1, "max": 2, "interval_s": 1, "cooldown_s": 2, "confirm": 1, "window_s": 4},
     }
     run["models"][0]["trainer"] |= {"poll_s": 0.1, "max_poll_s": 0.5}  # type: ignore[index]

@@ -54,7 +54,7 @@ def write_config(path: Path, steps: int) -> Path:
         model="tiny:plugin", model_cache_dir=str(path.parent / "models"), poll_s=0.1, max_poll_s=0.5
     )
     model["raas"]["config"].update(poll_s=0.1, heartbeat_s=1)
-    config["loop"] = {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3}
+    config["loop"] = {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30}
     path.write_text(yaml.safe_dump(config))
     return path
 

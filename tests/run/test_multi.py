@@ -57,7 +57,7 @@ def config(tmp_path: Path, steps: int) -> RunConfig:
                 model("solver", cache, {"type": "synthetic", "prompts": 50}, 1),
                 model("verifier", cache, None, 0),
             ],
-            "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3},
+            "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
         }
     )
 

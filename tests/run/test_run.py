@@ -64,7 +64,7 @@ def write_config(path: Path, steps: int, engine: dict[str, object] | None = None
                 },
             }
         ],
-        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 3},
+        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
     }
     path.write_text(yaml.safe_dump(config))
     return path
