@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from lakeflow.cli import main
+from tests.cli.test_config_check import refused, refused_run
 
 HUB_ID = "lakeflow-test/no-such-model"
 
@@ -51,21 +50,6 @@ def run_config(tmp_path: Path, model: str, trainer: dict[str, Any] | None = None
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-def refused(*args: str) -> list[str]:
-    """The stderr lines of a command that must fail with exit code 1 and no traceback."""
-    result = CliRunner().invoke(main, list(args))
-    assert result.exit_code == 1, (result.exit_code, result.output, result.exception)
-    assert "Traceback" not in result.output
-    return result.stderr.strip().splitlines()
-
-
-def refused_run(tmp_path: Path, config: Path) -> list[str]:
-    run_dir = tmp_path / "run"
-    lines = refused("run", str(config), "--run-dir", str(run_dir))
-    assert not run_dir.exists()  # refused before any process started or anything was written
-    return lines
 
 
 def subprocess_refused(tmp_path: Path, args: list[str], **env: str) -> list[str]:
