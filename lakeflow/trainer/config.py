@@ -7,10 +7,11 @@ entry point, with its params); advantages and the KL penalty are shared.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.tracking.config import TrackerConfig
@@ -72,6 +73,34 @@ class AdvantageConfig(StrictConfig):
     batch_norm: bool = Field(False, description="Then normalise advantages to mean 0, std 1 over the whole batch.")
 
 
+class LrSchedule(StrictConfig):
+    """The learning rate per step, as a factor of `lr`: a linear warmup, then a decay. It is a function of
+    the step alone, so a resumed trainer continues it without any saved state."""
+
+    warmup_steps: int = Field(0, ge=0, description="Steps whose factor rises linearly to 1: (step + 1) / warmup.")
+    decay: Literal["constant", "linear", "cosine"] = Field("constant", description="The shape after warmup.")
+    decay_steps: int | None = Field(
+        None, ge=1, description="Steps after warmup over which the factor falls to `min_ratio` (then stays there)."
+    )
+    min_ratio: float = Field(0.0, ge=0, le=1, description="The factor the decay ends at.")
+
+    @model_validator(mode="after")
+    def _decay_has_length(self) -> LrSchedule:
+        if self.decay != "constant" and self.decay_steps is None:
+            raise ValueError(f"decay {self.decay!r} needs decay_steps (how many steps it takes)")
+        return self
+
+    def factor(self, step: int) -> float:
+        """The factor of `lr` for training step `step` (0: the step that makes version 1)."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.decay == "constant" or self.decay_steps is None:
+            return 1.0
+        progress = min((step - self.warmup_steps) / self.decay_steps, 1.0)
+        shape = 1.0 - progress if self.decay == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_ratio + (1.0 - self.min_ratio) * shape
+
+
 class TrainerConfig(StrictConfig):
     """The whole file."""
 
@@ -83,7 +112,8 @@ class TrainerConfig(StrictConfig):
     temperature: float = Field(
         1.0, gt=0, description="Sampling temperature of the rollout services: logprobs are of logits / T (must match)."
     )
-    lr: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate (the peak, under `lr_schedule`).")
+    lr_schedule: LrSchedule = Field(default_factory=LrSchedule, description="Warmup and decay of `lr` by step.")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW decoupled weight decay.")
     grad_clip: float | None = Field(1.0, gt=0, description="Clip the global gradient norm to this; None: no clip.")
@@ -131,6 +161,11 @@ class TrainerConfig(StrictConfig):
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the master weights the optimizer updates (float32 on CPU)."
+    )
+    autocast: Literal["bfloat16", "float16"] | None = Field(
+        None,
+        description="Run the forward and backward passes under torch autocast to this dtype (None: in `dtype`); "
+        "the master weights and the optimizer stay in `dtype`.",
     )
     publish_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None,

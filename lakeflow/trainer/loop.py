@@ -166,6 +166,8 @@ class Trainer:
                 batch, wait_s, load_s = self.wait_for_batch()  # 1. wait for batch N
                 started = time.monotonic()
                 intact = False
+                for group in self._parts().optimizer.param_groups:
+                    group["lr"] = self.config.lr * self.config.lr_schedule.factor(step)
                 metrics = train_step(self._parts(), batch, self._stop.is_set, self._before_update)  # 2. train it
                 compute_s = time.monotonic() - started
                 stats = self._heartbeat(step, batch, metrics, wait_s, load_s, compute_s, memory)

@@ -7,6 +7,8 @@ taken before an optimizer step is not changed by it.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import os
 from collections.abc import Mapping
@@ -141,30 +143,69 @@ def to_state(model: torch.nn.Module | Mapping[str, torch.Tensor], into: State | 
 
 
 def token_logprobs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    start: int = 1,
 ) -> torch.Tensor:
     """[B, T] float32: position t holds log p(input_ids[t] | input_ids[:t]) under the policy at
-    `temperature` (logits / T, as the rollout service sampled); position 0 holds 0."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [B, T, V]
-    return _scored(logits, input_ids)
+    `temperature` (logits / T, as the rollout service sampled) for t >= `start`; positions before
+    `start` hold 0 (their logits are never computed: `start` is the first response token)."""
+    logits = _next_token_logits(model, input_ids, attention_mask, temperature, start)
+    return _left_padded(_scored(logits, input_ids[:, start:]), start)
 
 
 def token_logprobs_entropy(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    start: int = 1,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_logprobs` and, from the same logits, [B, T] float32 entropy in nats of the tempered
-    distribution each token was drawn from: position t holds H(softmax(logits[t - 1] / T)), position 0
-    holds 0. The entropy carries no gradient (a diagnostic)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float() / temperature  # [B, T, V]
+    distribution each token was drawn from: position t >= `start` holds H(softmax(logits[t - 1] / T)),
+    earlier positions hold 0. The entropy carries no gradient (a diagnostic)."""
+    logits = _next_token_logits(model, input_ids, attention_mask, temperature, start)
     with torch.no_grad():
-        shifted = logits[:, :-1].detach()  # [B, T - 1, V]: the distribution of the next token
+        shifted = logits.detach()
         entropy = torch.logsumexp(shifted, dim=-1) - (torch.softmax(shifted, dim=-1) * shifted).sum(-1)
-        entropy = torch.cat([entropy.new_zeros(entropy.shape[0], 1), entropy], dim=1)
-    return _scored(logits, input_ids), entropy
+    return _left_padded(_scored(logits, input_ids[:, start:]), start), _left_padded(entropy, start)
 
 
-def _scored(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    b, t, v = logits.shape
-    targets = input_ids[:, 1:].reshape(-1)
-    scored = -F.cross_entropy(logits[:, :-1].reshape(-1, v), targets, reduction="none").view(b, t - 1)
-    return torch.cat([scored.new_zeros(b, 1), scored], dim=1)
+def compute_precision(device: str, autocast: str | None) -> contextlib.AbstractContextManager[Any]:
+    """The forward passes' precision: torch autocast to `autocast` (bfloat16/float16) on `device`'s kind,
+    or full precision (None). The weights and the optimizer stay in the trainer's `dtype` either way."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=TORCH_DTYPES[autocast])
+
+
+def first_scored(mask: torch.Tensor) -> int:
+    """The first position any row of [B, T] `mask` scores (>= 1: position 0 has no prediction)."""
+    columns = torch.nonzero(mask.detach().any(dim=0))
+    return max(int(columns[0]), 1) if columns.numel() else 1
+
+
+def _next_token_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float, start: int
+) -> torch.Tensor:
+    """[B, T - start, V] float32 logits / T of the predictions of tokens start … T-1 (from positions
+    start-1 … T-2). A model whose forward takes `logits_to_keep` (Hugging Face causal LMs) computes only
+    those; others compute all and are sliced."""
+    t = input_ids.shape[1]
+    out: torch.Tensor
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=t - start + 1).logits
+    else:
+        out = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, start - 1 :]
+    return out[:, :-1].float() / temperature
+
+
+def _scored(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    b, n, v = logits.shape
+    return -F.cross_entropy(logits.reshape(-1, v), targets.reshape(-1), reduction="none").view(b, n)
+
+
+def _left_padded(values: torch.Tensor, start: int) -> torch.Tensor:
+    return torch.cat([values.new_zeros(values.shape[0], start), values], dim=1)

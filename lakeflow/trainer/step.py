@@ -19,7 +19,7 @@ from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, microbatches, minibatches
 from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, Objective, diagnostics
-from lakeflow.trainer.model import token_logprobs, token_logprobs_entropy
+from lakeflow.trainer.model import compute_precision, first_scored, token_logprobs, token_logprobs_entropy
 
 
 class Stopped(Exception):
@@ -69,11 +69,15 @@ def train_step(
         share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
         for micro_rows, weight in share:
             part = batch.select(micro_rows).to(parts.device)
-            logp, entropy = token_logprobs_entropy(parts.model, part.input_ids, part.attention_mask, c.temperature)
-            ref = None
-            if parts.reference is not None:
-                with torch.no_grad():
-                    ref = token_logprobs(parts.reference, part.input_ids, part.attention_mask, c.temperature)
+            start = first_scored(part.mask)  # no logits for the prompt tokens before every row's response
+            with compute_precision(parts.device, c.autocast):
+                logp, entropy = token_logprobs_entropy(
+                    parts.model, part.input_ids, part.attention_mask, c.temperature, start
+                )
+                ref = None
+                if parts.reference is not None:
+                    with torch.no_grad():
+                        ref = token_logprobs(parts.reference, part.input_ids, part.attention_mask, c.temperature, start)
             inputs = LossInputs(logp, part.old_logp, part.advantages, part.mask, ref)
             out = parts.objective(inputs)
             loss = out.per_token.sum() * (weight / tokens)

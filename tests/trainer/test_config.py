@@ -27,3 +27,23 @@ def test_variants_and_unknown_keys(tmp_path: Path) -> None:
 def test_every_trainer_config_in_jobs_parses(path: Path) -> None:
     assert path.read_text().startswith("# lakeflow train ")  # opens with the command that launches it
     load_config(path)
+
+
+def test_lr_schedule_warms_up_then_decays_to_its_floor() -> None:
+    from lakeflow.trainer.config import LrSchedule
+
+    assert [LrSchedule().factor(s) for s in (0, 5, 500)] == [1.0, 1.0, 1.0]
+    warm = LrSchedule(warmup_steps=4)
+    assert [warm.factor(s) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+    linear = LrSchedule(warmup_steps=2, decay="linear", decay_steps=4, min_ratio=0.2)
+    assert [round(linear.factor(s), 6) for s in range(9)] == [0.5, 1.0, 1.0, 0.8, 0.6, 0.4, 0.2, 0.2, 0.2]
+    cosine = LrSchedule(decay="cosine", decay_steps=10)
+    assert cosine.factor(0) == 1.0 and cosine.factor(5) == pytest.approx(0.5) and cosine.factor(10) == 0.0
+    assert cosine.factor(3) > 1 - 0.3  # a cosine stays above the straight line in its first half
+
+
+def test_a_decay_without_its_length_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("model: tiny:trainer\nlr_schedule: {decay: cosine}\n")
+    with pytest.raises(ConfigError, match="decay_steps"):
+        load_config(path)

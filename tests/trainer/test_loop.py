@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from lakeflow.cli.weights import weights as weights_cli
@@ -162,6 +163,22 @@ def test_kl_and_sft_objectives_train(tmp_path: Path, tiny_cache: str, tiny_dir: 
     sft = trainer(store, tmp_path, tiny_cache, "sft", loss={"type": "sft"})
     sft.run(until_version=2)
     assert json.loads(store.get(layout.trainer_stats_key(MODEL, 1)))["loss"] > 0  # an NLL is positive
+
+
+def test_the_lr_schedule_and_bf16_autocast_reach_the_step(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1, 2):
+        write_step_batch(store, step, tok)
+    t = trainer(store, tmp_path, tiny_cache, autocast="bfloat16", lr_schedule={"warmup_steps": 2})
+    t.run(until_version=3)
+    lrs = [json.loads(store.get(layout.trainer_stats_key(MODEL, s)))["lr"] for s in (0, 1, 2)]
+    assert lrs == pytest.approx([5e-4, 1e-3, 1e-3])
+    assert t.model is not None and all(p.dtype == torch.float32 for p in t.model.parameters())  # master weights
+    resumed = trainer(store, tmp_path, tiny_cache, "resumed", lr_schedule={"warmup_steps": 8})
+    write_step_batch(store, 3, tok)
+    resumed.run(until_version=4)  # the schedule is the step's: step 3 of an 8-step warmup
+    assert json.loads(store.get(layout.trainer_stats_key(MODEL, 3)))["lr"] == pytest.approx(0.5e-3)
 
 
 @pytest.mark.parametrize("writer", ["process", "thread"])
