@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.errors import ConfigError, MissingExtraError, WeightsFormatError
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.weights import State, raw_tensor
 from lakeflow.weights.publish import read_side_files
@@ -130,7 +130,10 @@ def to_state(model: torch.nn.Module | Mapping[str, torch.Tensor], into: State | 
             continue
         seen.add(t.data_ptr())
         if t.dtype not in _SAFETENSORS:
-            raise ValueError(f"tensor {name} has dtype {t.dtype}; the trainer publishes float32, bfloat16 or float16")
+            raise WeightsFormatError(
+                f"tensor {name} has dtype {t.dtype}; the trainer publishes float32, bfloat16 or float16: "
+                "set the trainer's `dtype`, or convert the model (`lakeflow models convert --dtype`)"
+            )
         dtype, view = _SAFETENSORS[t.dtype]
         source = t.contiguous().cpu().view(view).numpy().reshape(-1)
         old = into.get(name) if into is not None else None

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from lakeflow.errors import WeightsFormatError
 from lakeflow.weights import State, raw_tensor
 
 _ALIGN = 64
@@ -42,7 +43,10 @@ def _safetensors_dtype(dtype: Any) -> str:
     for name, torch_name in TORCH_DTYPES.items():
         if str(dtype) == f"torch.{torch_name}":
             return name
-    raise ValueError(f"tensor dtype {dtype} cannot be published: float32, bfloat16, float16, float64, int64, int32")
+    raise WeightsFormatError(
+        f"tensor dtype {dtype} cannot be published (float32, bfloat16, float16, float64, int64, int32 can): "
+        "set the trainer's `dtype`, or convert the model (`lakeflow models convert --dtype`)"
+    )
 
 
 @dataclass(frozen=True)
