@@ -15,6 +15,7 @@ from lakeflow.cli import LazyGroup
 COMMANDS = {
     "gpu": "benchmarks.gpu.cli:bench_gpu",
     "trainer": "benchmarks.trainer:bench_trainer",
+    "step": "benchmarks.step:bench_step",
     "loop": "benchmarks.loop_run:bench_loop",
     "agent": "benchmarks.agent:bench_agent",
     "autoscale": "benchmarks.autoscale:bench_autoscale",
@@ -30,6 +31,7 @@ COMMANDS = {
 SUMMARIES = {
     "gpu": "The GPU check: trainer, engine and codec on a CUDA machine (docs/gpu.md).",
     "trainer": "The trainer's step time with its writes in line, in a thread, in a writer process.",
+    "step": "The trainer's scoring pass: every position vs the response only, fp32 vs bf16 autocast.",
     "loop": "The tiny job through the launcher beside a synchronous loop; the lake's share at paper scale.",
     "agent": "Episodes/s of one rollout service whose tool sleeps: many in flight vs one at a time.",
     "autoscale": "The tiny job, rollout-bound, on a fixed small, fixed large and autoscaled pool.",

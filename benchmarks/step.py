@@ -1,0 +1,112 @@
+"""`python -m benchmarks step`: the trainer's scoring pass (forward, token logprobs and entropy, backward)
+three ways on the same batch and weights, interleaved, medians and ratios:
+
+- `every position, fp32`: logits at every position of prompt + response, as the trainer did before it
+  scored from the first response token;
+- `response only, fp32`: what the trainer does by default (`first_scored`, `logits_to_keep`);
+- `response only, bf16 autocast`: the same under `autocast: bfloat16` (fp32 master weights and gradients).
+
+The model is a model directory (SmolLM2-135M-Instruct from `lakeflow models convert`) or, without one,
+a Qwen2 of SmolLM2-135M's sizes initialised locally. The batch is right-padded prompt + response rows
+of random token ids, the shape of the smollm2-add recipe's (8 groups of 8, ~40 prompt and ~24 response
+tokens). The peak resident set of each pass is Linux's VmHWM, reset before it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+
+from benchmarks.gpu.model import SHAPES, build_model_dir
+from lakeflow.text import text_table
+from lakeflow.trainer.memory import StepMemory
+from lakeflow.trainer.model import compute_precision, first_scored, load_model, token_logprobs_entropy
+
+WAYS = {  # name -> (score from the first response token, autocast dtype)
+    "every position, fp32": (False, None),
+    "response only, fp32": (True, None),
+    "response only, bf16 autocast": (True, "bfloat16"),
+}
+
+
+def make_batch(rows: int, prompt: int, response: int, vocab: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Right-padded rows: prompts of prompt ± 4 tokens, responses of 1 … `response` tokens."""
+    g = torch.Generator().manual_seed(seed)
+    width = prompt + 4 + response
+    ids = torch.randint(0, vocab, (rows, width), generator=g)
+    attention = torch.zeros(rows, width, dtype=torch.int64)
+    mask = torch.zeros(rows, width)
+    for i in range(rows):
+        p = prompt + int(torch.randint(-4, 5, (1,), generator=g))
+        r = int(torch.randint(1, response + 1, (1,), generator=g))
+        attention[i, : p + r] = 1
+        mask[i, p : p + r] = 1.0
+    return {"input_ids": ids, "attention_mask": attention, "mask": mask}
+
+
+def one_pass(model: Any, batch: dict[str, torch.Tensor], sliced: bool, autocast: str | None) -> dict[str, float]:
+    """Forward, GRPO-shaped surrogate (logprobs over the masked tokens), backward; seconds and peak RSS."""
+    model.zero_grad(set_to_none=True)
+    memory = StepMemory("cpu")
+    memory.reset()
+    started = time.perf_counter()
+    start = first_scored(batch["mask"]) if sliced else 1
+    with compute_precision("cpu", autocast):
+        logp, _ = token_logprobs_entropy(model, batch["input_ids"], batch["attention_mask"], 0.7, start)
+    loss = -(torch.where(batch["mask"] > 0, logp, 0.0).sum() / batch["mask"].sum())
+    loss.backward()  # type: ignore[no-untyped-call]
+    return {"s": time.perf_counter() - started, "rss_peak_mb": memory.peaks()["rss_peak_mb"]}
+
+
+def run_bench(model_dir: str | None, rows: int, prompt: int, response: int, repeats: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="lakeflow-bench-step-") as work:
+        if model_dir is None:
+            model_dir = build_model_dir(SHAPES["smollm2-135m"], Path(work) / "model", "cpu", Path(work) / "models")
+        model = load_model(model_dir, "float32")
+        batch = make_batch(rows, prompt, response, int(model.config.vocab_size))
+        one_pass(model, batch, True, None)  # warm-up: first-touch pages, oneDNN kernels
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in WAYS}
+        for _ in range(repeats):  # interleaved, so a change in the machine's load reaches every way alike
+            for name, (sliced, autocast) in WAYS.items():
+                runs[name].append(one_pass(model, batch, sliced, autocast))
+    base = statistics.median(r["s"] for r in runs["every position, fp32"])
+    rows_out = []
+    for name, passes in runs.items():
+        median = statistics.median(r["s"] for r in passes)
+        rows_out.append(
+            {
+                "way": name,
+                "median_s": round(median, 3),
+                "speedup": round(base / median, 2),
+                "rss_peak_mb": round(max(r["rss_peak_mb"] for r in passes)),
+                "runs_s": [round(r["s"], 3) for r in passes],
+            }
+        )
+    tokens = int(batch["attention_mask"].sum())
+    return {"model": model_dir, "rows": rows, "tokens": tokens, "scored": int(batch["mask"].sum()), "ways": rows_out}
+
+
+@click.command("step")
+@click.option("--model", "model_dir", default=None, help="A model directory (default: SmolLM2-135M's shape, random).")
+@click.option("--rows", default=64, show_default=True, help="Sequences in the batch.")
+@click.option("--prompt", default=40, show_default=True, help="Typical prompt length in tokens (± 4).")
+@click.option("--response", default=24, show_default=True, help="Longest response in tokens.")
+@click.option("--repeats", default=3, show_default=True, help="Passes of each way (the median is reported).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_step(model_dir: str | None, rows: int, prompt: int, response: int, repeats: int, as_json: bool) -> None:
+    """The trainer's scoring pass: every position vs the response only, fp32 vs bf16 autocast."""
+    result = run_bench(model_dir, rows, prompt, response, repeats)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"{result['model']}: {result['rows']} rows, {result['tokens']} tokens, {result['scored']} scored")
+    header = ["way", "median_s", "speedup", "rss_peak_mb", "runs_s"]
+    table = [[str(w[h]) if h != "runs_s" else " ".join(map(str, w[h])) for h in header] for w in result["ways"]]
+    click.echo("\n".join(text_table(header, table, rule=True)))
