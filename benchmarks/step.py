@@ -4,7 +4,8 @@ three ways on the same batch and weights, interleaved, medians and ratios:
 - `every position, fp32`: logits at every position of prompt + response, as the trainer did before it
   scored from the first response token;
 - `response only, fp32`: what the trainer does by default (`first_scored`, `logits_to_keep`);
-- `response only, bf16 autocast`: the same under `autocast: bfloat16` (fp32 master weights and gradients).
+- `response only, bf16 autocast`: the same under `autocast: bfloat16` (fp32 master weights and gradients);
+- `…, act. ckpt`: and `activation_checkpointing: true` (each decoder layer recomputed in the backward).
 
 The model is a model directory (SmolLM2-135M-Instruct from `lakeflow models convert`) or, without one,
 a Qwen2 of SmolLM2-135M's sizes initialised locally. The batch is right-padded prompt + response rows
@@ -27,12 +28,19 @@ import torch
 from benchmarks.gpu.model import SHAPES, build_model_dir
 from lakeflow.text import text_table
 from lakeflow.trainer.memory import StepMemory
-from lakeflow.trainer.model import compute_precision, first_scored, load_model, token_logprobs_entropy
+from lakeflow.trainer.model import (
+    checkpoint_activations,
+    compute_precision,
+    first_scored,
+    load_model,
+    token_logprobs_entropy,
+)
 
-WAYS = {  # name -> (score from the first response token, autocast dtype)
-    "every position, fp32": (False, None),
-    "response only, fp32": (True, None),
-    "response only, bf16 autocast": (True, "bfloat16"),
+WAYS = {  # name -> (score from the first response token, autocast dtype, activation checkpointing)
+    "every position, fp32": (False, None, False),
+    "response only, fp32": (True, None, False),
+    "response only, bf16 autocast": (True, "bfloat16", False),
+    "response only, bf16 autocast, act. ckpt": (True, "bfloat16", True),
 }
 
 
@@ -51,8 +59,11 @@ def make_batch(rows: int, prompt: int, response: int, vocab: int, seed: int = 0)
     return {"input_ids": ids, "attention_mask": attention, "mask": mask}
 
 
-def one_pass(model: Any, batch: dict[str, torch.Tensor], sliced: bool, autocast: str | None) -> dict[str, float]:
+def one_pass(
+    model: Any, batch: dict[str, torch.Tensor], sliced: bool, autocast: str | None, recompute: bool
+) -> dict[str, float]:
     """Forward, GRPO-shaped surrogate (logprobs over the masked tokens), backward; seconds and peak RSS."""
+    checkpoint_activations(model, recompute)
     model.zero_grad(set_to_none=True)
     memory = StepMemory("cpu")
     memory.reset()
@@ -71,11 +82,11 @@ def run_bench(model_dir: str | None, rows: int, prompt: int, response: int, repe
             model_dir = build_model_dir(SHAPES["smollm2-135m"], Path(work) / "model", "cpu", Path(work) / "models")
         model = load_model(model_dir, "float32")
         batch = make_batch(rows, prompt, response, int(model.config.vocab_size))
-        one_pass(model, batch, True, None)  # warm-up: first-touch pages, oneDNN kernels
+        one_pass(model, batch, True, None, False)  # warm-up: first-touch pages, oneDNN kernels
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in WAYS}
         for _ in range(repeats):  # interleaved, so a change in the machine's load reaches every way alike
-            for name, (sliced, autocast) in WAYS.items():
-                runs[name].append(one_pass(model, batch, sliced, autocast))
+            for name, way in WAYS.items():
+                runs[name].append(one_pass(model, batch, *way))
     base = statistics.median(r["s"] for r in runs["every position, fp32"])
     rows_out = []
     for name, passes in runs.items():
@@ -101,7 +112,8 @@ def run_bench(model_dir: str | None, rows: int, prompt: int, response: int, repe
 @click.option("--repeats", default=3, show_default=True, help="Passes of each way (the median is reported).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def bench_step(model_dir: str | None, rows: int, prompt: int, response: int, repeats: int, as_json: bool) -> None:
-    """The trainer's scoring pass: every position vs the response only, fp32 vs bf16 autocast."""
+    """The trainer's scoring pass: every position vs the response only, fp32 vs bf16 autocast, with and
+    without activation checkpointing."""
     result = run_bench(model_dir, rows, prompt, response, repeats)
     if as_json:
         click.echo(json.dumps(result, indent=2))

@@ -1,7 +1,7 @@
 -- The learning curve of jobs/examples/smollm2-add.yaml, from its lake:
 --   lakeflow sql --lake runs/smollm2-add/lake -f jobs/examples/smollm2-add-curve.sql
--- Per weights version: held-out greedy pass@1 (`lakeflow eval`, every 2 versions), the mean reward of
--- the batch that trained it, and where the time went: rolling out one batch (4 groups of 8, on the
+-- Per weights version: held-out greedy pass@1 (`lakeflow eval`, every 4 versions), the mean reward of
+-- the batch that trained it, and where the time went: rolling out one batch (8 groups of 8, on the
 -- previous version), the training step, and the writer's publish (off the critical path: `blocked_s`
 -- is what the step waited for it).
 WITH steps AS (
@@ -9,7 +9,7 @@ WITH steps AS (
            publish_s, publish_block_s + snapshot_block_s AS blocked_s, wait_s
     FROM trainer_steps WHERE model_id = 'policy'
 ), rollout AS (
-    SELECT weights_version + 1 AS version, sum(gen_s) / nullif(sum(groups), 0) * 4 AS rollout_s
+    SELECT weights_version + 1 AS version, sum(gen_s) / nullif(sum(groups), 0) * 8 AS rollout_s
     FROM rollout_stats WHERE model_id = 'policy' AND groups > 0 GROUP BY 1
 ), heldout AS (
     SELECT policy_version AS version, pass_at_1 FROM eval WHERE model_id = 'policy'

@@ -167,6 +167,11 @@ class TrainerConfig(StrictConfig):
         description="Run the forward and backward passes under torch autocast to this dtype (None: in `dtype`); "
         "the master weights and the optimizer stay in `dtype`.",
     )
+    activation_checkpointing: bool = Field(
+        False,
+        description="Recompute each decoder layer's activations in the backward pass instead of keeping them: "
+        "less memory per token, about one more forward pass of compute.",
+    )
     publish_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None,
         description="Dtype of the weights published and served (each version's config.json says it); default: "

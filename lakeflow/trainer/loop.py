@@ -32,6 +32,7 @@ from lakeflow.trainer.lease import TrainerLease
 from lakeflow.trainer.losses import build_loss
 from lakeflow.trainer.memory import StepMemory
 from lakeflow.trainer.model import (
+    checkpoint_activations,
     config_dtype,
     labelled,
     load_model,
@@ -120,6 +121,8 @@ class Trainer:
             self.publish_dtype = published_dtype(pulled, c)
             self.model = load_model(pulled, c.dtype).to(self.device)
             log.info("resuming %s from published version %d", self.model_id, self.version)
+        if c.activation_checkpointing:
+            checkpoint_activations(self.model)
         if self.world:
             distributed.shard(self.model)
         params = [p for p in self.model.parameters() if p.requires_grad]

@@ -45,6 +45,19 @@ def load_model(path: str, dtype: str) -> Any:
     return model
 
 
+def checkpoint_activations(model: Any, enabled: bool = True) -> None:
+    """Recompute each decoder layer's activations in the backward pass instead of keeping them from the
+    forward (Hugging Face gradient checkpointing, non-reentrant): less memory, one more forward's compute."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ConfigError(
+            f"activation_checkpointing: {type(model).__name__} does not support gradient checkpointing; set it false"
+        )
+    if enabled:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
 def side_files(path: str) -> dict[str, bytes]:
     """Config, tokenizer and other non-weight files to publish with version 0.
 

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 pytest.importorskip("transformers")
 
-from benchmarks.cli import main  # noqa: E402
-from benchmarks.step import WAYS, make_batch, run_bench  # noqa: E402
-from lakeflow.models import resolve_model  # noqa: E402
+from benchmarks.cli import main
+from benchmarks.step import WAYS, make_batch, run_bench
+from lakeflow.models import resolve_model
 
 
 def test_batches_are_right_padded_with_a_response_in_every_row() -> None:

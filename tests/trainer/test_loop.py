@@ -181,6 +181,29 @@ def test_the_lr_schedule_and_bf16_autocast_reach_the_step(tmp_path: Path, tiny_c
     assert json.loads(store.get(layout.trainer_stats_key(MODEL, 3)))["lr"] == pytest.approx(0.5e-3)
 
 
+def test_activation_checkpointing_trains_the_same_weights(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+    tok = tokenizer(tiny_dir)
+    trained = []
+    for recompute in (False, True):
+        store = open_store(str(tmp_path / f"lake-{recompute}"))
+        write_step_batch(store, 0, tok)
+        t = trainer(store, tmp_path, tiny_cache, f"ckpt-{recompute}", activation_checkpointing=recompute)
+        t.run(until_version=1)
+        assert t.model is not None and t.model.is_gradient_checkpointing == recompute
+        trained.append({n: p.detach().clone() for n, p in t.model.named_parameters()})
+    plain, recomputed = trained
+    assert plain.keys() == recomputed.keys()
+    assert all(torch.allclose(plain[n], recomputed[n], rtol=0, atol=1e-6) for n in plain)
+
+
+def test_activation_checkpointing_of_a_module_without_it_is_refused() -> None:
+    from lakeflow.errors import ConfigError
+    from lakeflow.trainer.model import checkpoint_activations
+
+    with pytest.raises(ConfigError, match="activation_checkpointing: Linear does not support"):
+        checkpoint_activations(torch.nn.Linear(2, 2))
+
+
 @pytest.mark.parametrize("writer", ["process", "thread"])
 def test_writes_behind_the_step_publish_the_same_chain_as_in_line(
     writer: str, tmp_path: Path, tiny_cache: str, tiny_dir: str
