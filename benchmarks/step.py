@@ -10,15 +10,18 @@ three ways on the same batch and weights, interleaved, medians and ratios:
 The model is a model directory (SmolLM2-135M-Instruct from `lakeflow models convert`) or, without one,
 a Qwen2 of SmolLM2-135M's sizes initialised locally. The batch is right-padded prompt + response rows
 of random token ids, the shape of the smollm2-add recipe's (8 groups of 8, ~40 prompt and ~24 response
-tokens). The peak resident set of each pass is Linux's VmHWM, reset before it.
+tokens). Each measurement runs in a fresh process (load, warm-up pass, timed pass), whose peak resident
+set is reported.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,34 +62,47 @@ def make_batch(rows: int, prompt: int, response: int, vocab: int, seed: int = 0)
     return {"input_ids": ids, "attention_mask": attention, "mask": mask}
 
 
-def one_pass(
-    model: Any, batch: dict[str, torch.Tensor], sliced: bool, autocast: str | None, recompute: bool
-) -> dict[str, float]:
-    """Forward, GRPO-shaped surrogate (logprobs over the masked tokens), backward; seconds and peak RSS."""
+def one_pass(model: Any, batch: dict[str, torch.Tensor], sliced: bool, autocast: str | None, recompute: bool) -> float:
+    """Forward, GRPO-shaped surrogate (logprobs over the masked tokens), backward; seconds."""
     checkpoint_activations(model, recompute)
     model.zero_grad(set_to_none=True)
-    memory = StepMemory("cpu")
-    memory.reset()
     started = time.perf_counter()
     start = first_scored(batch["mask"]) if sliced else 1
     with compute_precision("cpu", autocast):
         logp, _ = token_logprobs_entropy(model, batch["input_ids"], batch["attention_mask"], 0.7, start)
     loss = -(torch.where(batch["mask"] > 0, logp, 0.0).sum() / batch["mask"].sum())
     loss.backward()  # type: ignore[no-untyped-call]
-    return {"s": time.perf_counter() - started, "rss_peak_mb": memory.peaks()["rss_peak_mb"]}
+    return time.perf_counter() - started
+
+
+def measure(model_dir: str, rows: int, prompt: int, response: int, way: str) -> dict[str, float]:
+    """One way in this (fresh) process: load, a warm-up pass (first-touch pages, oneDNN kernels), a timed
+    pass; its seconds and the process's peak resident set (the allocator keeps what a pass freed, so peaks
+    of ways are only comparable between processes)."""
+    torch.manual_seed(0)
+    model = load_model(model_dir, "float32")
+    batch = make_batch(rows, prompt, response, int(model.config.vocab_size))
+    one_pass(model, batch, *WAYS[way])
+    seconds = one_pass(model, batch, *WAYS[way])
+    peak = StepMemory("cpu").peaks()["rss_peak_mb"]
+    return {
+        "s": seconds,
+        "rss_peak_mb": peak,
+        "tokens": int(batch["attention_mask"].sum()),
+        "scored": int(batch["mask"].sum()),
+    }
 
 
 def run_bench(model_dir: str | None, rows: int, prompt: int, response: int, repeats: int) -> dict[str, Any]:
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="lakeflow-bench-step-") as work:
         if model_dir is None:
             model_dir = build_model_dir(SHAPES["smollm2-135m"], Path(work) / "model", "cpu", Path(work) / "models")
-        model = load_model(model_dir, "float32")
-        batch = make_batch(rows, prompt, response, int(model.config.vocab_size))
-        one_pass(model, batch, True, None, False)  # warm-up: first-touch pages, oneDNN kernels
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in WAYS}
         for _ in range(repeats):  # interleaved, so a change in the machine's load reaches every way alike
-            for name, way in WAYS.items():
-                runs[name].append(one_pass(model, batch, *way))
+            for name in WAYS:
+                with ProcessPoolExecutor(1, mp_context=spawn) as pool:  # one process per measurement
+                    runs[name].append(pool.submit(measure, model_dir, rows, prompt, response, name).result())
     base = statistics.median(r["s"] for r in runs["every position, fp32"])
     rows_out = []
     for name, passes in runs.items():
@@ -100,8 +116,8 @@ def run_bench(model_dir: str | None, rows: int, prompt: int, response: int, repe
                 "runs_s": [round(r["s"], 3) for r in passes],
             }
         )
-    tokens = int(batch["attention_mask"].sum())
-    return {"model": model_dir, "rows": rows, "tokens": tokens, "scored": int(batch["mask"].sum()), "ways": rows_out}
+    first = runs["every position, fp32"][0]
+    return {"model": model_dir, "rows": rows, "tokens": first["tokens"], "scored": first["scored"], "ways": rows_out}
 
 
 @click.command("step")

@@ -208,13 +208,16 @@ def _next_token_logits(
 ) -> torch.Tensor:
     """[B, T - start, V] float32 logits / T of the predictions of tokens start … T-1 (from positions
     start-1 … T-2). A model whose forward takes `logits_to_keep` (Hugging Face causal LMs) computes only
-    those; others compute all and are sliced."""
+    those; others compute all and are sliced. No key/value cache is built (`use_cache=False`, where the
+    forward takes it): a training pass never reads one."""
     t = input_ids.shape[1]
+    takes = inspect.signature(model.forward).parameters
+    options: dict[str, Any] = {"use_cache": False} if "use_cache" in takes else {}
     out: torch.Tensor
-    if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=t - start + 1).logits
+    if "logits_to_keep" in takes:
+        out = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=t - start + 1, **options).logits
     else:
-        out = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, start - 1 :]
+        out = model(input_ids=input_ids, attention_mask=attention_mask, **options).logits[:, start - 1 :]
     return out[:, :-1].float() / temperature
 
 
