@@ -23,3 +23,8 @@ def interrupt_after(con: duckdb.DuckDBPyConnection, seconds: float | None) -> It
         yield
     finally:
         timer.cancel()
+        # Wait for the timer's thread to end: it holds `con` (through `con.interrupt`), and a thread that
+        # drops a connection's last reference while Python exits aborts the process (DuckDB's destructor
+        # takes the GIL, the exiting interpreter ends the thread, C++ cannot unwind it: "terminate called
+        # without an active exception", seen after `open_lake(url).sql(…)` in a script).
+        timer.join()

@@ -75,7 +75,7 @@ def raas(
         service = RolloutService(store, model_id, config)
         if stopping:
             service.stop()
-        source = f", weights from {service.weights.url}" if service.weights is not store else ""
+        source = f", weights from {service.follower.weights.url}" if service.follower.weights is not store else ""
         click.echo(
             f"{service.raas_id}: rolling out {model_id} from {store.url}{source} ({config.engine.type})", err=True
         )

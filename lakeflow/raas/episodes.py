@@ -7,6 +7,7 @@ Shared by the workflows in `workflows.py` (single-policy) and `multi.py` (multi-
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -79,3 +80,35 @@ def task_messages(task: Task) -> list[ChatMessage]:
         ):
             return [{"role": m["role"], "content": m["content"]} for m in messages]
     return [{"role": "user", "content": text}]
+
+
+def sample_row(
+    task: Task, t: Trajectory, model_id: str, versions: Mapping[str, int], raas_id: str, region: str
+) -> dict[str, Any]:
+    """The sample record of one trajectory of `task`, played by `model_id` with the weights of `versions`."""
+    version = versions[model_id]
+    extra = {**t.extra, "attempt": task.attempt}
+    if len(versions) > 1:  # the other roles' weights shaped this sample too
+        extra["versions"] = dict(versions)
+    return {
+        "sample_id": uuid.uuid4().hex,
+        "episode_id": t.episode_id,
+        "group_id": task.task_id,
+        "prompt_id": task.prompt_id,
+        "task_id": task.task_id,
+        "model_id": model_id,
+        "role": t.role,
+        "policy_version": version,
+        "max_version": version,
+        "prompt_ids": t.prompt_ids,
+        "response_ids": t.response_ids,
+        "response_logprobs": t.response_logprobs,
+        "loss_mask": t.loss_mask,
+        "reward": float(t.reward),
+        "finish_reason": t.finish_reason,
+        "task_type": task.task_type,
+        "dataset": task.dataset,
+        "raas_id": raas_id,
+        "region": region,
+        "extra": json.dumps(extra, sort_keys=True),
+    }

@@ -20,6 +20,19 @@ from lakeflow.tracking import MetricSink
 
 
 @dataclass
+class RaasStats:
+    """Counters of one rollout service's life (its heartbeat carries them; `run` returns them)."""
+
+    groups: int = 0  # groups committed
+    samples: int = 0  # samples committed
+    tokens: int = 0  # response tokens committed
+    abandoned: int = 0  # groups dropped because the claim was lost
+    reloads: int = 0  # weight versions loaded into the engine
+    pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
+    pull_s: float = 0.0  # seconds spent pulling and verifying them
+
+
+@dataclass
 class _Bucket:
     groups: int = 0
     samples: int = 0

@@ -1,18 +1,15 @@
 """The rollout service: claim a task, run the workflow, commit the group, follow the weights.
 
-Loop: between groups (never inside one) pull a newer LATEST of each model and reload its engine
-(multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own
-model and that model's version, and `extra.versions` holds every model's; a service with a
-`weights_url` learns of new versions from a background thread that asks the source every
-`weights_poll_s`, so a far source's round trips stay out of the loop); claim an
-open task (create-only: another instance's claim is skipped); generate and score the group
-while a background thread renews the claims and writes the heartbeat; renew once more, then
-commit. Groups that finish within `commit_window_s` of each other (at most `commit_max_groups`)
-go into one shard per model, so writers and the dataflow's ingest make fewer, larger requests;
-a group never waits longer than the window (nor when the service runs out of work or stops).
-A lost claim means the task was reissued: the group is dropped (abandoned). `stop()` (SIGTERM)
-lets the current group finish and commits what is pending, then exits; a process killed outright
-leaves its claims to expire, and the dataflow reissues the tasks.
+Loop: between groups (never inside one) load newer published weights into the engines (`follow.py`;
+multi-policy workflows: one engine per model of `roles`; each sample is stamped with its own model and
+that model's version, and `extra.versions` holds every model's); claim an open task (create-only:
+another instance's claim is skipped); generate and score the group while a background thread renews
+the claims and writes the heartbeat; renew once more, then commit. Groups that finish within
+`commit_window_s` of each other (at most `commit_max_groups`) go into one shard per model, so writers
+and the dataflow's ingest make fewer, larger requests; a group never waits longer than the window (nor
+when the service runs out of work or stops). A lost claim means the task was reissued: the group is
+dropped (abandoned). `stop()` (SIGTERM) lets the current group finish and commits what is pending, then
+exits; a process killed outright leaves its claims to expire, and the dataflow reissues the tasks.
 
 Workflow `agent` (multi-turn episodes, `lakeflow/raas/agent/`): several groups are in flight at
 once in an `EpisodeScheduler` (up to `environment.max_concurrent_episodes` episodes; each step is one
@@ -25,10 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
-import tempfile
 import threading
 import time
 import uuid
@@ -37,35 +31,22 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lakeflow.errors import ConfigError, LakeflowError, WeightsIntegrityError
+from lakeflow.errors import ConfigError, LakeflowError
 from lakeflow.io import Store, open_weights_source
 from lakeflow.lake import ShardWriter, layout
 from lakeflow.lake import tasks as lake_tasks
-from lakeflow.models import resolve_model
 from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine, build_engine
-from lakeflow.raas.metrics import RolloutMetrics
+from lakeflow.raas.episodes import sample_row
+from lakeflow.raas.follow import WeightFollower
+from lakeflow.raas.metrics import RaasStats, RolloutMetrics
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import POLICY, Sampling, Trajectory, build_workflow
 from lakeflow.tracking import MetricSink
-from lakeflow.weights import TransferOptions, latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RaasStats:
-    """Counters of one service's life."""
-
-    groups: int = 0  # groups committed
-    samples: int = 0  # samples committed
-    tokens: int = 0  # response tokens committed
-    abandoned: int = 0  # groups dropped because the claim was lost
-    reloads: int = 0  # weight versions loaded into the engine
-    pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
-    pull_s: float = 0.0  # seconds spent pulling and verifying them
 
 
 @dataclass
@@ -105,34 +86,25 @@ class RolloutService:
         for m in self.models:
             layout.check_name(m, "model id")
         own = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
-        self.engines = {
+        engines = {
             m: own if m == self.model_id else build_engine(self.config.engine, self.config.seed) for m in self.models
         }
-        self.versions: dict[str, int | None] = dict.fromkeys(self.models)  # weights version loaded per model
-        self.loaded_sha256: dict[str, str] = {}  # state checksum of the loaded weights, per model
         self.workflow = build_workflow(self.config.workflow)
         self.sampling = Sampling(self.config.max_new_tokens, self.config.temperature, self.config.truncated_reward)
         self.scheduler: EpisodeScheduler | None = None  # workflow `agent`: the groups in flight
         if self.config.environment is not None:
-            self.scheduler = agent_scheduler(self.engine, self.config.environment, self.sampling)
+            self.scheduler = agent_scheduler(own, self.config.environment, self.sampling)
         self._live: dict[str, tuple[_Held, dict[str, int]]] = {}  # agent groups in flight: claim, versions
         self._limit: int | None = None  # most groups this run() may commit or hold (agent admission)
         self._weights_checked = 0.0  # time.monotonic() of the last look for newer weights while in flight
         self._draining = False  # a newer version is published: admit nothing until the groups in flight end
         self._group_size = 1  # n_samples of the last group admitted
-        # where weights come from: the lake, or a read-only source (a regional mirror, a CDN)
-        url = self.config.weights_url
-        self.weights: Store = open_weights_source(url, self.config.weights_options) if url else store
         self.writer = ShardWriter(store, self.raas_id, max_rows=1 << 30)  # a group is never split across shards
         self.stats = RaasStats()
         self.state = "starting"
         self.started_at = datetime.now(UTC)
-        self._own_cache = self.config.cache_dir is None
-        self.cache_dir = self.config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-raas-")
         self._stop = threading.Event()
         self._lock = threading.Lock()  # guards _held and the heartbeat fields
-        self._newest: dict[str, int | None] = {}  # newest version per model, found by the watcher thread
-        self._refused: dict[str, int] = {}  # the version whose pull last failed, per model (logged once)
         self._held: list[_Held] = []  # the tasks being generated (up to `batch_groups` at once)
         self._pending: list[_Done] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
@@ -140,11 +112,20 @@ class RolloutService:
         run = f"rollout_stats/{self.raas_id}"
         sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
         self.metrics = RolloutMetrics(sink, self.raas_id, self.config)  # the rollout_stats windows
+        url = self.config.weights_url  # where weights come from: the lake, or a read-only source (a mirror, a CDN)
+        weights = open_weights_source(url, self.config.weights_options) if url else store
+        counters = (self.stats, self._lock)
+        self.follower = WeightFollower(engines, weights, self.config, self.model_id, self.metrics, counters)
+
+    @property
+    def versions(self) -> dict[str, int | None]:
+        """The weights version each model's engine holds (None: none loaded yet)."""
+        return self.follower.versions
 
     @property
     def engine(self) -> Engine:
         """The engine of the service's own model."""
-        return self.engines[self.model_id]
+        return self.follower.engines[self.model_id]
 
     @property
     def version(self) -> int | None:
@@ -169,7 +150,7 @@ class RolloutService:
         keeper = threading.Thread(target=self._keep, args=(done,), name=f"{self.raas_id}-keeper", daemon=True)
         threads = [keeper]
         if self.config.weights_url:  # a far source: ask it for new versions in the background
-            threads.append(threading.Thread(target=self._watch, args=(done,), name=f"{self.raas_id}-weights"))
+            threads.append(threading.Thread(target=self.follower.watch, args=(done,), name=f"{self.raas_id}-weights"))
         self._heartbeat()
         for t in threads:
             t.start()
@@ -193,11 +174,11 @@ class RolloutService:
         return self.stats
 
     def close(self) -> None:
-        """Remove the weights cache when the service made it (a configured cache_dir is kept for restarts)."""
+        """End the episodes' environments; remove the weights cache when the service made it (a configured
+        cache_dir is kept for restarts)."""
         if self.scheduler is not None:
             self.scheduler.close()
-        if self._own_cache:
-            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        self.follower.close()
 
     # --- one iteration ------------------------------------------------------------------
 
@@ -214,8 +195,7 @@ class RolloutService:
         if self._window_due():
             self.commit_pending()
         self.refresh_weights()
-        versions = dict(self.versions)
-        if any(v is None for v in versions.values()):
+        if not self.follower.ready():
             self.state = "waiting-for-weights"
             self.commit_pending()
             return False
@@ -225,7 +205,7 @@ class RolloutService:
             self.commit_pending()  # nothing else to wait for
             return False
         try:
-            self._roll_out(held, {m: v for m, v in versions.items() if v is not None})
+            self._roll_out(held, self._loaded())
         finally:
             with self._lock:
                 self._held = []
@@ -244,53 +224,11 @@ class RolloutService:
 
     def refresh_weights(self) -> bool:
         """Load newer published versions into the engines; True when any weights changed."""
-        changed = False
-        for model_id in self.models:
-            changed |= self._refresh(model_id)
-        return changed
+        return self.follower.refresh()
 
-    def _refresh(self, model_id: str) -> bool:
-        engine = self.engines[model_id]
-        if self.config.model is not None and model_id == self.model_id:  # a frozen model: loaded once, version 0
-            if self.versions[model_id] is None:
-                engine.load(resolve_model(self.config.model, self.cache_dir))
-                self.versions[model_id] = 0
-                return True
-            return False
-        if model_id in self._newest:  # what the watcher last found
-            latest = self._newest[model_id]
-        else:
-            try:
-                latest = latest_version(self.weights, model_id)
-            except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
-                log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
-                return False
-        self.metrics.latest[model_id] = latest
-        current = self.versions[model_id]
-        if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
-            return False
-        self.state = "pulling-weights"
-        pulling = time.monotonic()
-        try:
-            options = TransferOptions(workers=self.config.decode_workers, processes=self.config.decode_processes)
-            result = pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), latest, options)
-        except (WeightsIntegrityError, OSError) as e:  # broken, collected, not yet mirrored, unreachable: try later
-            if self._refused.get(model_id) != latest:  # one line per version, not one per group
-                log.warning("cannot pull %s version %s (keeping the loaded weights): %s", model_id, latest, e)
-            self._refused[model_id] = latest
-            return False
-        engine.load(result.path)
-        pull_s = time.monotonic() - pulling
-        self.metrics.pull(model_id, result.bytes_fetched, pull_s)
-        with self._lock:
-            self.stats.pulled_bytes += result.bytes_fetched
-            self.stats.pull_s += pull_s
-        self.versions[model_id] = result.version
-        marker = local_version(result.path) or {}
-        self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
-        self.stats.reloads += 1
-        log.info("%s: loaded %s version %s (%s)", self.raas_id, model_id, result.version, result.route)
-        return True
+    def _loaded(self) -> dict[str, int]:
+        """The version each model's engine holds (every engine holds one)."""
+        return {m: v for m, v in self.versions.items() if v is not None}
 
     def _claim_next(self) -> _Held | None:
         open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
@@ -327,7 +265,7 @@ class RolloutService:
         tasks = [h.task for h in held]
         rewards = [build_reward(t.task_type, self.config.reward_max_chars, self.config.reward) for t in tasks]
         started = time.monotonic()
-        engines = {role: self.engines[model_id] for role, model_id in self.roles.items()}
+        engines = {role: self.follower.engines[model_id] for role, model_id in self.roles.items()}
         batched = getattr(self.workflow, "groups", None)
         if batched is not None:
             groups = batched(tasks, engines, rewards, self.sampling)
@@ -354,12 +292,12 @@ class RolloutService:
             self.refresh_weights()  # nothing in flight: the only time weights change
         elif not self._draining and time.monotonic() - self._weights_checked >= self.config.poll_s:
             self._weights_checked = time.monotonic()
-            self._draining = self._newer_weights()
-        if any(v is None for v in self.versions.values()):
+            self._draining = self.follower.newer()
+        if not self.follower.ready():
             self.state = "waiting-for-weights"
             self.commit_pending()
             return False
-        versions = {m: v for m, v in self.versions.items() if v is not None}
+        versions = self._loaded()
         while not self._draining and not self.stopping and self._may_admit(scheduler):
             held = self._claim_next()
             if held is None:
@@ -400,21 +338,6 @@ class RolloutService:
         while self.scheduler is not None and self._live:
             self._agent_round(self.scheduler)
 
-    def _newer_weights(self) -> bool:
-        """Whether a model has a newer published version than the one loaded (a frozen model never has)."""
-        for model_id in self.models:
-            if self.config.model is not None and model_id == self.model_id:
-                continue
-            try:
-                known = model_id in self._newest  # what the watcher thread last found (weights_url)
-                latest = self._newest[model_id] if known else latest_version(self.weights, model_id)
-            except OSError:  # an unreachable source: keep going with the loaded weights
-                continue
-            current = self.versions[model_id]
-            if latest is not None and (current is None or latest > current):
-                return True
-        return False
-
     def _window_due(self) -> bool:
         """True when the pending groups must be committed before another group is generated: the window
         is full, or would pass while the next group is generated (as long as the last one took)."""
@@ -442,9 +365,11 @@ class RolloutService:
             self.metrics.abandoned(self.model_id)
             log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, done.held.task.task_id)
         self.state = "committing"
+        region = self.config.region
         for done in kept:
             for t in done.trajectories:
-                self.writer.add(self._sample(done.held.task, t, done.versions))
+                model_id = self.roles.get(t.role, self.model_id)
+                self.writer.add(sample_row(done.held.task, t, model_id, done.versions, self.raas_id, region))
         self.writer.flush()
         with self._lock:
             self._pending = self._pending[len(pending) :]
@@ -455,35 +380,6 @@ class RolloutService:
         for done in kept:
             roles = [(self.roles.get(t.role, self.model_id), t) for t in done.trajectories]
             self.metrics.group(done.held.task.task_type, roles, done.seconds)
-
-    def _sample(self, task: lake_tasks.Task, t: Trajectory, versions: dict[str, int]) -> dict[str, Any]:
-        model_id = self.roles.get(t.role, self.model_id)
-        version = versions[model_id]
-        extra = {**t.extra, "attempt": task.attempt}
-        if len(versions) > 1:  # the other roles' weights shaped this sample too
-            extra["versions"] = versions
-        return {
-            "sample_id": uuid.uuid4().hex,
-            "episode_id": t.episode_id,
-            "group_id": task.task_id,
-            "prompt_id": task.prompt_id,
-            "task_id": task.task_id,
-            "model_id": model_id,
-            "role": t.role,
-            "policy_version": version,
-            "max_version": version,
-            "prompt_ids": t.prompt_ids,
-            "response_ids": t.response_ids,
-            "response_logprobs": t.response_logprobs,
-            "loss_mask": t.loss_mask,
-            "reward": float(t.reward),
-            "finish_reason": t.finish_reason,
-            "task_type": task.task_type,
-            "dataset": task.dataset,
-            "raas_id": self.raas_id,
-            "region": self.config.region,
-            "extra": json.dumps(extra, sort_keys=True),
-        }
 
     # --- claim renewal and heartbeat (background thread) --------------------------------
 
@@ -501,19 +397,6 @@ class RolloutService:
                 return False
             held.claim, held.etag, held.renewed = renewed[0], renewed[1], time.monotonic()
             return True
-
-    def _watch(self, done: threading.Event) -> None:
-        """Every `weights_poll_s`, ask the weights source for each model's newest version (a far source
-        costs round trips that would otherwise sit between every two groups)."""
-        models = [m for m in self.models if self.config.model is None or m != self.model_id]
-        while True:
-            for model_id in models:
-                try:
-                    self._newest[model_id] = latest_version(self.weights, model_id)
-                except OSError as e:
-                    log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
-            if done.wait(self.config.weights_poll_s):
-                return
 
     def _keep(self, done: threading.Event) -> None:
         tick = min(self.config.heartbeat_s, self.config.claim_ttl_s / 3)
@@ -540,13 +423,13 @@ class RolloutService:
             return {
                 "raas_id": self.raas_id,
                 "at": datetime.now(UTC).isoformat(),
-                "state": self.state,
+                "state": "pulling-weights" if self.follower.pulling else self.state,
                 "groups": self.stats.groups,
                 "samples": self.stats.samples,
                 "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
                 "weights_version": self.version,
                 "weights_versions": dict(self.versions),
-                "weights_sha256": dict(self.loaded_sha256),
+                "weights_sha256": dict(self.follower.loaded_sha256),
                 "region": self.config.region,
                 "model_id": self.model_id,
                 "engine": self.config.engine.type,

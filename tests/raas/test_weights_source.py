@@ -11,7 +11,7 @@ import pytest
 
 from lakeflow.io import open_mirror, open_store
 from lakeflow.lake import layout
-from lakeflow.raas import service as service_module
+from lakeflow.raas import follow
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.service import RolloutService
 from lakeflow.weights import codec, load_state, publish
@@ -80,13 +80,13 @@ def test_service_decodes_with_its_configured_workers(tmp_path: Path, monkeypatch
     states.append(adam_step(states[0], 0))
     publish(lake, "policy", states[0])
     seen = []
-    real = service_module.pull
+    real = follow.pull
 
     def spy(*args: Any) -> Any:
         seen.append(args[4])
         return real(*args)
 
-    monkeypatch.setattr(service_module, "pull", spy)
+    monkeypatch.setattr(follow, "pull", spy)
     config = RaasConfig(cache_dir=str(tmp_path / "cache"), decode_workers=2, decode_processes=True)
     engine = LoadOnly()
     service = RolloutService(lake, "policy", config, engine=engine)  # type: ignore[arg-type]

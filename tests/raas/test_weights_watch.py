@@ -13,8 +13,7 @@ import pytest
 from lakeflow.io import Store, open_mirror
 from lakeflow.lake import LakeReader
 from lakeflow.lake.tasks import Task
-from lakeflow.raas import service as service_module
-from lakeflow.raas import workflows
+from lakeflow.raas import follow, workflows
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.rewards import RewardFn
 from lakeflow.raas.service import RolloutService
@@ -32,13 +31,13 @@ def test_a_far_source_is_watched_in_the_background(
     target = open_mirror(str(tmp_path / "mirror"))
     mirror(store, target, "policy")
     askers: list[str] = []
-    latest = service_module.latest_version
+    latest = follow.latest_version
 
     def counted(source: Store, model_id: str) -> int | None:
         askers.append(threading.current_thread().name)
         return latest(source, model_id)
 
-    monkeypatch.setattr(service_module, "latest_version", counted)
+    monkeypatch.setattr(follow, "latest_version", counted)
     holder: list[RolloutService] = []
     published: list[int] = []
 
@@ -51,7 +50,7 @@ def test_a_far_source_is_watched_in_the_background(
             publish(store, "policy", perturbed(v0), base=v0, publisher="test")
             mirror(store, target, "policy")
             deadline = time.monotonic() + 120  # a guard against a hang: the watcher finds version 1
-            while holder[0]._newest.get("policy") != 1 and time.monotonic() < deadline:
+            while holder[0].follower.watched.get("policy") != 1 and time.monotonic() < deadline:
                 time.sleep(0.01)
         return out
 
