@@ -140,7 +140,7 @@ class WeightFollower:
         self.versions[model_id] = result.version
         marker = local_version(result.path) or {}
         self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
-        log.info("loaded %s version %s (%s)", model_id, result.version, result.route)
+        log.info("%s: loaded %s version %s (%s)", self.metrics.raas_id, model_id, result.version, result.route)
         return True
 
     def _pull(self, model_id: str, version: int) -> PullResult | None:
