@@ -21,8 +21,10 @@ class HFEngineConfig(StrictConfig):
 
     type: Literal["hf"] = "hf"
     device: str = Field("cpu", description="torch device of the model ('cpu', 'cuda', 'cuda:1').")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's."
+    dtype: Literal["float32", "bfloat16", "float16", "fastest"] = Field(
+        "float32",
+        description="Compute dtype; float32 keeps behaviour logprobs close to the trainer's. 'fastest': bfloat16 "
+        "where the device computes it natively (a GPU from Ampere on, a CPU with AVX512-BF16 or AMX), else float32.",
     )
     threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's choice).")
 
@@ -39,10 +41,11 @@ class VLLMEngineConfig(StrictConfig):
     )
     gpu_memory_utilization: float = Field(0.8, gt=0, le=1, description="Share of accelerator memory vLLM may take.")
     enforce_eager: bool = Field(False, description="Disable CUDA graphs / compilation (faster start, slower decode).")
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] | None = Field(
+    dtype: Literal["float32", "bfloat16", "float16", "auto", "fastest"] | None = Field(
         None,
-        description="Compute dtype ('auto': the model's own). None: float32 on CPU (behaviour logprobs closest to "
-        "the trainer's float32 forward), the model's own on accelerators.",
+        description="Compute dtype ('auto': the model's own; 'fastest': the model's own on accelerators, and on "
+        "CPU bfloat16 where it has bf16 instructions (AVX512-BF16, AMX), else float32). None: float32 on CPU "
+        "(behaviour logprobs closest to the trainer's float32 forward), the model's own on accelerators.",
     )
 
 

@@ -6,7 +6,8 @@
 of a model's dataset that no reward scores, in a pool with no explicit `reward`; a config that contradicts
 a model that can be read here (vocabulary, positions, no chat template). `check_run_here` (`lakeflow run`
 only: a launched run's nodes are not this machine) adds what this machine lacks: models that are neither
-directories nor cached nor on a hub that answers, devices it does not have. The processes check
+directories nor cached nor on a hub that answers, devices it does not have; `check_run_speed` warns of
+settings that will run but slowly here (bf16 on a CPU without bf16 instructions). The processes check
 their own configs again when they start (a name must resolve there too: import paths and entry
 points do; a registration made only in the launching process does not).
 """
@@ -18,6 +19,7 @@ from lakeflow.dataflow.datasets import task_types
 from lakeflow.errors import ConfigError
 from lakeflow.evaluation.check import check_eval_config
 from lakeflow.models.check import chat_template_problem, device_problem, model_problem
+from lakeflow.models.host import gpu_driver_present, slow_bf16_note
 from lakeflow.models.info import read_model_info
 from lakeflow.raas.check import (
     check_raas_config,
@@ -26,7 +28,7 @@ from lakeflow.raas.check import (
     engine_model_problems,
     task_type_problem,
 )
-from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
@@ -118,3 +120,29 @@ def check_run_here(config: RunConfig) -> list[str]:
         if m.eval is not None:
             problems += engine_device_problems(m.eval.engine, f"{at}.eval.engine")
     return list(dict.fromkeys(problems))
+
+
+def _engine_precision(engine: EngineConfig | None) -> tuple[str | None, str]:
+    """(dtype, device) an engine computes in, as far as this machine tells: vLLM runs on the CPU where no GPU
+    driver is present."""
+    if isinstance(engine, HFEngineConfig):
+        return engine.dtype, engine.device
+    if isinstance(engine, VLLMEngineConfig):
+        return engine.dtype, "cuda" if gpu_driver_present() else "cpu"
+    return None, "cpu"
+
+
+def check_run_speed(config: RunConfig) -> list[str]:
+    """Settings that will run but slowly on this machine, one line each naming its key (warnings, not
+    refusals): bfloat16 compute (trainer autocast, an engine's dtype) on a CPU without bf16 instructions."""
+    notes: list[str] = []
+    for i, m in enumerate(config.models):
+        at = f"models[{i}]"
+        settings: list[tuple[str, str | None, str]] = [(f"{at}.trainer.autocast", m.trainer.autocast, m.trainer.device)]
+        settings.append((f"{at}.raas.config.engine.dtype", *_engine_precision(m.raas.config.engine)))
+        if m.eval is not None and m.eval.engine is not None:  # unset: the pool's engine, noted above
+            settings.append((f"{at}.eval.engine.dtype", *_engine_precision(m.eval.engine)))
+        for key, dtype, device in settings:
+            if (note := slow_bf16_note(dtype, device)) is not None:
+                notes.append(f"{key}: {note}")
+    return notes

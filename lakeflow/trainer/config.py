@@ -162,10 +162,11 @@ class TrainerConfig(StrictConfig):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the master weights the optimizer updates (float32 on CPU)."
     )
-    autocast: Literal["bfloat16", "float16"] | None = Field(
+    autocast: Literal["bfloat16", "float16", "fastest"] | None = Field(
         None,
-        description="Run the forward and backward passes under torch autocast to this dtype (None: in `dtype`); "
-        "the master weights and the optimizer stay in `dtype`.",
+        description="Run the forward and backward passes under torch autocast to this dtype (None: in `dtype`; "
+        "'fastest': bfloat16 where the device computes it natively (a GPU from Ampere on, a CPU with AVX512-BF16 "
+        "or AMX), else in `dtype`); the master weights and the optimizer stay in `dtype`.",
     )
     activation_checkpointing: bool = Field(
         False,

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from lakeflow.errors import ConfigError, MissingExtraError, WeightsFormatError
+from lakeflow.models.host import fastest_autocast
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.weights import State, raw_tensor
 from lakeflow.weights.publish import read_side_files
@@ -190,8 +191,11 @@ def token_logprobs_entropy(
 
 
 def compute_precision(device: str, autocast: str | None) -> contextlib.AbstractContextManager[Any]:
-    """The forward passes' precision: torch autocast to `autocast` (bfloat16/float16) on `device`'s kind,
-    or full precision (None). The weights and the optimizer stay in the trainer's `dtype` either way."""
+    """The forward passes' precision: torch autocast to `autocast` (bfloat16/float16; `fastest`: bfloat16
+    where `device` computes it natively) on `device`'s kind, or full precision (None). The weights and the
+    optimizer stay in the trainer's `dtype` either way."""
+    if autocast == "fastest":
+        autocast = fastest_autocast(device)
     if autocast is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=TORCH_DTYPES[autocast])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakeflow.errors import MissingExtraError
+from lakeflow.models.host import native_bf16
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
@@ -46,7 +47,10 @@ class HFEngine(TokenizedEngine):
         if same_architecture and self._load_in_place(model_dir):
             self.model_dir = model_dir
             return
-        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, self.config.dtype))
+        dtype = self.config.dtype
+        if dtype == "fastest":
+            dtype = "bfloat16" if native_bf16(self.config.device) else "float32"
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
         model = model.to(self.config.device).eval()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model, self.tokenizer, self.model_dir, self._config_json = model, tokenizer, model_dir, config_json

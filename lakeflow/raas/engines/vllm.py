@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakeflow.errors import ConfigError, MissingExtraError
+from lakeflow.models.host import native_bf16
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
@@ -48,6 +49,16 @@ def _import_vllm() -> Any:
         return importlib.import_module("vllm")  # untyped (Any): vllm is not installed where mypy runs
     except ImportError as e:
         raise MissingExtraError("vllm", "vllm") from e
+
+
+def engine_dtype(dtype: str | None, on_cpu: bool) -> str:
+    """vLLM's dtype for the config's `dtype`: unset, float32 on CPU and the model's own ('auto') elsewhere;
+    'fastest', on CPU bfloat16 where it has bf16 instructions and float32 where not."""
+    if dtype is None:
+        return "float32" if on_cpu else "auto"
+    if dtype == "fastest":
+        return ("bfloat16" if native_bf16("cpu") else "float32") if on_cpu else "auto"
+    return dtype
 
 
 class VLLMEngine(TokenizedEngine):
@@ -92,7 +103,7 @@ class VLLMEngine(TokenizedEngine):
             "model": model_dir,
             "max_model_len": max_len,
             "enforce_eager": self.config.enforce_eager,
-            "dtype": self.config.dtype or ("float32" if on_cpu else "auto"),
+            "dtype": engine_dtype(self.config.dtype, on_cpu),
             "seed": self.seed,
             "logprobs_mode": "processed_logprobs",
             "worker_extension_cls": f"{__name__}.WorkerExtension",
@@ -102,7 +113,7 @@ class VLLMEngine(TokenizedEngine):
         self.llm = self.vllm.LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.model_dir, self._config_json, self.max_model_len = model_dir, config_json, max_len
-        log.info("vLLM started on %s in %.1f s", model_dir, time.perf_counter() - t0)
+        log.info("vLLM started on %s in %s in %.1f s", model_dir, kwargs["dtype"], time.perf_counter() - t0)
 
     def close(self) -> None:
         """Stop vLLM's engine core and its workers (also done at interpreter exit)."""
