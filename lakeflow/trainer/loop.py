@@ -93,6 +93,8 @@ class Trainer:
         rank pulls the newest version into its own directory and FSDP2 shards the model."""
         c = self.config
         torch.manual_seed(c.seed)
+        if c.threads is not None:
+            torch.set_num_threads(c.threads)
         os.makedirs(self.work_dir, exist_ok=True)
         self.world = distributed.init(c.device)
         self.device = self.world.device if self.world else c.device

@@ -165,7 +165,9 @@ def test_kl_and_sft_objectives_train(tmp_path: Path, tiny_cache: str, tiny_dir: 
     assert json.loads(store.get(layout.trainer_stats_key(MODEL, 1)))["loss"] > 0  # an NLL is positive
 
 
-def test_the_lr_schedule_and_bf16_autocast_reach_the_step(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
+def test_the_lr_schedule_bf16_autocast_and_threads_reach_the_step(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str
+) -> None:
     store = open_store(str(tmp_path / "lake"))
     tok = tokenizer(tiny_dir)
     for step in (0, 1, 2):
@@ -175,9 +177,14 @@ def test_the_lr_schedule_and_bf16_autocast_reach_the_step(tmp_path: Path, tiny_c
     lrs = [json.loads(store.get(layout.trainer_stats_key(MODEL, s)))["lr"] for s in (0, 1, 2)]
     assert lrs == pytest.approx([5e-4, 1e-3, 1e-3])
     assert t.model is not None and all(p.dtype == torch.float32 for p in t.model.parameters())  # master weights
-    resumed = trainer(store, tmp_path, tiny_cache, "resumed", lr_schedule={"warmup_steps": 8})
+    resumed = trainer(store, tmp_path, tiny_cache, "resumed", lr_schedule={"warmup_steps": 8}, threads=1)
     write_step_batch(store, 3, tok)
-    resumed.run(until_version=4)  # the schedule is the step's: step 3 of an 8-step warmup
+    threads = torch.get_num_threads()
+    try:
+        resumed.run(until_version=4)  # the schedule is the step's: step 3 of an 8-step warmup
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
     assert json.loads(store.get(layout.trainer_stats_key(MODEL, 3)))["lr"] == pytest.approx(0.5e-3)
 
 
