@@ -46,9 +46,14 @@ def native_bf16(device: str = "cpu", cpuinfo: str | None = None) -> bool:
     return False  # mps, xpu, …: not known here; float32 is the safe choice
 
 
+def fastest_dtype(device: str) -> str:
+    """The dtype `fastest` computes in on `device`: bfloat16 where it is native, else float32."""
+    return "bfloat16" if native_bf16(device) else "float32"
+
+
 def fastest_autocast(device: str) -> str | None:
     """The trainer's autocast that `fastest` picks on `device`: bfloat16 where it is native, else none."""
-    return "bfloat16" if native_bf16(device) else None
+    return "bfloat16" if fastest_dtype(device) == "bfloat16" else None
 
 
 def slow_bf16_note(dtype: str | None, device: str = "cpu") -> str | None:

@@ -10,8 +10,10 @@ import torch
 import yaml
 
 from lakeflow.cli.run import load_job
-from lakeflow.models import host
+from lakeflow.models import host, resolve_model
+from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines import vllm as vllm_engine
+from lakeflow.raas.engines.hf import HFEngine
 from lakeflow.run import check as run_check
 from lakeflow.trainer.model import compute_precision
 
@@ -36,7 +38,6 @@ def test_no_flags_line_counts_as_not_native() -> None:
 def no_bf16(monkeypatch: pytest.MonkeyPatch, native: bool = False) -> None:
     """Make this machine's CPU one with (native) or without bf16 instructions."""
     monkeypatch.setattr(host, "native_bf16", lambda device="cpu", cpuinfo=None: native)
-    monkeypatch.setattr(vllm_engine, "native_bf16", lambda device="cpu", cpuinfo=None: native)
 
 
 @pytest.mark.parametrize("native", [False, True])
@@ -116,3 +117,13 @@ def test_vllm_on_a_gpu_machine_is_not_warned_of(
     monkeypatch.setattr(run_check, "gpu_driver_present", lambda: True)
     load_job(job(tmp_path, {}, {"type": "vllm", "dtype": "bfloat16"}), None)
     assert capsys.readouterr().err == f"Warning: models[0].eval.engine.dtype: {host.slow_bf16_note('bfloat16')}\n"
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_transformers_engine_loads_in_the_fastest_dtype(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, native: bool
+) -> None:
+    no_bf16(monkeypatch, native)
+    engine = HFEngine(HFEngineConfig(dtype="fastest"), seed=0)
+    engine.load(resolve_model("tiny:host", tmp_path))
+    assert engine.model.dtype == (torch.bfloat16 if native else torch.float32)

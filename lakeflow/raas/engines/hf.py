@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakeflow.errors import MissingExtraError
-from lakeflow.models.host import native_bf16
+from lakeflow.models.host import fastest_dtype
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
@@ -47,9 +47,7 @@ class HFEngine(TokenizedEngine):
         if same_architecture and self._load_in_place(model_dir):
             self.model_dir = model_dir
             return
-        dtype = self.config.dtype
-        if dtype == "fastest":
-            dtype = "bfloat16" if native_bf16(self.config.device) else "float32"
+        dtype = fastest_dtype(self.config.device) if self.config.dtype == "fastest" else self.config.dtype
         model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
         model = model.to(self.config.device).eval()
         tokenizer = AutoTokenizer.from_pretrained(model_dir)

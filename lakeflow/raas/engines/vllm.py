@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakeflow.errors import ConfigError, MissingExtraError
-from lakeflow.models.host import native_bf16
+from lakeflow.models.host import fastest_dtype
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
 
@@ -57,7 +57,7 @@ def engine_dtype(dtype: str | None, on_cpu: bool) -> str:
     if dtype is None:
         return "float32" if on_cpu else "auto"
     if dtype == "fastest":
-        return ("bfloat16" if native_bf16("cpu") else "float32") if on_cpu else "auto"
+        return fastest_dtype("cpu") if on_cpu else "auto"
     return dtype
 
 
