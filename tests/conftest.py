@@ -8,8 +8,6 @@ a millisecond step into seconds."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ import boto3
 import pytest
 
 from lakeflow.io import S3Options, Store, open_store
+from tests.servers import moto_server
 
 
 @pytest.fixture(scope="session")
@@ -41,21 +40,6 @@ def second_s3_endpoint() -> Iterator[str]:
     """Another S3 server beside the lake's (a second region or account), for one test."""
     with moto_server() as endpoint:
         yield endpoint
-
-
-@contextlib.contextmanager
-def moto_server() -> Iterator[str]:
-    """A moto S3 server on a free loopback port while the block runs: its endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a log line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 @pytest.fixture

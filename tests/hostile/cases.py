@@ -398,7 +398,26 @@ WEIGHT_CASES = {
     "a weight chain that loops (version 2's manifest names version 3)",
     "a delta whose base points forward (version 2 on version 5)",
 }
-LOCAL_ONLY = {"a local lake's shard that is a symbolic link"}  # S3 has no symbolic links
+# The cases run on an S3 bucket too: where S3 answers differently from a directory. Keys are names, not
+# paths (traversal, foreign partitions, odd objects in a listing); a missing object is a 404; shards and
+# safetensors headers are read by ranged GETs; LATEST is a pointer moved by conditional writes; a
+# heartbeat is read whole. Every other case parses bytes the store hands over the same way on every
+# backend (tests/io/test_store.py runs the store's behaviour suite on all three), so it runs locally.
+S3_CASES = {
+    "commit naming ../../../../etc/passwd",
+    "commit whose shard key climbs out of its partition",
+    "commit naming another writer's shard",
+    "commit with a wrong size",
+    "commit of a shard that does not exist",
+    "an object under _commits/ that is not a commit key",
+    "truncated Parquet shard",
+    "LATEST deleted",
+    "LATEST of garbage",
+    "LATEST moved back to version 0",
+    "newest version's weights corrupted",
+    "safetensors header claiming 2^60 bytes",
+    "rollout heartbeat of 2 MB",
+}
 
 
 def _as_delta(store: Store, **fields: object) -> None:

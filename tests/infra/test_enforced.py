@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from lakeflow.infra import ROLES
 from lakeflow.infra.evaluate import TABLE_MODEL, probe_table
 from lakeflow.infra.model import PER_MODEL
 from tests.infra.conftest import Terraform
+from tests.servers import moto_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.timeout(900)]
 
@@ -40,29 +39,9 @@ IDENTITY = {r: f"{r}-{TABLE_MODEL}" if r in PER_MODEL else r for r in ROLES}
 
 @pytest.fixture(scope="module")
 def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A moto server of our own (a process: IAM enforcement is switched on for it alone)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120  # a guard against a hang: moto starts in seconds when idle
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, "moto server did not start"
-                time.sleep(0.2)
+    """A moto server of our own (IAM enforcement is switched on for it alone)."""
+    with moto_server(log=str(tmp_path_factory.mktemp("moto") / "moto.log")) as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
 
 
 def enforce(endpoint: str, on: bool) -> None:

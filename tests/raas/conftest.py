@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +64,12 @@ def engine(tiny_dir: str) -> Any:
     e = HFEngine(HFEngineConfig(), seed=0)
     e.load(tiny_dir)
     return e
+
+
+@pytest.fixture
+def untraced_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Start vLLM's engine process without coverage's tracer: it runs vLLM's code (the one lakeflow
+    function it calls, the weights reload, is measured through `lakeflow run` with vLLM,
+    tests/run/test_run.py), and traced it starts and generates about 1.8x slower on Python 3.11."""
+    for name in [k for k in os.environ if k.startswith("COVERAGE_")]:
+        monkeypatch.delenv(name)

@@ -92,6 +92,7 @@ def _max_error(model_dir: str, groups: list[list[Completion]]) -> float:
     return worst
 
 
+@pytest.mark.usefixtures("untraced_engine_process")
 def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: Path) -> None:
     model_dir = resolve_model("tiny:vllm", tmp_path)
     engine = build_engine(VLLMEngineConfig(max_model_len=256, enforce_eager=True), seed=0)

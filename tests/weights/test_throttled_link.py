@@ -20,6 +20,7 @@ import pytest
 
 from lakeflow.bench.weights import LINK, link_seconds
 from lakeflow.weights import load_state
+from tests.servers import untraced_env
 from tests.weights.throttled_peer import throttled_states
 from tests.weights.weight_states import assert_same_state
 
@@ -106,7 +107,7 @@ def s3_in_namespace(shaped_link: Link, tmp_path: Path) -> Iterator[str]:
             ["ip", "netns", "exec", shaped_link.server_ns, *moto],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env=untraced_env(_env()),  # the S3 server runs none of lakeflow's code
             cwd=ROOT,
         )
         try:

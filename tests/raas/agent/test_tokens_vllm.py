@@ -36,6 +36,7 @@ def _collect_vllm_leftovers() -> Iterator[None]:
         gc.collect()
 
 
+@pytest.mark.usefixtures("untraced_engine_process")
 def test_multi_turn_episodes_from_vllm_match_the_trainer(tiny_dir: str) -> None:
     engine = build_engine(VLLMEngineConfig(max_model_len=512, enforce_eager=True), seed=0)
     try:

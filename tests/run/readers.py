@@ -1,7 +1,8 @@
 """At the end of a `lakeflow run`, readers that know nothing of lakeflow count exactly what `lakeflow sql`
 counts, with no command run by hand: Polars, DuckDB's `delta_scan` (duckdb-extension-delta), pandas
 through deltalake and a pyarrow dataset all read `tables/trajectories`, which the dataflow process
-compacted completely when the run stopped it (after the rollout services)."""
+compacted completely when the run stopped it (after the rollout services). Checked by
+tests/run/test_run.py on the lake its runs left, kill -9s and resumes included: no run of its own."""
 
 from __future__ import annotations
 
@@ -10,25 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from tests.run.test_run import write_config
-
-pytest.importorskip("torch")
-
-
-@pytest.mark.slow
-def test_outside_readers_count_what_lakeflow_sql_counts(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "run.yaml", steps=2)
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "lakeflow", "run", str(config), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lake = run_dir / "lake"
+def check_outside_readers(lake: Path) -> None:
+    """Polars, DuckDB's delta_scan, pandas and pyarrow count `lake`'s table as `lakeflow sql` counts it."""
     table = str(lake / "tables" / "trajectories")
 
     sql = subprocess.run(
