@@ -34,12 +34,17 @@ def moto_server(host: str = "127.0.0.1", log: str | None = None) -> Iterator[str
         try:
             yield _wait_for_endpoint(server, path)
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)
+
+
+def stop(server: subprocess.Popen[bytes]) -> None:
+    """End a server this test started: SIGTERM, then SIGKILL if it is still up after 10 s."""
+    server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def _wait_for_endpoint(server: subprocess.Popen[bytes], log: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from lakeflow.bench.weights import LINK, link_seconds
 from lakeflow.weights import load_state
-from tests.servers import untraced_env
+from tests.servers import stop, untraced_env
 from tests.weights.throttled_peer import throttled_states
 from tests.weights.weight_states import assert_same_state
 
@@ -113,12 +113,7 @@ def s3_in_namespace(shaped_link: Link, tmp_path: Path) -> Iterator[str]:
         try:
             yield f"http://{SERVER_IP}:{PORT}"
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait(timeout=10)
+            stop(server)
 
 
 def _peer(ns: str, *args: str) -> dict[str, object]:
