@@ -27,10 +27,10 @@ from benchmarks.errors import SkippedError
 from benchmarks.netns import served_in_namespace
 from benchmarks.regions import served
 from lakeflow.bench import machine
-from lakeflow.catalog import connect_lake
 from lakeflow.io import Store
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import read_heartbeats
+from lakeflow.lakeview import connect_lake
 from lakeflow.run import RunConfig, load_run_config
 from lakeflow.run.config import RegionPool
 from lakeflow.text import text_table

@@ -16,13 +16,13 @@ from typing import Any
 import click
 
 from lakeflow.bench import machine
-from lakeflow.catalog import connect_lake
-from lakeflow.catalog.lakeview import attach_s3, open_connection
 from lakeflow.dataflow.compact import Compactor, compaction_bound
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.io.testserver import local_s3_bucket
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.lake.table import location, read_snapshot
+from lakeflow.lakeview import connect_lake
+from lakeflow.lakeview.view import attach_s3, open_connection
 
 COUNT = "SELECT count(*) FROM trajectories"
 GROUP_BY = (

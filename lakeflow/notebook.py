@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakeflow.catalog.lakeview import LakeQuery, connect_lake
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.errors import LakeflowError, LakeNotFoundError
 from lakeflow.io import S3Options, Store, open_store
+from lakeflow.lakeview import LakeQuery, connect_lake
 from lakeflow.text import text_table
 
 if TYPE_CHECKING:

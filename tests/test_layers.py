@@ -21,6 +21,7 @@ ALLOWED = {
     "io": {"text", "errors"},
     "lake": {"text", "io", "errors"},
     "catalog": {"text", "lake", "io", "errors"},
+    "lakeview": {"catalog", "lake", "io", "errors"},  # the catalog's shipped SQL and statement time limit
     "weights": {"text", "lake", "io", "errors"},
     "infra": {"lake", "errors"},
     "tracking": {"configfile", "text", "lake", "io", "errors"},
@@ -29,8 +30,8 @@ ALLOWED = {
     "raas": {"configfile", "text", "humaneval", "models", "weights", "lake", "io", "errors", "tracking"},
     "trainer": {"configfile", "text", "models", "weights", "lake", "io", "errors", "tracking"},
     "evaluation": {"configfile", "text", "raas", "dataflow", "tracking", "weights", "lake", "io", "errors"},
-    "report": {"configfile", "text", "catalog", "weights", "lake", "io", "errors"},
-    "notebook": {"text", "catalog", "dataflow", "lake", "io", "errors"},
+    "report": {"configfile", "text", "lakeview", "weights", "lake", "io", "errors"},
+    "notebook": {"text", "lakeview", "dataflow", "lake", "io", "errors"},
     "run": {
         "models",
         "configfile",
@@ -47,7 +48,7 @@ ALLOWED = {
     },
     "autoscale": {"text", "lake", "io", "errors"},
     "launch": {"configfile", "text", "run", "raas", "trainer", "dataflow", "weights", "lake", "io", "errors"},
-    "bench": {"text", "catalog", "weights", "lake", "io", "errors"},  # measures of the user's own setup
+    "bench": {"text", "lakeview", "weights", "lake", "io", "errors"},  # measures of the user's own setup
     "cli": {
         "notebook",
         "infra",
@@ -65,6 +66,7 @@ ALLOWED = {
         "models",
         "dataflow",
         "catalog",
+        "lakeview",
         "weights",
         "lake",
         "io",

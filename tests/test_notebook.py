@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 import lakeflow
-from lakeflow.catalog.lakeview import QueryError
 from lakeflow.cli import main
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.errors import LakeNotFoundError
 from lakeflow.io import open_store
 from lakeflow.lake.synth import SynthSpec, write_synthetic
+from lakeflow.lakeview import QueryError
 from lakeflow.notebook import MissingLibraryError
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
 

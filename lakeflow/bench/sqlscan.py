@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from lakeflow.catalog import connect_lake
-from lakeflow.catalog.lakeview import open_connection
 from lakeflow.io.s3 import S3Store, s3fs_filesystem
 from lakeflow.lake import LakeReader
+from lakeflow.lakeview import connect_lake
+from lakeflow.lakeview.view import open_connection
 
 QUERY = "SELECT model_id, policy_version, count(*), avg(reward), sum(len(response_ids)) FROM {src} GROUP BY ALL"
 

@@ -204,17 +204,12 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 # --- real optimizer updates (torch, transformers: lazily imported) --------------------------
 
 
-def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[str, list[State]]:
-    """States of a model before and after each of `steps` AdamW steps in bf16; and a description.
+def _bench_model(model_path: str | None) -> tuple[Any, Any, str]:
+    """The model in bf16 (a small random Llama when `model_path` is None), its tokenizer (None for the random
+    one) and a description."""
+    import torch
+    import transformers
 
-    `model_path`: a Hugging Face directory or a .gguf file; None builds a small random Llama."""
-    try:
-        import torch
-        import transformers
-    except ImportError as e:
-        raise MissingExtraError("torch", "torch") from e
-    torch.manual_seed(0)
-    tok = None
     if model_path is None:
         config = transformers.LlamaConfig(
             vocab_size=512,
@@ -226,42 +221,56 @@ def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[s
             max_position_embeddings=256,
         )
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[no-untyped-call,arg-type]
-        about = "FALLBACK: small random Llama built locally (no --model given); not a pretrained model"
-    else:
-        kwargs: dict[str, Any] = {"dtype": torch.bfloat16}
-        directory = model_path
-        if model_path.endswith(".gguf"):
-            directory, kwargs["gguf_file"] = os.path.dirname(model_path), os.path.basename(model_path)
-        model = transformers.AutoModelForCausalLM.from_pretrained(directory, **kwargs)
-        model = model.to(torch.bfloat16)  # type: ignore[arg-type]
-        tok = transformers.AutoTokenizer.from_pretrained(
-            directory, **{k: v for k, v in kwargs.items() if k == "gguf_file"}
-        )
-        about = f"{model_path} ({type(model).__name__}, pretrained)"
+        return model, None, "FALLBACK: small random Llama built locally (no --model given); not a pretrained model"
+    kwargs: dict[str, Any] = {"dtype": torch.bfloat16}
+    directory = model_path
+    if model_path.endswith(".gguf"):
+        directory, kwargs["gguf_file"] = os.path.dirname(model_path), os.path.basename(model_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, **kwargs)
+    model = model.to(torch.bfloat16)  # type: ignore[arg-type]
+    tok = transformers.AutoTokenizer.from_pretrained(directory, **{k: v for k, v in kwargs.items() if k == "gguf_file"})
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok, f"{model_path} ({type(model).__name__}, pretrained)"
+
+
+_TEXTS = [
+    "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. "
+    "How many clips did she sell altogether? Answer: 72.",
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
+    "The mitochondria is the membrane-bound organelle that produces most of the cell's chemical energy.",
+    "User: Translate 'good morning' into French.\nAssistant: Bonjour.",
+]
+
+
+def _snapshot(model: Any) -> State:
+    """The model's parameters as raw tensors (tied weights appear once)."""
+    import torch
+
+    out: State = {}
+    for name, p in model.named_parameters():
+        t = p.detach().contiguous()
+        dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[t.dtype]
+        width = torch.int16 if t.element_size() == 2 else torch.int32
+        out[name] = raw_tensor(dtype, tuple(t.shape), t.view(width).numpy().copy())
+    return out
+
+
+def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[str, list[State]]:
+    """States of a model before and after each of `steps` AdamW steps in bf16; and a description.
+
+    `model_path`: a Hugging Face directory or a .gguf file; None builds a small random Llama."""
+    try:
+        import torch
+    except ImportError as e:
+        raise MissingExtraError("torch", "torch") from e
+    torch.manual_seed(0)
+    model, tok, about = _bench_model(model_path)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
-    texts = [
-        "Question: Natalia sold clips to 48 of her friends in April, and then she sold half as many in May. "
-        "How many clips did she sell altogether? Answer: 72.",
-        "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n",
-        "The mitochondria is the membrane-bound organelle that produces most of the cell's chemical energy.",
-        "User: Translate 'good morning' into French.\nAssistant: Bonjour.",
-    ]
-
-    def snapshot() -> State:
-        out: State = {}
-        for name, p in model.named_parameters():  # tied weights appear once
-            t = p.detach().contiguous()
-            dtype = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}[t.dtype]
-            width = torch.int16 if t.element_size() == 2 else torch.int32
-            out[name] = raw_tensor(dtype, tuple(t.shape), t.view(width).numpy().copy())
-        return out
-
-    states = [snapshot()]
+    states = [_snapshot(model)]
     for step in range(steps):
         if tok is not None:
-            if tok.pad_token is None:
-                tok.pad_token = tok.eos_token
-            batch = tok([texts[(step + i) % len(texts)] for i in range(4)], return_tensors="pt", padding=True)
+            batch = tok([_TEXTS[(step + i) % len(_TEXTS)] for i in range(4)], return_tensors="pt", padding=True)
             ids, mask = batch["input_ids"], batch["attention_mask"]
         else:
             ids = torch.randint(0, 512, (4, 64), generator=torch.Generator().manual_seed(step))
@@ -270,7 +279,7 @@ def adam_states(model_path: str | None, steps: int, lr: float = 3e-6) -> tuple[s
         loss.backward()
         opt.step()
         opt.zero_grad()
-        states.append(snapshot())
+        states.append(_snapshot(model))
     return about, states
 
 

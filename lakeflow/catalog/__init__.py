@@ -1,8 +1,7 @@
-"""The catalog: the read-only lake view for analysts (`lakeview.py`: DuckDB over the committed shards)
-and the dataflow's mutable state (`state.py`: the `Catalog` and its tables). Its SQL ships in
-`lakeflow/catalog/sql/`."""
+"""The dataflow catalog: the dataflow process's mutable state in DuckDB (`state.py`: the `Catalog` and its
+tables) and the SQL data policies that run on it. Its SQL ships in `lakeflow/catalog/sql/`. The analysts'
+read-only view of the lake is `lakeflow/lakeview/`."""
 
-from lakeflow.catalog.lakeview import LakeQuery, QueryError, connect_lake
 from lakeflow.catalog.sqlfiles import read_sql
 
-__all__ = ["LakeQuery", "QueryError", "connect_lake", "read_sql"]
+__all__ = ["read_sql"]

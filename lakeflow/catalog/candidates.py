@@ -2,7 +2,7 @@
 
 Kept in one place so the dataflow loop, `lakeflow policy check` and the docs agree on
 what a policy sees (catalog/policies/README.md describes the same columns). The owners
-stage these views with `StateDB.stage_candidates`, which binds the model.
+stage these views with `StateDB.staged_candidates`, which binds the model.
 """
 
 from __future__ import annotations

@@ -105,46 +105,45 @@ class ServingTables:
     def _select(self, table: str, model_id: str, policy: Policy, params: dict[str, Any], limit: int) -> list[str]:
         """The first `limit` group ids a policy returns from the model's groups in `table`. (Ids that
         are not candidates are caught by `StateDB.run_policy`, which falls back to the default policy.)"""
-        self._db.stage_candidates(group_candidates(table), model_id)
-        ids = [i for i in self._db.run_policy(policy, params).column("group_id").to_pylist() if i is not None]
+        with self._db.staged_candidates(group_candidates(table), model_id):
+            ids = [i for i in self._db.run_policy(policy, params).column("group_id").to_pylist() if i is not None]
         return ids[:limit]
 
     def _prune_stale(self, table: str, model_id: str, step: int, p: ServingPolicies) -> tuple[int, int]:
         """Remove the model's groups in `table` that fail the staleness policy at `step` (fresh ones are
         recorded as dropped). Returns (groups left, groups removed)."""
-        self._db.stage_candidates(group_candidates(table), model_id)
+        db = self._db
         params = {"model_id": model_id, "step": step, "max_staleness": p.max_staleness}
-        # Ids the policy returns that are not candidates match nothing below: harmless.
-        with self._db.table("_ok", self._db.run_policy(p.staleness, params)):
-            ((left, total),) = self._db.rows(
-                "SELECT (SELECT count(*) FROM candidates SEMI JOIN _ok USING (group_id)), "
-                "(SELECT count(*) FROM candidates)"
-            )
-            if total > left:
-                self._db.run(
-                    "CREATE OR REPLACE TEMP TABLE _stale AS "
-                    "SELECT group_id FROM candidates ANTI JOIN _ok USING (group_id)"
+        with db.staged_candidates(group_candidates(table), model_id):
+            ok = db.run_policy(p.staleness, params)  # ids that are not candidates match nothing below: harmless
+            with db.table("_ok", ok):
+                ((left, total),) = db.rows(
+                    "SELECT (SELECT count(*) FROM candidates SEMI JOIN _ok USING (group_id)), "
+                    "(SELECT count(*) FROM candidates)"
                 )
-                if table == "fresh":
-                    self._db.run(
-                        "INSERT INTO dropped SELECT ?, group_id, ?, ?, ? FROM _stale",
-                        [model_id, step, f"stale at step {step} ({p.staleness.name})", self._db.ckpt],
+                if total == left:
+                    return int(left), 0
+                # Staged before the DELETE below changes what `candidates` (a view of `table`) shows.
+                with db.staged("_stale", "SELECT group_id FROM candidates ANTI JOIN _ok USING (group_id)"):
+                    if table == "fresh":
+                        db.run(
+                            "INSERT INTO dropped SELECT ?, group_id, ?, ?, ? FROM _stale",
+                            [model_id, step, f"stale at step {step} ({p.staleness.name})", db.ckpt],
+                        )
+                    db.run(
+                        f"DELETE FROM {identifier(table)} "
+                        "WHERE model_id = ? AND group_id IN (SELECT group_id FROM _stale)",
+                        [model_id],
                     )
-                self._db.run(
-                    f"DELETE FROM {identifier(table)} WHERE model_id = ? AND group_id IN (SELECT group_id FROM _stale)",
-                    [model_id],
-                )
-                self._db.run("DROP TABLE _stale")
         return int(left), int(total - left)
 
     def batch_table(self, model_id: str, plan: Plan) -> pa.Table:
         """Sample references of a plan, one row per sample, fresh groups first (BATCH_SCHEMA columns)."""
         ids = plan.fresh + plan.replay
         kinds = ["fresh"] * len(plan.fresh) + ["replay"] * len(plan.replay)
-        with self._db.ids("_plan_ids", ids, pos=pa.array(range(len(ids)), pa.int64()), kind=pa.array(kinds)):
-            self._db.run("CREATE OR REPLACE TEMP TABLE _plan AS SELECT * FROM _plan_ids")
-        table = self._db.arrow(_BATCH_ROWS, {"model_id": model_id})
-        self._db.run("DROP TABLE _plan")
+        plan_ids = self._db.ids("_plan_ids", ids, pos=pa.array(range(len(ids)), pa.int64()), kind=pa.array(kinds))
+        with plan_ids, self._db.staged("_plan", "SELECT * FROM _plan_ids"):
+            table = self._db.arrow(_BATCH_ROWS, {"model_id": model_id})
         found = len(set(table.column("group_id").to_pylist()))
         if found != len(ids):
             raise PolicyError(
@@ -168,24 +167,24 @@ class ServingTables:
         if db.scalar("SELECT count(*) FROM batches WHERE model_id = ? AND step = ?", [model_id, step]):
             return False
         kinds = pa.array(["fresh"] * len(fresh) + ["replay"] * len(replay))
-        with db.ids("_batch_ids", fresh + replay, kind=kinds):
-            db.run("CREATE OR REPLACE TEMP TABLE _batch AS SELECT * FROM _batch_ids")  # one Arrow scan, not four
-        db.run("INSERT INTO served SELECT ?, ?, group_id, kind, ? FROM _batch", [model_id, step, db.ckpt])
-        db.run(
-            "INSERT INTO replay SELECT *, 1, ? FROM fresh WHERE model_id = ? "
-            "AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
-            [step, model_id],
-        )
-        db.run(
-            "DELETE FROM fresh WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
-            [model_id],
-        )
-        db.run(
-            "UPDATE replay SET served_count = served_count + 1, last_served_step = ? "
-            "WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'replay')",
-            [step, model_id],
-        )
-        db.run("DROP TABLE _batch")
+        # staged as a table: the Arrow list is scanned once, not by each of the four statements
+        with db.ids("_batch_ids", fresh + replay, kind=kinds), db.staged("_batch", "SELECT * FROM _batch_ids"):
+            db.run("INSERT INTO served SELECT ?, ?, group_id, kind, ? FROM _batch", [model_id, step, db.ckpt])
+            db.run(
+                "INSERT INTO replay SELECT *, 1, ? FROM fresh WHERE model_id = ? "
+                "AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
+                [step, model_id],
+            )
+            db.run(
+                "DELETE FROM fresh "
+                "WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'fresh')",
+                [model_id],
+            )
+            db.run(
+                "UPDATE replay SET served_count = served_count + 1, last_served_step = ? "
+                "WHERE model_id = ? AND group_id IN (SELECT group_id FROM _batch WHERE kind = 'replay')",
+                [step, model_id],
+            )
         db.run(
             "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?)",
             [model_id, step, len(fresh), len(replay), samples, now, db.ckpt],

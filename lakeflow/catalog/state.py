@@ -1,9 +1,10 @@
 """The dataflow catalog: DuckDB tables of sample metadata, groups and serving state (the dataflow's
-mutable state; `lakeview.py` is the read-only view of the lake for analysts).
+mutable state; `lakeflow/lakeview/` is the read-only view of the lake for analysts).
 
 `Catalog` owns every table operation, one method each: ingest, completing groups, quarantine,
-weights, checkpoints here; the serving pools in `catalog.serving` (serving.py) and prompts and
-tasks in `catalog.tasks` (tasks_table.py), all on one connection (statedb.py). Payload never
+weights, checkpoints here (the SQL of completing groups in completion.py); the serving pools in
+`catalog.serving` (serving.py) and prompts and tasks in `catalog.tasks` (tasks_table.py), all on one
+connection (statedb.py). Temp tables live only inside a `StateDB.staged` block. Payload never
 enters the catalog: rows point at (shard, row). Checkpoints move tables in and out as Arrow,
 never through DuckDB's file access.
 """
@@ -11,6 +12,8 @@ never through DuckDB's file access.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakeflow.catalog.candidates import GROUP_COLUMNS, GROUP_TABLE, PROMPT_CANDIDATES, example_params, group_candidates
+from lakeflow.catalog.completion import COMPLETE_GROUPS, FOLD_PROMPT_STATS, REFS, ZERO_ADV_TOLERANCE
 from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.serving import ServingTables
 from lakeflow.catalog.statedb import StateDB, identifier
@@ -26,20 +30,25 @@ from lakeflow.catalog.tasks_table import TaskTables
 
 APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine", "table_log")
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
-_REFS = "sample_ids, shard_idx, rows, rewards"
-# A group has zero advantage when its rewards differ by no more than this, relative to their
-# magnitude (at least 1): rewards that differ only by float rounding ([0.1 + 0.2, 0.3, …]) would
-# otherwise give advantages of ~1e-11 that fill a batch slot and teach nothing.
-ZERO_ADV_TOLERANCE = 1e-9
-# The sample standard deviation of a group's rewards, scaled by their largest magnitude s first
-# (std(r) = s * std(r / s), with every r / s in [-1, 1]) so that no finite reward can overflow it:
-# DuckDB's stddev_samp raises on overflow, which would stop the dataflow loop. 0 when every reward is 0.
-SAFE_REWARD_STD = (
-    "coalesce(list_max(list_transform(rewards, r -> abs(r))) * list_stddev_samp(list_transform(rewards, "
-    "r -> r / nullif(list_max(list_transform(rewards, x -> abs(x))), 0))), 0)"
-)
 _NEXT_ARRIVAL = "SELECT greatest((SELECT max(arrival) FROM groups), (SELECT max(arrival) FROM pending)) + 1"
 _NEXT_SHARD = "SELECT coalesce(max(shard_idx) + 1, 0) FROM shards"
+# The incoming samples (`_in`) to ingest, numbered from the bound arrival: each id once, none in `_skip`.
+_NEW_SAMPLES = (
+    "SELECT * EXCLUDE (_pos), ? + row_number() OVER (ORDER BY _pos) - 1 AS arrival FROM _in "
+    "ANTI JOIN _skip USING (sample_id) QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY _pos) = 1"
+)
+# Merge the new samples (`_new`) into their groups in `pending`.
+_ADD_PENDING = f"""
+    INSERT INTO pending
+    SELECT model_id, group_id, any_value(prompt_id), any_value(task_id), count(*),
+           min(policy_version), max(arrival), list(sample_id ORDER BY arrival),
+           list(shard_idx ORDER BY arrival), list("row" ORDER BY arrival), list(reward ORDER BY arrival)
+    FROM _new GROUP BY model_id, group_id
+    ON CONFLICT (model_id, group_id) DO UPDATE SET
+        n = pending.n + excluded.n,
+        policy_version = least(pending.policy_version, excluded.policy_version),
+        arrival = greatest(pending.arrival, excluded.arrival),
+        {", ".join(f"{c} = list_concat(pending.{c}, excluded.{c})" for c in REFS.split(", "))}"""
 
 
 @dataclass
@@ -137,41 +146,19 @@ class Catalog:
         if table.num_rows == 0:
             return IngestResult(0, [], [])
         db = self._db
-        with db.table("_incoming", table):
-            db.run("CREATE OR REPLACE TEMP TABLE _in AS SELECT *, row_number() OVER () AS _pos FROM _incoming")
-        # A 64-bit hash match counts as a duplicate (false positive odds ~ n^2 / 2^65).
-        known = db.column("SELECT sample_id FROM _in WHERE hash(sample_id) IN (SELECT sid_hash FROM sample_hashes)")
-        repeated = db.column(  # the same id twice in this batch: keep the first
-            "SELECT sample_id FROM (SELECT sample_id, "
-            "row_number() OVER (PARTITION BY sample_id ORDER BY _pos) AS k FROM _in) WHERE k > 1"
-        )
-        late = db.column("SELECT i.sample_id FROM _in i SEMI JOIN groups g USING (model_id, group_id)")
-        with db.ids("_skip", known + late, "sample_id"):
-            db.run(
-                "CREATE OR REPLACE TEMP TABLE _new AS SELECT * EXCLUDE (_pos), "
-                "? + row_number() OVER (ORDER BY _pos) - 1 AS arrival FROM _in ANTI JOIN _skip USING (sample_id) "
-                "QUALIFY row_number() OVER (PARTITION BY sample_id ORDER BY _pos) = 1",
-                [self.arrival],
+        with db.table("_incoming", table), db.staged("_in", "SELECT *, row_number() OVER () AS _pos FROM _incoming"):
+            # A 64-bit hash match counts as a duplicate (false positive odds ~ n^2 / 2^65).
+            known = db.column("SELECT sample_id FROM _in WHERE hash(sample_id) IN (SELECT sid_hash FROM sample_hashes)")
+            repeated = db.column(  # the same id twice in this batch: keep the first
+                "SELECT sample_id FROM (SELECT sample_id, "
+                "row_number() OVER (PARTITION BY sample_id ORDER BY _pos) AS k FROM _in) WHERE k > 1"
             )
-        db.run("DROP TABLE _in")
-        added = db.scalar("SELECT count(*) FROM _new")
-        self.arrival += table.num_rows  # arrival numbers may have gaps (skipped rows), never repeats
-        db.run("INSERT INTO sample_hashes SELECT hash(sample_id), ? FROM _new", [self.ckpt])
-        db.run(
-            f"""
-            INSERT INTO pending
-            SELECT model_id, group_id, any_value(prompt_id), any_value(task_id), count(*),
-                   min(policy_version), max(arrival), list(sample_id ORDER BY arrival),
-                   list(shard_idx ORDER BY arrival), list("row" ORDER BY arrival), list(reward ORDER BY arrival)
-            FROM _new GROUP BY model_id, group_id
-            ON CONFLICT (model_id, group_id) DO UPDATE SET
-                n = pending.n + excluded.n,
-                policy_version = least(pending.policy_version, excluded.policy_version),
-                arrival = greatest(pending.arrival, excluded.arrival),
-                {", ".join(f"{c} = list_concat(pending.{c}, excluded.{c})" for c in _REFS.split(", "))}
-            """
-        )
-        db.run("DROP TABLE _new")
+            late = db.column("SELECT i.sample_id FROM _in i SEMI JOIN groups g USING (model_id, group_id)")
+            with db.ids("_skip", known + late, "sample_id"), db.staged("_new", _NEW_SAMPLES, [self.arrival]):
+                added = db.scalar("SELECT count(*) FROM _new")
+                self.arrival += table.num_rows  # arrival numbers may have gaps (skipped rows), never repeats
+                db.run("INSERT INTO sample_hashes SELECT hash(sample_id), ? FROM _new", [self.ckpt])
+                db.run(_ADD_PENDING)
         return IngestResult(added, known + repeated, late)
 
     def pool_shards(self, replay_models: list[str]) -> list[str]:
@@ -214,37 +201,28 @@ class Catalog:
         `candidates`, decides which are kept. All go into `groups`, the kept ones into `fresh` (or the
         replay pool, when a recorded batch already names them), and their rewards fold into the
         per-prompt statistics that curation policies read (`decay`: the pass-rate average's)."""
-        if not self._stage_complete(model_id, n_samples):
-            self._db.run("DROP TABLE _complete")
-            return CompleteResult(0, 0, [])
-        kept = self._db.run_policy(filter_policy, {"model_id": model_id})
-        return self._finish_complete(kept.column("group_id").to_pylist(), filter_policy.name, decay)
+        with self._staged_complete(model_id, n_samples) as total:
+            if not total:
+                return CompleteResult(0, 0, [])
+            kept = self._db.run_policy(filter_policy, {"model_id": model_id}).column("group_id").to_pylist()
+            with self._db.ids("_kept_ids", kept), self._db.staged("_kept", "SELECT DISTINCT group_id FROM _kept_ids"):
+                return self._finish_complete(filter_policy.name, decay, total)
 
-    def _stage_complete(self, model_id: str, n_samples: int) -> int:
-        """Put the model's groups that have `n_samples` samples into `_complete` and the temp view `candidates`."""
-        self._db.run(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _complete AS
-            SELECT model_id, group_id, prompt_id, task_id, n,
-                   list_avg(rewards) AS reward_mean,
-                   CASE WHEN n > 1 THEN {SAFE_REWARD_STD} ELSE 1.0 END AS reward_std,
-                   list_max(rewards) - list_min(rewards)
-                       <= $tolerance * greatest(1.0, abs(list_max(rewards)), abs(list_min(rewards)))
-                       AS zero_adv,
-                   policy_version, arrival, {_REFS}
-            FROM pending WHERE model_id = $model_id AND n >= $n
-            """,
-            {"tolerance": ZERO_ADV_TOLERANCE, "model_id": model_id, "n": n_samples},
-        )
-        self._db.stage_candidates(group_candidates(GROUP_TABLE["filter"]), model_id)
-        return self._db.scalar("SELECT count(*) FROM _complete")
+    @contextmanager
+    def _staged_complete(self, model_id: str, n_samples: int) -> Iterator[int]:
+        """The model's groups that have `n_samples` samples as `_complete` and as the temp view
+        `candidates`, inside the block; yields how many there are."""
+        params = {"tolerance": ZERO_ADV_TOLERANCE, "model_id": model_id, "n": n_samples}
+        with (
+            self._db.staged("_complete", COMPLETE_GROUPS, params),
+            self._db.staged_candidates(group_candidates(GROUP_TABLE["filter"]), model_id),
+        ):
+            yield self._db.scalar("SELECT count(*) FROM _complete")
 
-    def _finish_complete(self, kept: list[str], filter_name: str, decay: float) -> CompleteResult:
-        """Move staged complete groups out of pending: all into `groups`, the kept ones into `fresh`,
-        and fold their rewards into prompt_stats."""
+    def _finish_complete(self, filter_name: str, decay: float, total: int) -> CompleteResult:
+        """Move the staged complete groups (`_complete`, the kept ones in `_kept`) out of pending: all into
+        `groups`, the kept ones into `fresh`, and fold their rewards into prompt_stats."""
         db = self._db
-        with db.ids("_kept_ids", kept):
-            db.run("CREATE OR REPLACE TEMP TABLE _kept AS SELECT DISTINCT group_id FROM _kept_ids")
         db.run(
             "INSERT INTO groups SELECT model_id, group_id, prompt_id, task_id, n, reward_mean, reward_std, zero_adv, "
             "policy_version, arrival, group_id IN (SELECT group_id FROM _kept), ?, ? FROM _complete",
@@ -253,78 +231,30 @@ class Catalog:
         # A group already named in a recorded batch (adopted before its samples were ingested, after a
         # restart) was consumed: it goes to the replay pool, never to fresh.
         db.run(
-            f"INSERT INTO fresh SELECT {GROUP_COLUMNS}, {_REFS} FROM _complete SEMI JOIN _kept USING (group_id) "
+            f"INSERT INTO fresh SELECT {GROUP_COLUMNS}, {REFS} FROM _complete SEMI JOIN _kept USING (group_id) "
             "ANTI JOIN served USING (model_id, group_id)"
         )
         db.run(
-            f"INSERT INTO replay SELECT {GROUP_COLUMNS}, {_REFS}, s.times, s.last_step FROM _complete "
+            f"INSERT INTO replay SELECT {GROUP_COLUMNS}, {REFS}, s.times, s.last_step FROM _complete "
             "JOIN (SELECT model_id, group_id, count(*)::INTEGER AS times, max(step) AS last_step FROM served "
             "GROUP BY ALL) s USING (model_id, group_id)"
         )
         db.run("DELETE FROM pending WHERE (model_id, group_id) IN (SELECT (model_id, group_id) FROM _complete)")
-        self._fold_prompt_stats(decay)
+        db.run(FOLD_PROMPT_STATS, {"d": float(decay)})
         tasks = [(r[0], r[1]) for r in db.rows("SELECT DISTINCT model_id, task_id FROM _complete")]
-        total = db.scalar("SELECT count(*) FROM _complete")
         n_kept = db.scalar("SELECT count(*) FROM _complete SEMI JOIN _kept USING (group_id)")
-        db.run("DROP TABLE _complete")
-        db.run("DROP TABLE _kept")
         return CompleteResult(n_kept, total - n_kept, sorted(tasks))
-
-    def _fold_prompt_stats(self, decay: float) -> None:
-        """Fold the staged groups into prompt_stats, in arrival order, in one statement.
-
-        Per prompt with k new groups (shares s_0..s_{k-1} of positive rewards, oldest first):
-        pass_ema <- d^k * old + sum_j (1 - d) d^(k-1-j) s_j (the first group ever seeds it with
-        s_0); last_mean <- the newest group's mean; zero_var_streak grows by k if every new
-        group had zero variance, else restarts at the number of trailing zero-variance groups.
-        """
-        self._db.run(
-            """
-            WITH c AS (
-                SELECT model_id, prompt_id, arrival, zero_adv, reward_mean,
-                       len(list_filter(rewards, lambda x: x > 0)) / len(rewards) AS share,
-                       row_number() OVER (PARTITION BY model_id, prompt_id ORDER BY arrival) - 1 AS j,
-                       count(*) OVER (PARTITION BY model_id, prompt_id) AS k
-                FROM _complete
-            ),
-            a AS (
-                SELECT model_id, prompt_id, any_value(k) AS k,
-                       sum(CASE WHEN j > 0 THEN (1 - $d) * pow($d, k - 1 - j) * share ELSE 0 END) AS tail,
-                       max(CASE WHEN j = 0 THEN share END) AS share0,
-                       arg_max(reward_mean, arrival) AS last_mean,
-                       max(CASE WHEN NOT zero_adv THEN j END) AS last_varied
-                FROM c GROUP BY model_id, prompt_id
-            )
-            INSERT INTO prompt_stats
-            SELECT a.model_id, a.prompt_id, coalesce(s.groups, 0) + a.k,
-                   CASE WHEN s.pass_ema IS NULL THEN pow($d, a.k - 1) * a.share0 + a.tail
-                        ELSE pow($d, a.k) * s.pass_ema + (1 - $d) * pow($d, a.k - 1) * a.share0 + a.tail END,
-                   a.last_mean,
-                   CASE WHEN a.last_varied IS NULL THEN coalesce(s.zero_var_streak, 0) + a.k
-                        ELSE a.k - 1 - a.last_varied END,
-                   coalesce(s.rejections, 0), coalesce(s.issued, 0)
-            FROM a LEFT JOIN prompt_stats s USING (model_id, prompt_id)
-            ON CONFLICT (model_id, prompt_id) DO UPDATE SET groups = excluded.groups,
-                pass_ema = excluded.pass_ema, last_mean = excluded.last_mean,
-                zero_var_streak = excluded.zero_var_streak
-            """,
-            {"d": float(decay)},
-        )
 
     def check_policy(self, policy: Policy, timeout_s: float = 30.0) -> pa.Table:
         """Dry-run `policy` with `example_params` against this catalog's `candidates` of its kind (for
         the model 'policy'); PolicyError on any failure, with no fallback."""
-        if policy.kind == "curation":
-            self._db.stage_candidates(PROMPT_CANDIDATES, "policy")
-        elif policy.kind == "filter":
-            self._stage_complete("policy", 1)
-        else:
-            self._db.stage_candidates(group_candidates(GROUP_TABLE[policy.kind]), "policy")
-        try:
-            return self._db.dry_run(policy, example_params(policy.kind), timeout_s)
-        finally:
-            if policy.kind == "filter":
-                self._db.run("DROP TABLE _complete")
+        params = example_params(policy.kind)
+        if policy.kind == "filter":
+            with self._staged_complete("policy", 1):
+                return self._db.dry_run(policy, params, timeout_s)
+        select = PROMPT_CANDIDATES if policy.kind == "curation" else group_candidates(GROUP_TABLE[policy.kind])
+        with self._db.staged_candidates(select, "policy"):
+            return self._db.dry_run(policy, params, timeout_s)
 
     # --- quarantine, weights -------------------------------------------------------------------
 

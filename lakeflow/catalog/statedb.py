@@ -113,16 +113,32 @@ class StateDB:
         with self.table(name, pa.table({column: pa.array(values, pa.string()), **more})):
             yield
 
+    @contextmanager
+    def staged(self, name: str, select: str, params: Params = None) -> Iterator[None]:
+        """The rows of `select` as the temp table `name` inside the block, dropped when it ends (also on an
+        error). Nested blocks drop in reverse order, so a table is gone before what it was made from."""
+        self._con.execute(f"CREATE TEMP TABLE {identifier(name)} AS {select}", params)
+        try:
+            yield
+        finally:
+            self._con.execute(f"DROP TABLE {identifier(name)}")
+
     # --- policies -----------------------------------------------------------------------------
 
-    def stage_candidates(self, select: str, model_id: str) -> None:
-        """Make the temp view `candidates` (what a policy reads) `select`, which names the model's rows
-        with CANDIDATE_MODEL; the model is bound, as the value of that variable."""
+    @contextmanager
+    def staged_candidates(self, select: str, model_id: str) -> Iterator[None]:
+        """The temp view `candidates` (what a policy reads) inside the block: `select`, which names the
+        model's rows with CANDIDATE_MODEL, the model bound as that variable's value. Dropped when it ends."""
         self._con.execute("SET VARIABLE lakeflow_model = ?", [model_id])
-        self._con.sql(f"CREATE OR REPLACE TEMP VIEW candidates AS {select}")
+        self._con.sql(f"CREATE TEMP VIEW candidates AS {select}")
+        try:
+            yield
+        finally:
+            self._con.sql("DROP VIEW candidates")
+            self._con.sql("RESET VARIABLE lakeflow_model")
 
     def run_policy(self, policy: Policy, params: dict[str, Any]) -> pa.Table:
-        """Run a policy against the `candidates` view staged last (see `policy.run_policy`) and check its
+        """Run a policy against the staged `candidates` view (see `policy.run_policy`) and check its
         answer (ids it may choose are candidates, each once). A policy that fails, times out or answers
         wrongly does not stop the service: this call falls back to the kind's shipped default
         (`FALLBACK`), and the failure is counted in `policy_failures` and logged."""

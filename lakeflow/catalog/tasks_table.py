@@ -1,6 +1,6 @@
 """The prompts and tasks tables: a model's prompt set, its outstanding tasks, and curation counts.
 
-`TaskTables` (`Catalog.tasks`) owns every statement the task issuer (`dataflow/tasks.py`) and
+`TaskTables` (`Catalog.tasks`) owns every statement the task issuer (`dataflow/issuer.py`) and
 the dataflow service run on these tables; lists of ids go in as Arrow (`StateDB.ids`).
 """
 
@@ -66,9 +66,9 @@ class TaskTables:
         """Run the curation policy over the model's prompts without an outstanding task: the prompts it
         submits (up to `want`) and those it rejects before that, in its order. PolicyError when it names
         a prompt that is not a candidate."""
-        self._db.stage_candidates(PROMPT_CANDIDATES, model_id)
-        result = self._db.run_policy(policy, params).to_pylist()
-        allowed = set(self._db.column("SELECT prompt_id FROM candidates"))
+        with self._db.staged_candidates(PROMPT_CANDIDATES, model_id):
+            result = self._db.run_policy(policy, params).to_pylist()
+            allowed = set(self._db.column("SELECT prompt_id FROM candidates"))
         picked: list[str] = []
         rejected: list[str] = []
         for row in result:

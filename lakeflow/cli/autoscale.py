@@ -16,6 +16,7 @@ from lakeflow.cli.common import lake_options, open_lake, refuse
 
 if TYPE_CHECKING:
     from lakeflow.autoscale.actuators import Actuator
+    from lakeflow.autoscale.controller import Controller
     from lakeflow.io import Store
 
 
@@ -106,13 +107,17 @@ def autoscale(
         raise click.UsageError(
             "no pool to size: give --config (local), --deployment (k8s), --task (skypilot) or --model (your actuator)"
         )
+    _run_controller(Controller(store, act, pools, policy, window_s, initial=initial), act, interval_s, iterations)
+
+
+def _run_controller(controller: Controller, act: Actuator, interval_s: float, iterations: int | None) -> None:
+    """Run the controller until SIGTERM/SIGINT (or `iterations`), then close the actuator (local: drains)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
-    controller = Controller(store, act, pools, policy, window_s, initial=initial)
     try:
         controller.run(stop, interval_s, iterations)
     finally:

@@ -73,7 +73,7 @@ def status(lake_url: str, endpoint_url: str | None, as_json: bool, agents: bool)
     if agents:
         from dataclasses import asdict
 
-        from lakeflow.catalog import connect_lake
+        from lakeflow.lakeview import connect_lake
         from lakeflow.report.agents import agent_by_version
 
         rows = agent_by_version(connect_lake(store))

@@ -10,7 +10,6 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TextIO
@@ -21,11 +20,11 @@ import pyarrow as pa
 
 from lakeflow.cli.command import Command, Group
 from lakeflow.cli.common import lake_options, open_existing_lake, open_lake
+from lakeflow.dataflow.checkpoint import checkpointed_position
 from lakeflow.dataflow.compact import CompactStats
-from lakeflow.dataflow.lease import Lease, serving_lease
+from lakeflow.dataflow.lease import Lease, held_serving_lease
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.io import Store
-from lakeflow.lake import CommitCursor
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.text import text_table
 
@@ -270,7 +269,7 @@ def compact(
 
     store = open_existing_lake(lake_url, endpoint_url)
     with _lease(store, lease_ttl_s) as lease:
-        position = _checkpointed_position(store)
+        position = checkpointed_position(store)
         before = compaction_bound(position, timedelta(seconds=settle_s))
         compactor = Compactor(store, file_rows, may_write=lambda: _renewed(lease))
         stats = compactor.compact_all(before, max_steps, progress=_progress)
@@ -355,7 +354,7 @@ def gc(
     )
     with _lease(store) as lease:
         tables, _ = checkpoint_tables(store)
-        position = _checkpointed_position(store)
+        position = checkpointed_position(store)
         before = compaction_bound(position, timedelta(seconds=settle_s)) if position else None
         log = tables.get("table_log")  # the table versions the dataflow committed: only those are obeyed
         written = (
@@ -372,15 +371,9 @@ def gc(
     click.echo(f"deleted {removed} objects" if apply else "dry run: pass --apply to delete")
 
 
-@contextlib.contextmanager
-def _lease(store: Store, ttl_s: float = 60.0) -> Iterator[Lease]:
+def _lease(store: Store, ttl_s: float = 60.0) -> contextlib.AbstractContextManager[Lease]:
     """The dataflow lease for the length of a one-shot command (LeaseHeldError while a process serves)."""
-    lease = serving_lease(store, timedelta(seconds=ttl_s), owner=f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
-    lease.acquire()
-    try:
-        yield lease
-    finally:
-        lease.release()
+    return held_serving_lease(store, timedelta(seconds=ttl_s), f"lakeflow-lake-{uuid.uuid4().hex[:6]}")
 
 
 def _progress(stats: CompactStats) -> None:
@@ -391,14 +384,3 @@ def _renewed(lease: Lease) -> bool:
     if lease.due():
         lease.renew()
     return lease.valid()
-
-
-def _checkpointed_position(store: Store) -> str | None:
-    """The newest catalog checkpoint's cursor position: the dataflow has ingested every commit before it."""
-    from lakeflow.dataflow.checkpoint import load_manifest
-
-    manifest = load_manifest(store)
-    if manifest is None:
-        return None
-    position: str | None = CommitCursor.from_json(manifest["cursor"]).position
-    return position

@@ -15,7 +15,6 @@ from lakeflow.cli.common import lake_options, open_service_lake, outage_option, 
 from lakeflow.tracking.config import parse_tracker
 
 if TYPE_CHECKING:
-    from lakeflow.raas.config import RaasConfig
     from lakeflow.raas.service import RolloutService
 
 
@@ -63,9 +62,10 @@ def raas(
     try:
         from lakeflow.raas.check import check_raas_config, check_raas_here
         from lakeflow.raas.children import guard_children
+        from lakeflow.raas.config import command_config
         from lakeflow.raas.service import RolloutService
 
-        config = _config(config_path, engine, region, raas_id, weights_url)
+        config = command_config(config_path, engine, region, raas_id, weights_url)
         refuse(check_raas_config(config) + check_raas_here(config))
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
@@ -87,21 +87,3 @@ def raas(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _config(
-    path: str | None, engine: str | None, region: str | None, raas_id: str | None = None, weights_url: str | None = None
-) -> RaasConfig:
-    """The config file (or defaults) with the command line's overrides; a usage error names the bad key."""
-    from lakeflow.raas.config import RaasConfig, load_config, parse_config
-
-    data = (load_config(path) if path else RaasConfig()).model_dump()
-    if engine is not None and data["engine"]["type"] != engine:
-        data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
-    if region is not None:
-        data["region"] = region
-    if raas_id is not None:
-        data["id"] = raas_id
-    if weights_url is not None:
-        data["weights_url"] = weights_url
-    return parse_config(data, path or "command line")

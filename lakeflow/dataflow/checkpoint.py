@@ -57,6 +57,13 @@ def load_manifest(store: Store) -> dict[str, Any] | None:
         return None
 
 
+def checkpointed_position(store: Store) -> str | None:
+    """The newest checkpoint's cursor position: the dataflow process had ingested every commit before it
+    (None when the lake has no checkpoint, or the cursor no position)."""
+    manifest = load_manifest(store)
+    return None if manifest is None else CommitCursor.from_json(manifest["cursor"]).position
+
+
 def restore_checkpoint(store: Store, catalog: Catalog) -> tuple[CommitCursor, dict[str, Any]]:
     """Load the newest checkpoint into an empty catalog; a fresh cursor and no state if none."""
     manifest = load_manifest(store)

@@ -158,6 +158,12 @@ class LoopConfig(StrictConfig):
     """Timing of the dataflow loop."""
 
     poll_s: float = Field(1.0, gt=0, description="Sleep between iterations when nothing happened.")
+    max_poll_s: float | None = Field(
+        None,
+        gt=0,
+        description="Longest sleep while nothing happens: each idle iteration doubles the sleep from poll_s up to "
+        "this (fewer LIST requests and less CPU while the rollout services generate); None: always poll_s.",
+    )
     checkpoint_s: float = Field(60, gt=0, description="Catalog checkpoint interval.")
     lease_ttl_s: float = Field(30, gt=0, description="Lease lifetime; renewed every third of it.")
     balance_window_s: float = Field(300, gt=0, description="Window of the balance report.")

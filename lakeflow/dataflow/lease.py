@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from lakeflow.io import Store
@@ -24,4 +25,16 @@ def serving_lease(
     return Lease(store, layout.DATAFLOW_LEASE, ttl, SERVING, owner, clock)
 
 
-__all__ = ["Lease", "serving_lease"]
+@contextmanager
+def held_serving_lease(store: Store, ttl: timedelta, owner: str) -> Iterator[Lease]:
+    """The serving lease held for the length of the block, by a one-shot command that must not run
+    beside a dataflow process (LeaseHeldError while one serves); released when the block ends."""
+    lease = serving_lease(store, ttl, owner)
+    lease.acquire()
+    try:
+        yield lease
+    finally:
+        lease.release()
+
+
+__all__ = ["Lease", "held_serving_lease", "serving_lease"]

@@ -27,9 +27,9 @@ from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
+from lakeflow.dataflow.issuer import GresoState, TaskIssuer
 from lakeflow.dataflow.lease import serving_lease
 from lakeflow.dataflow.metrics import DataflowMetrics
-from lakeflow.dataflow.tasks import GresoState, TaskIssuer
 from lakeflow.errors import PolicyError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, layout
@@ -149,13 +149,18 @@ class DataflowService:
         return seq
 
     def run(self, iterations: int | None = None, stop: Any = None) -> None:
-        """Loop until `iterations` are done or `stop()` is true; sleeps when idle."""
-        done = 0
+        """Loop until `iterations` are done or `stop()` is true; sleeps when idle (poll_s, doubling up to
+        max_poll_s while nothing happens)."""
+        loop = self.config.loop
+        done, wait = 0, loop.poll_s
         while (iterations is None or done < iterations) and not (stop and stop()):
             busy = self.step()
             done += 1
-            if not busy and (iterations is None or done < iterations):
-                time.sleep(self.config.loop.poll_s)
+            if busy:
+                wait = loop.poll_s
+            elif iterations is None or done < iterations:
+                time.sleep(wait)
+                wait = min(wait * 2, max(loop.max_poll_s or loop.poll_s, loop.poll_s))
 
     # --- one iteration ----------------------------------------------------------------------
 

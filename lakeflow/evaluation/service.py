@@ -27,8 +27,8 @@ from lakeflow.lake.metrics import read_metrics
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines import Completion, Engine, build_engine
-from lakeflow.raas.episodes import task_messages
 from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.trajectory import task_messages
 from lakeflow.tracking import MetricSink
 from lakeflow.weights import TransferOptions, latest_version, pull
 

@@ -191,7 +191,7 @@ GRANTS: tuple[Grant, ...] = (
     Grant("eval", "list", EVAL_METRICS, "resumes: the versions already scored (read_metrics)"),
     Grant("eval", "read", EVAL_METRICS, "resumes: the versions already scored (read_metrics)"),
     Grant("eval", "create", EVAL_METRICS, "its eval metric rows (object, then commit record)"),
-    # --- analyst: lakeflow/catalog/lakeview.py (sql), lakeflow/dataflow/status.py, lakeflow/report/*
+    # --- analyst: lakeflow/lakeview/ (sql), lakeflow/dataflow/status.py, lakeflow/report/*
     Grant("analyst", "list", EVERYTHING, "sql, status and report list the lake"),
     Grant("analyst", "read", EVERYTHING, "sql, status and report read the lake"),
 )

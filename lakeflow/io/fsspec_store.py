@@ -46,6 +46,7 @@ class FsspecStore:
         self.root = str(root).rstrip("/")
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.http = protocol in ("http", "https")
+        self.shared_across_processes = protocol != "memory"  # fsspec's memory filesystem is this process's
         self._no_ranges = False
 
     def _path(self, key: str) -> str:

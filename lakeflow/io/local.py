@@ -26,6 +26,8 @@ TMP_PREFIX = ".~lakeflow-"
 class LocalStore:
     """Objects as files under `root`."""
 
+    shared_across_processes = True
+
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.url = "file://" + self.root  # the directory is created by the first write, not here

@@ -23,6 +23,8 @@ _LOCK = threading.Lock()
 class MemoryStore:
     """Objects in fsspec's `MemoryFileSystem` under `/<name>`."""
 
+    shared_across_processes = False  # the objects live in this process
+
     def __init__(self, url: str) -> None:
         name = url.removeprefix("memory://").strip("/")
         if not name:

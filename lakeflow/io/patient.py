@@ -129,6 +129,10 @@ class PatientStore:
     def open_read(self, key: str) -> BinaryIO:
         return self._call(lambda: self.inner.open_read(key))
 
+    @property
+    def shared_across_processes(self) -> bool:
+        return self.inner.shared_across_processes
+
     def local_path(self, key: str) -> str | None:
         return self.inner.local_path(key)
 

@@ -67,6 +67,8 @@ _retry_conflict = retry(
 class S3Store:
     """Objects under `s3://bucket/prefix`."""
 
+    shared_across_processes = True
+
     def __init__(self, url: str, options: S3Options | None = None) -> None:
         parsed = urlparse(url)
         if parsed.scheme != "s3" or not parsed.netloc:

@@ -52,6 +52,12 @@ class Store(Protocol):
 
     url: str
 
+    @property
+    def shared_across_processes(self) -> bool:
+        """Whether another process that opens this store (or unpickles it) sees the same objects: True for a
+        directory or a bucket, False for `memory://`, whose objects live in this process."""
+        ...
+
     def get(self, key: str) -> bytes:
         """Whole object."""
         ...

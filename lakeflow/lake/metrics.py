@@ -61,7 +61,7 @@ _TIMINGS = [
     ("snapshot_block_s", "Seconds this step's first optimizer step waited for the previous copy."),
     ("publish_block_s", "Seconds the step waited for the previous step's writes."),
     ("publish_s", "Seconds the previous step's background writes took (checkpoint, heartbeat, weights)."),
-    ("io_block_s", "Lake I/O on the trainer's critical path, seconds (see trainer/loop.py)."),
+    ("io_block_s", "Lake I/O on the trainer's critical path, seconds (see StepStats in trainer/stats.py)."),
 ]
 
 TABLES: dict[str, tuple[MetricColumn, ...]] = {

@@ -121,7 +121,7 @@ class RaasConfig(StrictConfig):
             "Groups that finish within this many seconds go into one shard per model (one shard and one commit "
             "record for several groups: fewer requests for the writer and the dataflow's ingest). A finished group "
             "waits at most this long, and not at all when the next group would not finish inside the window, when "
-            "no task is open, or when the service stops. 0: one shard per group, committed at once (the README "
+            "no task is open, or when the service stops. 0: one shard per group, committed at once (docs/benchmarks.md "
             "gives the measurements behind the default)."
         ),
     )
@@ -202,3 +202,24 @@ def load_config(path: str | Path) -> RaasConfig:
 def parse_config(data: object, source: str = "config") -> RaasConfig:
     """Validate a config given as a dict; errors name the key and `source`."""
     return validate_config(RaasConfig, data, source)
+
+
+def command_config(
+    path: str | None,
+    engine: str | None = None,
+    region: str | None = None,
+    raas_id: str | None = None,
+    weights_url: str | None = None,
+) -> RaasConfig:
+    """`lakeflow raas`'s config: the file (or the defaults) with the command line's overrides; a ConfigError
+    names the bad key."""
+    data = (load_config(path) if path else RaasConfig()).model_dump()
+    if engine is not None and data["engine"]["type"] != engine:
+        data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
+    if region is not None:
+        data["region"] = region
+    if raas_id is not None:
+        data["id"] = raas_id
+    if weights_url is not None:
+        data["weights_url"] = weights_url
+    return parse_config(data, path or "command line")

@@ -16,16 +16,27 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.models import resolve_model
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.metrics import RaasStats, RolloutMetrics
+from lakeflow.raas.metrics import RolloutMetrics
 from lakeflow.weights import PullResult, TransferOptions, latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """One version loaded into a model's engine: what the pull fetched and how long pulling and loading took."""
+
+    model_id: str
+    version: int
+    bytes: int
+    seconds: float
 
 
 class WeightFollower:
@@ -38,13 +49,11 @@ class WeightFollower:
         config: RaasConfig,
         own: str,
         metrics: RolloutMetrics,
-        stats: tuple[RaasStats, threading.Lock],
     ) -> None:
         self.engines = engines
         self.weights = weights  # the lake, or a read-only source (a regional mirror, a CDN)
         self.config = config
         self.metrics = metrics
-        self.stats, self.lock = stats  # the service's counters, and the lock the heartbeat reads them under
         self.frozen = own if config.model is not None else None  # loaded once from the config's model
         self.versions: dict[str, int | None] = dict.fromkeys(engines)  # weights version loaded per model
         self.loaded_sha256: dict[str, str] = {}  # state checksum of the loaded weights, per model
@@ -63,12 +72,9 @@ class WeightFollower:
         """Every model's engine holds weights."""
         return all(v is not None for v in self.versions.values())
 
-    def refresh(self) -> bool:
-        """Load newer published versions into the engines; True when any weights changed."""
-        changed = False
-        for model_id in self.engines:
-            changed |= self._refresh(model_id)
-        return changed
+    def refresh(self) -> list[Pulled]:
+        """Load newer published versions into the engines; what was loaded (empty: nothing changed)."""
+        return [p for model_id in self.engines if (p := self._refresh(model_id)) is not None]
 
     def newer(self) -> bool:
         """Whether a followed model has a newer published version than the one loaded."""
@@ -105,43 +111,40 @@ class WeightFollower:
             return self.watched[model_id]
         return latest_version(self.weights, model_id)
 
-    def _refresh(self, model_id: str) -> bool:
+    def _refresh(self, model_id: str) -> Pulled | None:
         engine = self.engines[model_id]
         if model_id == self.frozen and self.config.model is not None:
             if self.versions[model_id] is None:
+                started = time.monotonic()
                 engine.load(resolve_model(self.config.model, self.cache_dir))
                 self.versions[model_id] = 0
-                return True
-            return False
+                return Pulled(model_id, 0, 0, time.monotonic() - started)
+            return None
         try:
             latest = self._latest(model_id)
         except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
             log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
-            return False
+            return None
         self.metrics.latest[model_id] = latest
         current = self.versions[model_id]
         if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
-            return False
+            return None
         self.pulling = model_id
         started = time.monotonic()
         try:
             result = self._pull(model_id, latest)
             if result is None:
-                return False
+                return None
             engine.load(result.path)
         finally:
             self.pulling = None
         pull_s = time.monotonic() - started
         self.metrics.pull(model_id, result.bytes_fetched, pull_s)
-        with self.lock:
-            self.stats.pulled_bytes += result.bytes_fetched
-            self.stats.pull_s += pull_s
-            self.stats.reloads += 1
         self.versions[model_id] = result.version
         marker = local_version(result.path) or {}
         self.loaded_sha256[model_id] = str(marker.get("state_sha256", ""))  # verified against the manifest
         log.info("%s: loaded %s version %s (%s)", self.metrics.raas_id, model_id, result.version, result.route)
-        return True
+        return Pulled(model_id, result.version, result.bytes_fetched, pull_s)
 
     def _pull(self, model_id: str, version: int) -> PullResult | None:
         """Pull `version` into the cache; None (logged once per version) when it cannot be pulled now."""

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.episodes import Trajectory
+from lakeflow.raas.trajectory import Trajectory
 from lakeflow.tracking import MetricSink
 
 

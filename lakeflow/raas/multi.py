@@ -18,7 +18,6 @@ from typing import Any
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import Completion, Engine
-from lakeflow.raas.episodes import Sampling, Trajectory, plays, task_messages
 from lakeflow.raas.multi_parts import (
     SOLVER,
     VERIFIER,
@@ -35,6 +34,7 @@ from lakeflow.raas.multi_parts import (
     user_turn,
 )
 from lakeflow.raas.outcome import Reward, RewardFn
+from lakeflow.raas.trajectory import Sampling, Trajectory, plays, task_messages
 
 _FEEDBACK_CHARS = 2000  # of another role's text shown to the solver
 

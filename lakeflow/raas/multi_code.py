@@ -14,7 +14,6 @@ from typing import Any
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.code import ProgramReport, extract_program, humaneval_program, run_cases
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
-from lakeflow.raas.episodes import Sampling, Trajectory, plays, task_messages
 from lakeflow.raas.multi_parts import (
     SELECTOR,
     SOLVER,
@@ -33,6 +32,7 @@ from lakeflow.raas.multi_parts import (
     user_turn,
 )
 from lakeflow.raas.outcome import Reward, RewardFn
+from lakeflow.raas.trajectory import Sampling, Trajectory, plays, task_messages
 
 MAX_TESTS = 16  # asserts kept from one test generator's completion
 _FAILURES_SHOWN = 8
@@ -223,24 +223,38 @@ def code_testgen(task: Task, engines: Mapping[str, Engine], reward: RewardFn, sa
         extra.update(first_correct=full_pass(first_r), final_correct=full_pass(final_r))
         out.append(solvers[i].trajectory(SOLVER, episode, final_r, sampling, **extra))
         t = tests[i]
-        if isinstance(t, str):
-            t_reward = Reward(0.0, t)
-        elif not cases[i]:
-            t_reward = Reward(0.0, "no-tests")
-        elif reference is None:
-            t_reward = Reward(0.0, "no-reference")
-        elif isinstance(against := _run(reference, cases[i]), str):
-            t_reward = Reward(0.0, against)
-        elif not against.all_passed:
-            t_reward = Reward(0.0, "fails-reference")
-        elif isinstance(run, str):
-            t_reward = Reward(0.0, run)  # the sandbox failed on the solver's program
-        elif not isinstance(first, Completion):
-            t_reward = Reward(0.5, "no-program")  # valid tests, but no program to catch
-        elif full_pass(first_r):
-            t_reward = Reward(1.0, "valid")
-        else:
-            t_reward = Reward(1.0, "caught") if caught else Reward(0.5, "missed")
+        t_reward = _testgen_reward(t, cases[i], reference, run, isinstance(first, Completion), first_r, caught)
         about = {"tests": len(cases[i]), "failed_first": caught, "first_correct": full_pass(first_r)}
         out.append(one_turn(t_prompt, t).trajectory(TESTGEN, episode, t_reward, sampling, **about))
     return out
+
+
+def _testgen_reward(
+    tests: Completion | str,
+    cases: list[str],
+    reference: str | None,
+    run: ProgramReport | str | None,
+    has_program: bool,
+    first: Reward,
+    caught: bool,
+) -> Reward:
+    """The test generator's reward (see `code_testgen`): its asserts must parse and pass the canonical
+    solution; then they are worth 1 when the solver's first program was right or they caught it, 0.5 when
+    they let a wrong one through."""
+    if isinstance(tests, str):
+        return Reward(0.0, tests)
+    if not cases:
+        return Reward(0.0, "no-tests")
+    if reference is None:
+        return Reward(0.0, "no-reference")
+    if isinstance(against := _run(reference, cases), str):
+        return Reward(0.0, against)
+    if not against.all_passed:
+        return Reward(0.0, "fails-reference")
+    if isinstance(run, str):
+        return Reward(0.0, run)  # the sandbox failed on the solver's program
+    if not has_program:
+        return Reward(0.5, "no-program")  # valid tests, but no program to catch
+    if full_pass(first):
+        return Reward(1.0, "valid")
+    return Reward(1.0, "caught") if caught else Reward(0.5, "missed")

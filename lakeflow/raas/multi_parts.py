@@ -15,8 +15,8 @@ from typing import Any
 
 from lakeflow.errors import ConfigError
 from lakeflow.raas.engines import ChatMessage, Completion, Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory
 from lakeflow.raas.outcome import Reward
+from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 
 SOLVER, VERIFIER, SELECTOR, TESTGEN = "solver", "verifier", "selector", "testgen"
 

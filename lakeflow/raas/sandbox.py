@@ -21,14 +21,10 @@ safe to use from a threaded service (`preexec_fn` is used only when prlimit is m
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
-import re
 import resource
-import secrets
-import selectors
 import shutil
 import signal
 import stat
@@ -38,17 +34,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import IO, Literal
+from typing import Literal
 
 from lakeflow.errors import InputError
+from lakeflow.raas.sandbox_processes import (
+    SAFE_PATH,
+    collect_output,
+    kill_group,
+    kill_uid,
+    limit_of,
+    sandbox_uid,
+    tasks_of,
+)
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["auto", "bwrap", "rlimit"]
 MODES = ("auto", "bwrap", "rlimit")
 INNER_DIR = "/sandbox"  # the work directory as the program sees it under bwrap
-_SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-_UID_BASE, _UID_SPAN = 1 << 28, 1 << 27  # uids handed to sandboxed programs when we are root
 _MIB = 1 << 20
 _PRLIMIT = "prlimit"  # util-linux; without it limits are set in preexec_fn
 
@@ -117,7 +120,7 @@ def run_python(
         raise ValueError("files may not contain 'main.py': that name holds the program")
     interpreter = _interpreter(python)
     chosen = _choose(mode)
-    uid = _sandbox_uid()
+    uid = sandbox_uid()
     if uid is not None and not _world_executable(interpreter):
         raise InputError(
             f"interpreter {interpreter} is not executable by other users, and the sandbox runs the program "
@@ -132,12 +135,12 @@ def run_python(
             _chown_tree(work, uid)
         inner = INNER_DIR if chosen == "bwrap" else str(work)
         program = [interpreter, "-I", "-B", f"{inner}/main.py", *args]
-        env = {"PATH": _SAFE_PATH, "LANG": "C.UTF-8", "HOME": inner, "TMPDIR": "/tmp" if chosen == "bwrap" else inner}
+        env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": inner, "TMPDIR": "/tmp" if chosen == "bwrap" else inner}
         command = [*_bwrap_command(work, interpreter, env, limits), *program] if chosen == "bwrap" else program
         return _execute(command, work, env, limits, uid, chosen, _bytes(stdin))
     finally:
         if uid is not None:
-            _kill_uid(uid)
+            kill_uid(uid)
         _remove(work)
 
 
@@ -178,16 +181,16 @@ def _log_choice(ok: bool, why: str) -> None:
 
 @functools.cache
 def _probe_bwrap() -> tuple[bool, str]:
-    binary = shutil.which("bwrap", path=_SAFE_PATH)
-    true = shutil.which("true", path=_SAFE_PATH)
+    binary = shutil.which("bwrap", path=SAFE_PATH)
+    true = shutil.which("true", path=SAFE_PATH)
     if binary is None or true is None:
         return False, "bwrap is not installed"
-    uid = _sandbox_uid()
+    uid = sandbox_uid()
     work = Path(tempfile.mkdtemp(prefix="lakeflow-sandbox-probe-"))
     try:
         if uid is not None:
             _chown_tree(work, uid)
-        cmd = [*_bwrap_command(work, true, {"PATH": _SAFE_PATH}, Limits()), true]
+        cmd = [*_bwrap_command(work, true, {"PATH": SAFE_PATH}, Limits()), true]
         ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run(cmd, env={}, capture_output=True, timeout=30, check=False, **ids)  # type: ignore[call-overload]
     except (OSError, subprocess.SubprocessError) as e:
@@ -200,7 +203,7 @@ def _probe_bwrap() -> tuple[bool, str]:
 
 
 def _bwrap_command(work: Path, interpreter: str, env: Mapping[str, str], limits: Limits) -> list[str]:
-    binary = shutil.which("bwrap", path=_SAFE_PATH) or "bwrap"
+    binary = shutil.which("bwrap", path=SAFE_PATH) or "bwrap"
     cmd = [binary, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
     cmd += ["--clearenv"] + [a for key, value in env.items() for a in ("--setenv", key, value)]
     cmd += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
@@ -221,7 +224,7 @@ def _bwrap_command(work: Path, interpreter: str, env: Mapping[str, str], limits:
 def _execute(
     command: list[str], work: Path, env: dict[str, str], limits: Limits, uid: int | None, mode: str, stdin: bytes
 ) -> SandboxResult:
-    nproc = limits.processes if uid is not None else limits.processes + _tasks_of(os.getuid())
+    nproc = limits.processes if uid is not None else limits.processes + tasks_of(os.getuid())
     rlimits = {
         resource.RLIMIT_CPU: (limits.cpu_s, limits.cpu_s + 1),
         resource.RLIMIT_AS: (limits.memory_mb * _MIB,) * 2,
@@ -230,7 +233,7 @@ def _execute(
         resource.RLIMIT_NOFILE: (limits.open_files,) * 2,
         resource.RLIMIT_CORE: (0, 0),
     }
-    prlimit = shutil.which(_PRLIMIT, path=_SAFE_PATH)
+    prlimit = shutil.which(_PRLIMIT, path=SAFE_PATH)
     preexec: Callable[[], None] | None = None
     if prlimit:
         flags = {"CPU": "cpu", "AS": "as", "FSIZE": "fsize", "NPROC": "nproc", "NOFILE": "nofile", "CORE": "core"}
@@ -258,8 +261,8 @@ def _execute(
             preexec_fn=preexec,
             **ids,
         ) as proc:
-            out, err, stopped = _collect(proc, limits, start + limits.wall_s)
-            _kill_group(proc.pid)  # the leader is not reaped yet, so its group id cannot have been reused
+            out, err, stopped = collect_output(proc, limits.output_bytes, start + limits.wall_s)
+            kill_group(proc.pid)  # the leader is not reaped yet, so its group id cannot have been reused
             code: int = proc.wait()
     wall = time.monotonic() - start
     exit_code: int | None = None if stopped else code
@@ -272,120 +275,16 @@ def _execute(
         stderr=stderr,
         truncated=stopped == "output",
         timed_out=stopped == "wall",
-        limit=stopped or _limit_of(exit_code, stderr),
+        limit=stopped or limit_of(exit_code, stderr),
         wall_s=wall,
         mode=mode,
     )
 
 
-def _collect(proc: subprocess.Popen[bytes], limits: Limits, deadline: float) -> tuple[bytes, bytes, str]:
-    """Read both pipes until EOF or exit; returns (stdout, stderr, why it was stopped: '', wall, output)."""
-    assert proc.stdout is not None and proc.stderr is not None  # PIPE was asked for
-    buffers: dict[IO[bytes], bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    stopped = ""
-    with selectors.DefaultSelector() as selector:
-        for stream in buffers:
-            selector.register(stream, selectors.EVENT_READ)
-        while selector.get_map() and not stopped:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                stopped = "wall"
-                break
-            events = selector.select(min(remaining, 0.05))
-            if not events and _exited(proc.pid):
-                break  # the program is gone; a descendant may still hold the pipes open
-            for key, _ in events:
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    selector.unregister(key.fileobj)
-                    continue
-                buffer = buffers[key.fileobj]  # type: ignore[index]
-                room = limits.output_bytes - len(buffer)
-                buffer += chunk[: max(room, 0)]
-                if len(chunk) > room:
-                    stopped = "output"
-    while not stopped and not _exited(proc.pid):  # pipes closed early: wait for the exit, up to the deadline
-        if time.monotonic() >= deadline:
-            stopped = "wall"
-        time.sleep(0.01)
-    return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), stopped
-
-
-def _exited(pid: int) -> bool:
-    """Whether the child has exited, without reaping it (WNOWAIT)."""
-    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the whole group may be gone already
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of the sandbox uid (kill(-1) run as that uid): escaped daemons included."""
-    kill = shutil.which("kill", path=_SAFE_PATH)
-    if kill is None:
-        log.warning("sandbox: no kill binary on %s; processes of uid %d that escaped are left", _SAFE_PATH, uid)
-        return
-    try:
-        subprocess.run(
-            [kill, "-KILL", "-1"], env={}, user=uid, group=uid, extra_groups=[], capture_output=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError) as e:
-        log.warning("sandbox: could not kill the leftover processes of uid %d: %s", uid, e)
-
-
-_SIGNAL_LIMITS: dict[int, str] = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file-size", signal.SIGKILL: "killed"}
-
-
-def _limit_of(exit_code: int | None, stderr: str) -> str:
-    """The limit a failed program most likely hit, from its signal or its last error (a heuristic)."""
-    if not exit_code:
-        return ""
-    tail = stderr[-2000:]
-    if "MemoryError" in tail:
-        return "memory"
-    if exit_code < 0:
-        return _SIGNAL_LIMITS.get(-exit_code, f"signal {-exit_code}")
-    if "File too large" in tail:  # Python ignores SIGXFSZ, so the write fails with EFBIG
-        return "file-size"
-    if re.search(r"BlockingIOError.*Resource temporarily unavailable", tail):  # fork() under RLIMIT_NPROC
-        return "processes"
-    return ""
-
-
-def _sandbox_uid() -> int | None:
-    """A fresh unprivileged uid when we are root (so RLIMIT_NPROC applies), else None (run as ourselves)."""
-    if os.geteuid() != 0:
-        return None
-    for line in Path("/proc/self/uid_map").read_text().splitlines():
-        inside, _, count = (int(x) for x in line.split())
-        if inside <= _UID_BASE and inside + count >= _UID_BASE + _UID_SPAN:
-            return _UID_BASE + secrets.randbelow(_UID_SPAN)
-    log.warning("sandbox: uids %d+ are not mapped here; programs run as root, without a process limit", _UID_BASE)
-    return None
-
-
-def _tasks_of(uid: int) -> int:
-    """Tasks (threads) the uid runs now: RLIMIT_NPROC counts them all, not only the sandbox's."""
-    total = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(entry.path, "status").read_text()
-        except OSError:  # exited meanwhile, or not ours to read
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields.get("Uid", "-1 ").split()[0]) == uid:
-            total += int(fields.get("Threads", "1"))
-    return total
-
-
 def _interpreter(python: str | None) -> str:
-    found = shutil.which(python or "python3", path=_SAFE_PATH if python is None else None)
+    found = shutil.which(python or "python3", path=SAFE_PATH if python is None else None)
     if found is None:
-        where = f"on {_SAFE_PATH}" if python is None else "(not an executable file)"
+        where = f"on {SAFE_PATH}" if python is None else "(not an executable file)"
         raise InputError(f"no Python interpreter {python or 'python3'} {where}: pass python='/path/to/python3'")
     return os.path.realpath(found)
 

@@ -13,30 +13,35 @@ A workflow is a function `(task, engines, reward, sampling) -> list[Trajectory]`
 - Bad model output is scored, never raised: the reward function returns 0 and a reason.
 - With `Sampling.truncated_reward` set, a completion cut off by max_tokens (finish_reason
   'length') gets that reward and the reason 'truncated' instead of the checker's score.
-- It may declare the roles it plays (`roles` attribute, `episodes.plays`); a pool's `roles` are
+- It may declare the roles it plays (`roles` attribute, `trajectory.plays`); a pool's `roles` are
   checked against them when the config loads (`roles_problem`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.engines import Completion, Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, Workflow, plays, task_messages, workflow_roles
 from lakeflow.raas.multi import solve_verify
 from lakeflow.raas.multi_code import code_select, code_testgen
 from lakeflow.raas.outcome import Reward, RewardFn
+from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory, Workflow, plays, task_messages, workflow_roles
+
+BatchWorkflow = Callable[[Sequence[Task], Mapping[str, Engine], Sequence[RewardFn], Sampling], list[list[Trajectory]]]
 
 __all__ = [
+    "BATCHED",
     "POLICY",
     "WORKFLOWS",
+    "BatchWorkflow",
     "Sampling",
     "Trajectory",
     "Workflow",
+    "batched",
     "build_workflow",
     "plays",
     "rlvr",
@@ -57,7 +62,7 @@ def rlvr_groups(
     tasks: Sequence[Task], engines: Mapping[str, Engine], rewards: Sequence[RewardFn], sampling: Sampling
 ) -> list[list[Trajectory]]:
     """`rlvr` for many tasks in one engine call per (n_samples, max_tokens) (usually one call): the groups, in
-    the order of `tasks`. The service uses it as `rlvr.groups` when `batch_groups` > 1."""
+    the order of `tasks`. The service runs it for workflow `rlvr` (`BATCHED`), `batch_groups` tasks at a time."""
     engine = engines[POLICY]
     prompts = [engine.encode_chat(task_messages(t)) for t in tasks]
     groups: list[list[Trajectory]] = [[] for _ in tasks]
@@ -74,9 +79,6 @@ def rlvr_groups(
         for i, completions in zip(indexes, generated, strict=True):
             groups[i] = [_scored(c, tasks[i], rewards[i], sampling) for c in completions]
     return groups
-
-
-rlvr.groups = rlvr_groups  # type: ignore[attr-defined]  # the service's batched entry (`RaasConfig.batch_groups`)
 
 
 def _scored(c: Completion, task: Task, reward: RewardFn, sampling: Sampling) -> Trajectory:
@@ -111,6 +113,24 @@ WORKFLOWS: dict[str, Workflow] = {
     "code_testgen": code_testgen,
     "agent": agent,  # multi-turn, tool-using episodes of `RaasConfig.environment` (lakeflow/raas/agent/)
 }
+
+
+# Batched forms of shipped workflows: many groups in one call (`RaasConfig.batch_groups`).
+BATCHED: dict[str, BatchWorkflow] = {"rlvr": rlvr_groups}
+
+
+def batched(name: str) -> tuple[BatchWorkflow, bool]:
+    """The workflow `name` as a batched call, and whether it really batches (False: one group at a time)."""
+    if name in BATCHED:
+        return BATCHED[name], True
+    workflow = build_workflow(name)
+
+    def one_by_one(
+        tasks: Sequence[Task], engines: Mapping[str, Engine], rewards: Sequence[RewardFn], sampling: Sampling
+    ) -> list[list[Trajectory]]:
+        return [workflow(t, engines, r, sampling) for t, r in zip(tasks, rewards, strict=True)]
+
+    return one_by_one, False
 
 
 def _shape(obj: object) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from lakeflow.catalog.lakeview import LakeQuery
+from lakeflow.lakeview import LakeQuery
 from lakeflow.text import text_table
 
 _SQL = """

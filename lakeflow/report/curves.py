@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lakeflow.catalog.lakeview import LakeQuery
+from lakeflow.lakeview import LakeQuery
 
 
 @dataclass

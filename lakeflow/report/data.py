@@ -18,14 +18,13 @@ from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 
-from lakeflow.catalog import connect_lake
-from lakeflow.catalog.lakeview import LakeQuery
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import Production, production, read_heartbeats
 from lakeflow.lake.quarantine import read_quarantine
+from lakeflow.lakeview import LakeQuery, connect_lake
 from lakeflow.report.agents import AgentVersion, agent_by_version
 from lakeflow.report.curves import Curves, curves
 from lakeflow.report.samples import SampleShown, sample_completions

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from lakeflow.catalog.lakeview import LakeQuery
+from lakeflow.lakeview import LakeQuery
 
 VERSIONS_SHOWN = 5  # weight versions per model: the first, the last and evenly spaced ones between
 TEXT_CHARS = 600  # longest text shown per cell; the rest is in `lakeflow sql`

@@ -26,7 +26,7 @@ import yaml
 from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.manifest import write_run_manifest
+from lakeflow.lake.run_record import write_run_manifest
 from lakeflow.run.config import RunConfig
 from lakeflow.run.observe import eval_specs
 from lakeflow.run.processes import ProcessSpec, process_specs

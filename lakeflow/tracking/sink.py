@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lakeflow.io import Store
-from lakeflow.lake.manifest import read_run_manifest
 from lakeflow.lake.metrics import MetricsWriter, normalize_row
+from lakeflow.lake.run_record import read_run_manifest
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.tracking.scalars import row_scalars
 from lakeflow.tracking.staleness import batch_staleness

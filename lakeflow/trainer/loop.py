@@ -3,7 +3,7 @@
 `Trainer.start()` sets up (resume from the newest published version, or publish the base model as
 version 0) and `Trainer.run()` is the loop. The step is `step.train_step`; the writes are behind
 `Outbox.send` (`outbox.py`: shared memory, back-pressure, the writer process); what a resume
-restores is `resume.py`'s. docs/architecture.md ("The trainer") gives the timings of a heartbeat
+restores is `resume.py`'s. docs/trainer.md gives the timings of a heartbeat
 and the crash guarantee.
 """
 
@@ -43,6 +43,7 @@ from lakeflow.trainer.model import (
 )
 from lakeflow.trainer.outbox import Outbox
 from lakeflow.trainer.publisher import Publisher
+from lakeflow.trainer.stats import StepStats
 from lakeflow.trainer.step import StepParts, Stopped, train_step
 from lakeflow.weights import State, TransferOptions, latest_version, pull, raw_tensor, repair_latest
 
@@ -175,13 +176,12 @@ class Trainer:
                     group["lr"] = self.config.lr * self.config.lr_schedule.factor(step)
                 metrics = train_step(self._parts(), batch, self._stop.is_set, self._before_update)  # 2. train it
                 compute_s = time.monotonic() - started
-                stats = self._heartbeat(step, batch, metrics, wait_s, load_s, compute_s, memory)
+                stats = self._stats(step, batch, metrics, wait_s, load_s, compute_s, memory)
                 self._publish(step + 1, stats)  # 3. hand version N + 1 to the publisher
-                stats["step_s"] = time.monotonic() - started
                 self.version, intact = step + 1, True
                 log.info(  # 4. log
                     "step %d: loss %.4f, reward %.3f, %d tokens, waited %.2fs, trained in %.2fs -> version %d",
-                    step, stats["loss"], stats["reward_mean"], stats["tokens"], wait_s, compute_s, step + 1,
+                    step, metrics["loss"], stats.reward_mean, stats.tokens, wait_s, compute_s, step + 1,
                 )  # fmt: skip
             self._settle()
         except Stopped:
@@ -195,31 +195,26 @@ class Trainer:
             if self.outbox is not None:
                 self.outbox.flush()  # every version handed over is published (or its error raised)
 
-    def _heartbeat(
+    def _stats(
         self, step: int, batch: StepBatch, metrics: dict[str, Any], wait_s: float, load_s: float,
         compute_s: float, memory: StepMemory,
-    ) -> dict[str, Any]:  # fmt: skip
-        """The step's heartbeat, as far as the trainer knows it (the publisher adds its own timings)."""
-        return {
-            "step": step,
-            "batch": step,  # the batch object trained
-            "trained_from": step,  # weights version the step started from
-            "version": step + 1,  # weights version it publishes
-            "samples": batch.rows,
-            "tokens": batch.tokens,
-            "reward_mean": float(batch.rewards.mean()),
-            "lr": float(self._parts().optimizer.param_groups[0]["lr"]),
-            **metrics,
-            "wait_s": wait_s,
-            "load_s": load_s,
-            "compute_s": compute_s,
-            "step_s": compute_s,  # until the hand-over is done
-            "io_block_s": min(wait_s, load_s),  # the publisher adds its part
-            **memory.peaks(),
-            "at": datetime.now(UTC).isoformat(),
-        }
+    ) -> StepStats:  # fmt: skip
+        """The step's stats, as far as the trainer knows them (the outbox and the writer add theirs)."""
+        return StepStats(
+            step=step,
+            samples=batch.rows,
+            tokens=batch.tokens,
+            reward_mean=float(batch.rewards.mean()),
+            lr=float(self._parts().optimizer.param_groups[0]["lr"]),
+            metrics=metrics,
+            wait_s=wait_s,
+            load_s=load_s,
+            compute_s=compute_s,
+            memory=memory.peaks(),
+            at=datetime.now(UTC).isoformat(),
+        )
 
-    def _publish(self, version: int, stats: dict[str, Any]) -> None:
+    def _publish(self, version: int, stats: StepStats) -> None:
         """Version `version` to the outbox (under torchrun the gathers are collectives every rank joins)."""
         due = self.outbox.checkpoint_due(version) if self.outbox is not None else False
         if self.world:

@@ -8,7 +8,7 @@ optimizer-state copy when a checkpoint is due (every `checkpoint_every` versions
 written), and the hand-over to the writer (`writer.py`: a spawned process, a thread, or in line).
 Three weight slots exist (the published base, one being written, one being filled), so training
 runs at most two versions ahead of LATEST; with one optimizer slot, that is all the state copies
-the trainer holds.
+the trainer holds. The trainer and the writer exchange the typed messages of `messages.py`.
 """
 
 from __future__ import annotations
@@ -20,17 +20,18 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from lakeflow.errors import ConfigError, WriterDiedError
 from lakeflow.io import Store
-from lakeflow.io.memory import MemoryStore
 from lakeflow.trainer.config import TrainerConfig
-from lakeflow.trainer.shared import Layout, Slot, flatten
-from lakeflow.trainer.writer import LakeWriter, WriterSpec, main, serve
+from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Reply, Step, Stop, Stopped
+from lakeflow.trainer.shared import Slot, SlotLayout, flatten
+from lakeflow.trainer.stats import StepStats
+from lakeflow.trainer.writer import VersionWriter, WriterSpec, main, serve
 from lakeflow.weights.publish import PublishGuard
 
 SLOTS = 3  # weight slots: the published base, one in the writer's hands, one the trainer fills
@@ -50,7 +51,7 @@ class Outbox:
         self.store, self.model_id, self.config, self.metrics = store, model_id, config, metrics
         self.lease = lease  # checked by the writer before each publish and checkpoint (picklable: `LeaseProof`)
         self.mode = config.writer if config.overlap_io else "inline"
-        if self.mode == "process" and isinstance(store, MemoryStore):
+        if self.mode == "process" and not store.shared_across_processes:
             raise ConfigError(
                 f"writer: process needs a lake another process can open; {store.url} lives in this process "
                 "(use a directory or s3://, or writer: thread)"
@@ -66,7 +67,7 @@ class Outbox:
         self._owed: int | None = None  # a version whose due checkpoint waited for the writer
         self._last_checkpoint = (-1, time.monotonic())  # version, when its copy was taken
         self._carry_s = 0.0  # in line: the last step's writes, charged to the next heartbeat
-        self._writer: LakeWriter | None = None  # in line
+        self._writer: VersionWriter | None = None  # in line
         self._requests: Any = None
         self._replies: Any = None
         self._worker: Any = None  # the writer's thread or process
@@ -81,7 +82,7 @@ class Outbox:
         `checkpointed`: the newest version with an optimizer checkpoint (the schedule counts from it;
         None: as before)."""
         if not self.slots:
-            layout = Layout.of(tensors)
+            layout = SlotLayout.of(tensors)
             self.slots = [Slot(layout) for _ in range(SLOTS)]
             if self.cuda:
                 for slot in self.slots:
@@ -98,7 +99,7 @@ class Outbox:
             self._base.layout, self._base.name, version, self.metrics, self.lease,
         )  # fmt: skip
         if self.mode == "inline":
-            self._writer = LakeWriter(spec)
+            self._writer = VersionWriter(spec)
             return
         if self.mode == "process":
             ctx = multiprocessing.get_context("spawn")  # never fork: this process may hold a CUDA context
@@ -115,7 +116,7 @@ class Outbox:
             self._worker = None  # never started: nothing to stop (and the cause stays the error raised)
             raise
         weakref.finalize(self, _stop, self._requests, self._worker)  # a trainer dropped without close()
-        self._receive(until=lambda r: r["kind"] == "ready")
+        self._receive(until=Ready)
 
     @property
     def running(self) -> bool:
@@ -138,8 +139,8 @@ class Outbox:
         worker, self._worker = self._worker, None
         try:
             self._synchronize()
-            self._requests.put({"kind": "stop"})
-            self._receive(until=lambda r: r["kind"] == "stopped", worker=worker)
+            self._requests.put(Stop())
+            self._receive(until=Stopped, worker=worker)
         finally:
             worker.join(timeout=30)
             self._checkpoint_busy = False
@@ -156,12 +157,12 @@ class Outbox:
         self,
         version: int,
         tensors: dict[str, torch.Tensor],
-        stats: dict[str, Any],
+        stats: StepStats,
         optimizer_state: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Hand `version` (its state is `tensors`) and its heartbeat `stats` to the writer, with the optimizer
+    ) -> StepStats:
+        """Hand `version` (its state is `tensors`) and its step's `stats` to the writer, with the optimizer
         state when `checkpoint_due(version)` said so. Returns `stats` with the hand-over's timings and memory
-        counts added."""
+        counts."""
         started = time.monotonic()
         self._receive()  # what the writer finished meanwhile
         while not self._free:  # back-pressure: two versions are still on their way
@@ -171,40 +172,38 @@ class Outbox:
         copied = time.monotonic()
         self._copy(slot, tensors)
         checkpoint = None if optimizer_state is None else self._take_checkpoint(version, optimizer_state)
-        snapshot_s = time.monotonic() - copied
-        stats.update(
-            snapshot_s=snapshot_s,
-            snapshot_block_s=stats.get("snapshot_block_s", 0.0),
+        stats = replace(
+            stats,
+            snapshot_s=time.monotonic() - copied,
             publish_block_s=blocked,
-            io_block_s=stats["io_block_s"] + snapshot_s + blocked,
             state_copies=1 + (checkpoint is not None),
             state_buffers=len(self.slots) + (self._checkpoint is not None),
             shared_mb=self.shared_bytes() / 2**20,
             checkpointed=checkpoint is not None,
         )
-        message = {"kind": "step", "version": version, "slot": slot.name, "stats": stats, "checkpoint": checkpoint}
+        request = Step(version, slot.name, stats, checkpoint)
         self._sent = version
         if self._writer is not None:  # in line: the writes happen now, and the next heartbeat counts them
             self._synchronize()
             written = time.monotonic()
-            self._absorb(self._writer.handle(message))
+            self._absorb(self._writer.handle(request))
             self._carry_s = time.monotonic() - written
         elif self._event is not None:  # CUDA: handed over once the copy has landed, the host goes on now
-            self._handoff().put((self._event, message))
+            self._handoff().put((self._event, request))
         else:
-            self._requests.put(message)
+            self._requests.put(request)
         return stats
 
     def _handoff(self) -> queue.Queue[Any]:
-        """CUDA: a thread that passes each message on once its copy's event completed, in order."""
+        """CUDA: a thread that passes each request on once its copy's event completed, in order."""
         if self._pending is None:
             pending: queue.Queue[Any] = queue.Queue()
 
             def forward() -> None:
                 while True:
-                    event, message = pending.get()
+                    event, request = pending.get()
                     event.synchronize()
-                    self._requests.put(message)
+                    self._requests.put(request)
                     pending.task_done()
 
             threading.Thread(target=forward, name="lakeflow-handoff", daemon=True).start()
@@ -242,18 +241,14 @@ class Outbox:
 
     def send_checkpoint(self, version: int, optimizer_state: dict[str, Any]) -> None:
         """The optimizer checkpoint of published (or handed-over) `version` alone."""
-        message = {
-            "kind": "checkpoint",
-            "version": version,
-            "checkpoint": self._take_checkpoint(version, optimizer_state),
-        }
+        request = self._take_checkpoint(version, optimizer_state)
         self._synchronize()
         if self._writer is not None:
-            self._absorb(self._writer.handle(message))
+            self._absorb(self._writer.handle(request))
         else:
-            self._requests.put(message)
+            self._requests.put(request)
 
-    def _take_checkpoint(self, version: int, optimizer_state: dict[str, Any]) -> dict[str, Any]:
+    def _take_checkpoint(self, version: int, optimizer_state: dict[str, Any]) -> Checkpoint:
         c = self.config
         self._owed = None
         skeleton, tensors = flatten(optimizer_state)
@@ -262,7 +257,7 @@ class Outbox:
             if self._checkpoint is None or not self._checkpoint.layout.matches(tensors):
                 if self._checkpoint is not None:
                     self._checkpoint.close(unlink=True)
-                self._checkpoint = Slot(Layout.of(tensors))
+                self._checkpoint = Slot(SlotLayout.of(tensors))
                 if self.cuda:
                     self._checkpoint.pin()
             self._copy(self._checkpoint, tensors)
@@ -270,12 +265,13 @@ class Outbox:
         self._checkpoint_busy = True
         self._last_checkpoint = (version, time.monotonic())
         info = {"model_id": self.model_id, "version": version, "config": c.model_dump(mode="json")}
-        return {
-            "slot": slot.name if slot else None,
-            "layout": slot.layout if slot else None,
-            "skeleton": skeleton,
-            "info": json.dumps(info).encode(),
-        }
+        return Checkpoint(
+            version,
+            slot.name if slot else None,
+            slot.layout if slot else None,
+            skeleton,
+            json.dumps(info).encode(),
+        )
 
     def _copy(self, slot: Slot, tensors: dict[str, torch.Tensor]) -> None:
         """`tensors` into `slot`, bit for bit: at once on CPU; on CUDA queued on the side stream."""
@@ -296,14 +292,12 @@ class Outbox:
         if self._event is not None:
             self._event.synchronize()
         if self._pending is not None:
-            self._pending.join()  # every message is with the writer
+            self._pending.join()  # every request is with the writer
 
     # --- replies ---------------------------------------------------------------------------------
 
-    def _receive(
-        self, block: bool = False, until: Callable[[dict[str, Any]], bool] | None = None, worker: Any = None
-    ) -> None:
-        """Take the writer's replies: without blocking, or until one arrives (`block`) or one matches `until`."""
+    def _receive(self, block: bool = False, until: type[Reply] | None = None, worker: Any = None) -> None:
+        """Take the writer's replies: without blocking, or until one arrives (`block`) or one of type `until`."""
         if self._replies is None:
             return
         worker = worker or self._worker
@@ -318,22 +312,22 @@ class Outbox:
                     raise WriterDiedError(f"the trainer's writer exited (code {code}); restart the trainer") from None
                 continue
             self._absorb([reply])
-            if until is None or until(reply):
+            if until is None or isinstance(reply, until):
                 return
 
-    def _absorb(self, replies: list[dict[str, Any]]) -> None:
+    def _absorb(self, replies: list[Reply]) -> None:
         by_name = {s.name: s for s in self.slots}
         for reply in replies:
-            kind = reply["kind"]
-            if kind == "error":
-                self._worker = None
-                raise reply["error"]
-            if kind == "published":
-                self._free.append(by_name[reply["freed"]])
-                self._base = by_name[reply["slot"]]
-                self.published = reply["version"]
-            elif kind == "checkpointed":
-                self._checkpoint_busy = False
+            match reply:
+                case Failed(error=error):
+                    self._worker = None
+                    raise error
+                case Published(version=version, slot=slot, freed=freed):
+                    self._free.append(by_name[freed])
+                    self._base = by_name[slot]
+                    self.published = version
+                case Checkpointed():
+                    self._checkpoint_busy = False
 
     @property
     def base(self) -> dict[str, Any]:
@@ -343,4 +337,4 @@ class Outbox:
 
 def _stop(requests: Any, worker: Any) -> None:
     if worker.is_alive():
-        requests.put({"kind": "stop"})
+        requests.put(Stop())

@@ -1,6 +1,6 @@
 """Tensors in shared host memory: how the trainer hands a version's state to its writer process.
 
-A `Layout` places named tensors (name, dtype, shape) at aligned offsets of one block; a `Slot` is
+A `SlotLayout` places named tensors (name, dtype, shape) at aligned offsets of one block; a `Slot` is
 one `multiprocessing.shared_memory` block of a layout, opened by name in the writer process, where
 its tensors are read as a weight-store `State` (numpy views, no copy) or as torch tensors (the
 optimizer checkpoint). `flatten` / `unflatten` take the tensors out of a nested optimizer state
@@ -61,24 +61,24 @@ class Entry:
 
 
 @dataclass(frozen=True)
-class Layout:
+class SlotLayout:
     """Where each tensor of a state lies in a block (picklable: it travels to the writer)."""
 
     entries: tuple[Entry, ...]
     size: int
 
     @staticmethod
-    def of(tensors: dict[str, Any]) -> Layout:
+    def of(tensors: dict[str, Any]) -> SlotLayout:
         """The layout of torch tensors by name."""
         entries, offset = [], 0
         for name, t in tensors.items():
             nbytes = t.numel() * t.element_size()
             entries.append(Entry(name, _safetensors_dtype(t.dtype), tuple(t.shape), offset, nbytes))
             offset += -(-nbytes // _ALIGN) * _ALIGN
-        return Layout(tuple(entries), max(offset, 1))
+        return SlotLayout(tuple(entries), max(offset, 1))
 
     def matches(self, tensors: dict[str, Any]) -> bool:
-        return Layout.of(tensors).entries == self.entries
+        return SlotLayout.of(tensors).entries == self.entries
 
 
 class _Memory(shared_memory.SharedMemory):
@@ -91,7 +91,7 @@ class _Memory(shared_memory.SharedMemory):
 class Slot:
     """One shared block holding a state of `layout`: created by the trainer, opened by name elsewhere."""
 
-    def __init__(self, layout: Layout, name: str | None = None) -> None:
+    def __init__(self, layout: SlotLayout, name: str | None = None) -> None:
         self.layout = layout
         self.memory = _Memory(name=name, create=name is None, size=layout.size)
         self.name = self.memory.name

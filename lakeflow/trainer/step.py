@@ -53,45 +53,71 @@ def train_step(
     loss, the largest gradient norm and the token means of the objective's sums."""
     c, world, optimizer = parts.config, parts.world, parts.optimizer
     losses: list[float] = []
-    sums: dict[str, float] = {}
     norms: list[float] = []
-    scale = float(world.size) if world else 1.0  # FSDP2 averages gradients over ranks: undo it
+    sums: dict[str, float] = {}  # the objective's and the diagnostics' sums, weighted, over the step
     params = [p for g in optimizer.param_groups for p in g["params"]]
+    max_norm = c.grad_clip if c.grad_clip is not None else math.inf
     guard = StepGuard(world)
     for rows in minibatches(batch.rows, c.minibatches):
         stop = should_stop()
         if distributed.any_rank(stop) if world else stop:
             raise Stopped
-        tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
         optimizer.zero_grad(set_to_none=True)
-        total = 0.0
-        micro = microbatches(batch, rows, c.max_tokens_per_microbatch)
-        share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
-        for micro_rows, weight in share:
-            part = batch.select(micro_rows).to(parts.device)
-            start = first_scored(part.mask)  # no logits for the prompt tokens before every row's response
-            with compute_precision(parts.device, c.autocast):
-                logp, entropy = token_logprobs_entropy(
-                    parts.model, part.input_ids, part.attention_mask, c.temperature, start
-                )
-                ref = None
-                if parts.reference is not None:
-                    with torch.no_grad():
-                        ref = token_logprobs(parts.reference, part.input_ids, part.attention_mask, c.temperature, start)
-            inputs = LossInputs(logp, part.old_logp, part.advantages, part.mask, ref)
-            out = parts.objective(inputs)
-            loss = out.per_token.sum() * (weight / tokens)
-            (loss * scale).backward()  # type: ignore[no-untyped-call]
-            total += float(loss.detach())
-            for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
-                sums[name] = sums.get(name, 0.0) + value * weight
-        max_norm = c.grad_clip if c.grad_clip is not None else math.inf
+        loss = _accumulate(parts, batch, rows, sums)
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         before_update()
-        if guard.allows(total, norm):  # a non-finite loss or gradient never reaches the weights
+        if guard.allows(loss, norm):  # a non-finite loss or gradient never reaches the weights
             optimizer.step()
             norms.append(norm)
-            losses.append(total)
+            losses.append(loss)
+    return _metrics(batch, losses, norms, sums, guard, world)
+
+
+def _accumulate(parts: StepParts, batch: StepBatch, rows: list[int], sums: dict[str, float]) -> float:
+    """The backward passes of minibatch `rows` (this rank's share of its microbatches): their gradients
+    accumulate in the model and their weighted sums in `sums`. Returns the minibatch's token-mean loss
+    (this rank's part)."""
+    world = parts.world
+    scale = float(world.size) if world else 1.0  # FSDP2 averages gradients over ranks: undo it
+    tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
+    total = 0.0
+    micro = microbatches(batch, rows, parts.config.max_tokens_per_microbatch)
+    share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
+    for micro_rows, weight in share:
+        inputs, entropy = _score(parts, batch.select(micro_rows).to(parts.device))
+        out = parts.objective(inputs)
+        loss = out.per_token.sum() * (weight / tokens)
+        (loss * scale).backward()  # type: ignore[no-untyped-call]
+        total += float(loss.detach())
+        for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
+            sums[name] = sums.get(name, 0.0) + value * weight
+    return total
+
+
+def _score(parts: StepParts, part: StepBatch) -> tuple[LossInputs, torch.Tensor]:
+    """The objective's inputs for one microbatch (the policy's token log-probs, with gradient, and the
+    reference's under a KL term) and the policy's [B, T] token entropy."""
+    c = parts.config
+    start = first_scored(part.mask)  # no logits for the prompt tokens before every row's response
+    with compute_precision(parts.device, c.autocast):
+        logp, entropy = token_logprobs_entropy(parts.model, part.input_ids, part.attention_mask, c.temperature, start)
+        ref = None
+        if parts.reference is not None:
+            with torch.no_grad():
+                ref = token_logprobs(parts.reference, part.input_ids, part.attention_mask, c.temperature, start)
+    return LossInputs(logp, part.old_logp, part.advantages, part.mask, ref), entropy
+
+
+def _metrics(
+    batch: StepBatch,
+    losses: list[float],
+    norms: list[float],
+    sums: dict[str, float],
+    guard: StepGuard,
+    world: distributed.World | None,
+) -> dict[str, Any]:
+    """The step's metrics: the mean minibatch loss, the largest gradient norm, the guard's refusals and the
+    token mean of each sum (`<name>_mean`). Under torchrun the losses and sums are summed over ranks first."""
     if world:  # every rank scored part of the batch: the metrics are the sums over ranks
         names = sorted(sums)
         summed = distributed.total([*losses, *(sums[n] for n in names)])

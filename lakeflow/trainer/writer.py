@@ -3,10 +3,10 @@ one is due, its optimizer checkpoint, all read from shared host memory (`shared.
 
 It runs as a process spawned by the trainer (`writer: process`; spawned, never forked: the trainer
 may hold a CUDA context), as a thread of the trainer (`writer: thread`), or in the trainer's own
-thread (`overlap_io: false`); the code is the same. Messages arrive in order; each reply says what
-became free. It keeps the state of the newest published version (`base`, a slot) that the next
-delta is coded against. A spawned writer dies with the trainer (Linux: PR_SET_PDEATHSIG), so a
-kill -9 of the trainer leaves what a kill -9 of one process leaves.
+thread (`overlap_io: false`); the code is the same. Requests (`messages.py`) arrive in order; each
+reply says what became free. It keeps the state of the newest published version (`base`, a slot)
+that the next delta is coded against. A spawned writer dies with the trainer (Linux:
+PR_SET_PDEATHSIG), so a kill -9 of the trainer leaves what a kill -9 of one process leaves.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import resource
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.tracking import MetricSink
-from lakeflow.trainer.metrics import step_row
+from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Reply, Step, Stop, Stopped
 from lakeflow.trainer.publisher import Publisher
-from lakeflow.trainer.shared import Layout, Slot, unflatten
+from lakeflow.trainer.shared import Slot, SlotLayout, unflatten
 from lakeflow.weights.publish import PublishGuard
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -51,15 +51,16 @@ class WriterSpec:
     full_every: int
     workers: int | None  # threads (or forked processes) of the delta codec
     processes: bool
-    layout: Layout  # of the weight slots
+    layout: SlotLayout  # of the weight slots
     base_slot: str  # the slot holding `base_version`'s state
     base_version: int
     metrics: dict[str, Any] | None  # MetricSink arguments (tracker, params, flush_s), or None: no table
     lease: PublishGuard | None = None  # the model's trainer lease, checked before each publish (`LeaseProof`)
 
 
-class LakeWriter:
-    """Handles the trainer's messages one after another; `handle` returns the replies."""
+class VersionWriter:
+    """Writes the weight versions and checkpoints the trainer requests, one after another; `handle` returns
+    the replies."""
 
     def __init__(self, spec: WriterSpec) -> None:
         self.spec = spec
@@ -82,39 +83,37 @@ class LakeWriter:
                 flush_s=m["flush_s"],
             )
 
-    def _slot(self, name: str, slot_layout: Layout) -> Slot:
+    def _slot(self, name: str, slot_layout: SlotLayout) -> Slot:
         slot = self.slots.get(name)
         if slot is None or slot.layout != slot_layout:
             slot = self.slots[name] = Slot(slot_layout, name)
         return slot
 
-    def handle(self, message: dict[str, Any]) -> list[dict[str, Any]]:
-        """One message: a step (heartbeat, weights, optional checkpoint) or a checkpoint alone."""
-        if message["kind"] == "checkpoint":
-            checkpoint = message["checkpoint"]
-            self._write_checkpoint(message["version"], checkpoint)
-            return [{"kind": "checkpointed", "version": message["version"], "slot": checkpoint["slot"]}]
+    def handle(self, request: Step | Checkpoint) -> list[Reply]:
+        """One request: a step (heartbeat, weights, the checkpoint when one is due) or a checkpoint alone."""
+        if isinstance(request, Checkpoint):
+            self._write_checkpoint(request)
+            return [Checkpointed(request.version, request.slot)]
         started = time.monotonic()
-        stats, version = dict(message["stats"]), message["version"]
-        stats["publish_s"] = self.last_job_s  # the previous job's writes (this one's are not done yet)
-        stats["writer_rss_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        stats = replace(
+            request.stats,
+            publish_s=self.last_job_s,  # the previous job's writes (this one's are not done yet)
+            writer_rss_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        )
         store, model = self.spec.store, self.spec.model_id
-        store.put(layout.trainer_stats_key(model, stats["step"]), json.dumps(stats).encode())
-        self.publisher.publish(self._slot(message["slot"], self.spec.layout).state(), version)
-        replies = [
-            {"kind": "published", "version": version, "slot": message["slot"], "freed": self.base_slot, "stats": stats}
-        ]
-        self.base_slot = message["slot"]
-        checkpoint = message.get("checkpoint")
-        if checkpoint is not None:
-            self._write_checkpoint(version, checkpoint)
-            replies.append({"kind": "checkpointed", "version": version, "slot": checkpoint["slot"]})
+        store.put(layout.trainer_stats_key(model, stats.step), json.dumps(stats.heartbeat()).encode())
+        self.publisher.publish(self._slot(request.slot, self.spec.layout).state(), request.version)
+        replies: list[Reply] = [Published(request.version, request.slot, self.base_slot, stats)]
+        self.base_slot = request.slot
+        if request.checkpoint is not None:
+            self._write_checkpoint(request.checkpoint)
+            replies.append(Checkpointed(request.version, request.checkpoint.slot))
         if self.metrics is not None:
-            self.metrics.add(step_row(model, stats))
+            self.metrics.add(stats.row(model))
         self.last_job_s = time.monotonic() - started
         return replies
 
-    def _write_checkpoint(self, version: int, checkpoint: dict[str, Any]) -> None:
+    def _write_checkpoint(self, checkpoint: Checkpoint) -> None:
         """`optimizer.pt` (the state keyed by parameter name, as `get_optimizer_state_dict` gives it) and
         `trainer.json`; optimizer.pt is one object, so a checkpoint is there whole or not at all."""
         import torch
@@ -123,15 +122,14 @@ class LakeWriter:
             self.spec.lease.check()  # a trainer that lost its model's lease writes nothing more
 
         tensors = {}
-        if checkpoint["slot"] is not None:
-            slot = self._slot(checkpoint["slot"], checkpoint["layout"])
-            tensors = slot.tensors()
-        state = unflatten(checkpoint["skeleton"], tensors)
+        if checkpoint.slot is not None and checkpoint.layout is not None:
+            tensors = self._slot(checkpoint.slot, checkpoint.layout).tensors()
+        state = unflatten(checkpoint.skeleton, tensors)
         buffer = io.BytesIO()
-        torch.save({**checkpoint_payload(state), "version": version}, buffer)
+        torch.save({**checkpoint_payload(state), "version": checkpoint.version}, buffer)
         del state, tensors
-        store, model = self.spec.store, self.spec.model_id
-        store.put(layout.checkpoint_object_key(model, version, TRAINER_FILE), checkpoint["info"])
+        store, model, version = self.spec.store, self.spec.model_id, checkpoint.version
+        store.put(layout.checkpoint_object_key(model, version, TRAINER_FILE), checkpoint.info)
         store.put(layout.checkpoint_object_key(model, version, OPTIMIZER_FILE), buffer.getvalue())
 
     def close(self) -> None:
@@ -145,27 +143,27 @@ class LakeWriter:
 
 
 def serve(spec: WriterSpec, requests: Any, replies: Any, parent: int | None = None) -> None:
-    """The writer loop of a thread or a process: messages until `stop`; an error is sent back and ends it."""
+    """The writer loop of a thread or a process: requests until `Stop`; an error is sent back and ends it."""
     writer = None
     try:
-        writer = LakeWriter(spec)
-        replies.put({"kind": "ready"})
+        writer = VersionWriter(spec)
+        replies.put(Ready())
         while True:
             try:
-                message = requests.get(timeout=1.0)
+                request = requests.get(timeout=1.0)
             except queue.Empty:
                 if parent is not None and os.getppid() != parent:  # the trainer is gone (no PDEATHSIG)
                     return
                 continue
-            if message["kind"] == "stop":
+            if isinstance(request, Stop):
                 break
-            for reply in writer.handle(message):
+            for reply in writer.handle(request):
                 replies.put(reply)
         writer.close()
         writer = None
-        replies.put({"kind": "stopped"})
+        replies.put(Stopped())
     except BaseException as e:  # sent to the trainer, which raises it
-        replies.put({"kind": "error", "error": _picklable(e)})
+        replies.put(Failed(_picklable(e)))
     finally:
         if writer is not None:
             writer.close()

@@ -135,7 +135,10 @@ def decode_delta_sha256(
     return _decode(old, data, workers, digest, processes, in_place), digest.hexdigest()
 
 
-def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes: bool, in_place: bool) -> State:
+def _read_header(
+    old: State, data: bytes
+) -> tuple[dict[str, Any], str, dict[str, Any], list[tuple[str, list[tuple[str, int]]]]]:
+    """The delta object's parts, format, header and tensor groups, checked against the local state `old`."""
     parts, meta = parse_safetensors(data, "delta object")
     fmt = meta.get("format")
     if fmt not in _STREAMS or set(parts) != {"header", *_STREAMS[fmt]}:
@@ -152,6 +155,11 @@ def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes
                 raise WeightsFormatError(f"delta does not fit the local state: tensor {name!r} differs or is missing")
     if sum(len(t) for _, t in groups) != len(old):
         raise WeightsFormatError("delta does not fit the local state: the local state has extra tensors")
+    return parts, str(fmt), head, groups
+
+
+def _decode(old: State, data: bytes, workers: int | None, digest: Any, processes: bool, in_place: bool) -> State:
+    parts, fmt, head, groups = _read_header(old, data)
     if fmt == FORMAT_V1:
         new = decode_v1(old, head, parts)
         if digest is not None:

@@ -21,6 +21,8 @@ import hashlib
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -122,45 +124,14 @@ def publish(
         )
     write = store.put if force else store.put_if_absent
     side = _side_entries(store, model, version, files, prev, write)
-    delta_entry, changed, digest = None, None, None
+    delta = None
     if prev is not None and side == prev.files:
-        if base is None:
-            from lakeflow.weights.pull import rebuild_state
-
-            base = rebuild_state(store, model, version - 1)
-        if same_layout(base, state) and state_sha256(base) == prev.state_sha256:
-            # the state hash is computed in the same pass, while the segments encode
-            delta = encode_delta(base, state, workers, sha256=True, processes=processes)
-            digest = delta.state_sha256
-            if len(delta.data) < state_bytes(state):
-                key = layout.weights_delta_key(model, version)
-                _put(write, key, delta.data, model, version)
-                delta_entry, changed = _entry(DELTA_FILE, key, delta.data), delta.changed
+        delta = _write_delta(store, write, model, version, prev, state, base, workers, processes)
     entries: list[ObjectEntry] = []
-    if delta_entry is None or version % full_every == 0:
+    if delta is None or delta.entry is None or version % full_every == 0:
         entries = _write_full(write, model, version, state, max_shard_bytes)
         side = _side_entries(store, model, version, files, prev, write, own_dir=True)
-    dtypes = Counter[str]()
-    for t in state.values():
-        dtypes[t.dtype] += int(t.bits.size)
-    params = sum(dtypes.values())
-    manifest = Manifest(
-        model=model,
-        version=version,
-        kind="full" if entries else "delta",
-        base_version=version - 1 if delta_entry else None,
-        weights=entries,
-        delta=delta_entry,
-        files=side,
-        state_sha256=digest or state_sha256(state),
-        params=params,
-        state_bytes=state_bytes(state),
-        dtypes=dict(dtypes),
-        changed=changed,
-        sparsity=None if changed is None else 1 - changed / max(params, 1),
-        publisher=publisher,
-        created_at=datetime.now(UTC).isoformat(),
-    )
+    manifest = _manifest(model, version, state, entries, delta, side, publisher)
     if lease is not None:
         lease.check()  # the last moment a lost lease can stop this publish: the manifest commits it
     try:
@@ -169,6 +140,81 @@ def publish(
         raise _conflict(manifest_key, model, version) from e
     _advance_latest(store, model, version, publisher)
     return manifest
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """A delta coded against the previous version: its object (None: not smaller than the full state, so
+    not written), the count of changed elements, the new state's sha256 (computed while coding)."""
+
+    entry: ObjectEntry | None
+    changed: int | None
+    state_sha256: str
+
+
+def _write_delta(
+    store: Store,
+    write: Callable[[str, bytes], object],
+    model: str,
+    version: int,
+    prev: Manifest,
+    state: State,
+    base: State | None,
+    workers: int | None,
+    processes: bool,
+) -> _Delta | None:
+    """Code `state` against the previous version `prev` (its state `base`, rebuilt from the lake when None)
+    and write the delta when it is smaller than the full state; None when no delta applies (another layout,
+    or a base that is not the previous version)."""
+    if base is None:
+        from lakeflow.weights.pull import rebuild_state
+
+        base = rebuild_state(store, model, version - 1)
+    if not same_layout(base, state) or state_sha256(base) != prev.state_sha256:
+        return None
+    # the state hash is computed in the same pass, while the segments encode
+    delta = encode_delta(base, state, workers, sha256=True, processes=processes)
+    digest = delta.state_sha256 or state_sha256(state)
+    if len(delta.data) >= state_bytes(state):
+        return _Delta(None, None, digest)
+    key = layout.weights_delta_key(model, version)
+    _put(write, key, delta.data, model, version)
+    return _Delta(_entry(DELTA_FILE, key, delta.data), delta.changed, digest)
+
+
+def _manifest(
+    model: str,
+    version: int,
+    state: State,
+    entries: list[ObjectEntry],
+    delta: _Delta | None,
+    side: list[ObjectEntry],
+    publisher: str,
+) -> Manifest:
+    """The manifest of a version written as full `entries` or as a delta (full wins when both were written)."""
+    dtypes = Counter[str]()
+    for t in state.values():
+        dtypes[t.dtype] += int(t.bits.size)
+    params = sum(dtypes.values())
+    delta_entry = delta.entry if delta is not None else None
+    changed = delta.changed if delta_entry is not None and delta is not None else None
+    return Manifest(
+        model=model,
+        version=version,
+        kind="full" if entries else "delta",
+        base_version=version - 1 if delta_entry else None,
+        weights=entries,
+        delta=delta_entry,
+        files=side,
+        state_sha256=delta.state_sha256 if delta is not None else state_sha256(state),
+        params=params,
+        state_bytes=state_bytes(state),
+        dtypes=dict(dtypes),
+        changed=changed,
+        sparsity=None if changed is None else 1 - changed / max(params, 1),
+        publisher=publisher,
+        created_at=datetime.now(UTC).isoformat(),
+    )
 
 
 def repair_latest(store: Store, model: str, publisher: str) -> int | None:

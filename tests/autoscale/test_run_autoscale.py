@@ -26,9 +26,9 @@ import pytest
 import yaml
 
 from lakeflow.autoscale.rule import Observation, Policy, State, decide
-from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
 from lakeflow.lake import layout
+from lakeflow.lakeview import connect_lake
 from lakeflow.models.tiny import build_tiny_model
 from lakeflow.weights.manifest import read_latest
 
@@ -69,7 +69,7 @@ def config(tmp_path: Path) -> Path:
                 },
             }
         ],
-        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
+        "loop": {"poll_s": 0.1, "max_poll_s": 0.4, "checkpoint_s": 2, "lease_ttl_s": 30},
         "autoscale": {"min": 1, "max": 2, "interval_s": 1, "cooldown_s": 2, "confirm": 1, "window_s": 4},
     }
     run["models"][0]["trainer"] |= {"poll_s": 0.1, "max_poll_s": 0.5}  # type: ignore[index]
@@ -79,6 +79,8 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
+# Over 60 s (~70 s): the pool must grow (the trainer waits), then shrink (it stops waiting), each after the
+# controller's confirming ticks, and the run must end with both services drained.
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_run_autoscale_grows_and_shrinks_the_pool_and_drains_it_without_loss(tmp_path: Path) -> None:

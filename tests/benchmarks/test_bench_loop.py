@@ -10,6 +10,8 @@ from click.testing import CliRunner
 from benchmarks.loop_run import bench_loop
 
 
+# Over 60 s (~70 s, in process, traced): the benchmark's six sections at their smallest settings (3 trainer
+# steps, 512 samples to S3, a 2M-parameter codec state), so its README numbers cannot rot unseen.
 @pytest.mark.slow
 def test_bench_loop_json() -> None:
     args = ["--steps", "3", "--s3-samples", "512", "--s3-batch", "128", "--codec-params", "2000000", "--json"]

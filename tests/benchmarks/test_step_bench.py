@@ -26,6 +26,8 @@ def test_batches_are_right_padded_with_a_response_in_every_row() -> None:
         assert row[:ones].all() and not row[ones:].any()
 
 
+# Over 60 s in the suite (~65 s; ~30 s alone): one process per way of computing the step (each imports torch
+# and builds the model), one repeat of 4 rows each.
 def test_every_way_runs_and_the_baseline_is_its_own_unit(tmp_path: Path) -> None:
     """One pass of each way (a process each) through the command, its table read back."""
     model = resolve_model("tiny:bench-step", tmp_path)

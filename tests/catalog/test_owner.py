@@ -2,11 +2,11 @@
 
 Checked on the source (ast), over the package, the tests and the benchmarks:
 - `.con` / `._con` (a DuckDB connection held as an attribute) only in `catalog/statedb.py` (the
-  dataflow catalog's connection) and `catalog/lakeview.py` (the analysts' read-only `LakeQuery`,
+  dataflow catalog's connection) and `lakeview/view.py` (the analysts' read-only `LakeQuery`,
   whose `con` is locked before anyone gets it: external access off, only SELECT / EXPLAIN run).
 - `duckdb.connect` only in those two modules, in the package and the benchmarks. (Tests may open a
   plain DuckDB over Parquet files they wrote themselves: that is no catalog.) Benchmarks comparing
-  ways of reading the lake get a connection from `lakeview.open_connection`.
+  ways of reading the lake get a connection from `lakeview.view.open_connection`.
 - The connection wrapper (`catalog/statedb.py`) is imported only by the catalog's state modules, and
   an owner's `_db` is touched only inside the owner classes: everything else calls their methods.
 """
@@ -14,20 +14,16 @@ Checked on the source (ast), over the package, the tests and the benchmarks:
 from __future__ import annotations
 
 import ast
-from datetime import UTC, datetime
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
-from lakeflow.catalog.policy import load_policy
-from lakeflow.catalog.serving import ServingPolicies
 from lakeflow.catalog.state import Catalog
 from lakeflow.catalog.statedb import identifier
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = "lakeflow/catalog"
-CONNECTION_OWNERS = {f"{CATALOG}/statedb.py", f"{CATALOG}/lakeview.py"}  # hold `.con` and call duckdb.connect
+CONNECTION_OWNERS = {f"{CATALOG}/statedb.py", "lakeflow/lakeview/view.py"}  # hold `.con` and call duckdb.connect
 STATE_MODULES = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table", "candidates")}
 DB_HOLDERS = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table")}  # the owner classes
 SCANNED = ("lakeflow", "tests", "benchmarks", "scripts", "examples")
@@ -77,7 +73,7 @@ def test_duckdb_connections_are_opened_only_by_their_owners() -> None:
         if rel not in CONNECTION_OWNERS
         for line in _duckdb_connects(tree)
     ]
-    assert not found, f"duckdb.connect outside catalog/statedb.py and catalog/lakeview.py: {found}"
+    assert not found, f"duckdb.connect outside catalog/statedb.py and lakeview/view.py: {found}"
 
 
 def test_the_catalog_connection_is_reached_only_through_the_owner_classes() -> None:
@@ -115,52 +111,3 @@ def test_identifiers_are_the_only_formatted_text() -> None:
     for bad in ("fresh; DROP TABLE groups", 'x"y', "", "1abc", "a b"):
         with pytest.raises(ValueError, match="identifier"):
             identifier(bad)
-
-
-def _samples(model_id: str, group_id: str, n: int) -> pa.Table:
-    ids = [f"{group_id}-{i}" for i in range(n)]
-    return pa.table(
-        {
-            "sample_id": ids,
-            "model_id": [model_id] * n,
-            "group_id": [group_id] * n,
-            "prompt_id": [f"p-{group_id}"] * n,
-            "task_id": [f"t-{group_id}"] * n,
-            "policy_version": pa.array([3] * n, pa.int64()),
-            "reward": [float(i % 2) for i in range(n)],
-            "shard_idx": pa.array([0] * n, pa.int32()),
-            "row": pa.array(range(n), pa.int32()),
-        }
-    )
-
-
-def test_values_with_quotes_are_bound_not_formatted() -> None:
-    """A model id and a group id full of SQL go through ingest, completion and serving as plain values."""
-    model = "m'); DROP TABLE groups; --"
-    catalog = Catalog()
-    try:
-        now = datetime.now(UTC)
-        catalog.add_shard("trajectories/model=m/date=2026-01-01/w-00000000.parquet", "k", model, 8, now)
-        catalog.ingest(pa.concat_tables([_samples(model, "g'1", 4), _samples(model, "g2", 4)]))
-        assert catalog.drop_oversized(model, 4) == []
-        done = catalog.complete_groups(model, 4, load_policy("filter", "keep_all"), 0.5)
-        assert (done.kept, done.filtered, done.tasks) == (2, 0, [(model, "t-g'1"), (model, "t-g2")])
-        policies = ServingPolicies(
-            staleness=load_policy("staleness", "version_window"),
-            fresh=load_policy("fresh", "fifo"),
-            replay=None,
-            groups_per_step=2,
-            max_staleness=4,
-            replay_ratio=0.0,
-            replay_capacity=10,
-        )
-        plan = catalog.serving.plan_batch(model, 5, policies)
-        assert sorted(plan.fresh) == ["g'1", "g2"]
-        batch = catalog.serving.batch_table(model, plan)
-        assert batch.num_rows == 8
-        assert catalog.serving.record_batch(model, 5, plan.fresh, [], batch.num_rows, 10, now)
-        assert catalog.serving.next_step(model) == 6
-        assert catalog.sql("SELECT count(*) AS n FROM groups").to_pylist() == [{"n": 2}]
-        assert catalog.model_numbers([model])[model]["groups_kept"] == 2
-    finally:
-        catalog.close()

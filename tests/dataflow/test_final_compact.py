@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from lakeflow.catalog import connect_lake
 from lakeflow.dataflow.config import DataflowConfig, TableConfig
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.io import open_store
 from lakeflow.lake.synth import SynthSpec, write_synthetic
 from lakeflow.lake.table import read_snapshot
+from lakeflow.lakeview import connect_lake
 from tests.dataflow.helpers import config, group, set_trainer_version, write_groups
 
 

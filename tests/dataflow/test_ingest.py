@@ -1,4 +1,6 @@
-"""Bad input is quarantined with a reason and a counter; the loop never dies and good rows flow."""
+"""Ingest (`dataflow/ingest.py`): each commit is ingested once; bad input is quarantined with a reason
+and a counter (a whole shard, or rows by position); the loop never dies and good rows flow. The
+`Ingestor` directly first, then through `DataflowService`."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from lakeflow.dataflow.ingest import CLAIM_REASON
+from lakeflow.catalog.state import Catalog
+from lakeflow.dataflow.ingest import CLAIM_REASON, Ingestor
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.io import Store
-from lakeflow.lake import ShardWriter
+from lakeflow.lake import CommitCursor, ShardWriter
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.lake.batch import read_batch
 from lakeflow.lake.schema import SAMPLE_SCHEMA
@@ -31,6 +34,74 @@ def raw_shard(store: Store, rows: list[dict[str, object]]) -> None:
     table = pa.Table.from_pylist([defaults | r for r in rows], schema=SAMPLE_SCHEMA)
     writer = ShardWriter(store, "buggy")
     writer.commit(writer.write_shard(table))
+
+
+def quarantine_records(store: Store) -> list[dict[str, object]]:
+    return sorted((json.loads(store.get(o.key)) for o in store.list("_quarantine/")), key=lambda r: str(r["reason"]))
+
+
+def test_the_ingestor_takes_each_commit_once(store: Store) -> None:
+    for _ in range(3):
+        write_groups(store, [group("policy", [1, 0, 1, 0])])  # one commit each
+    catalog = Catalog()
+    ingestor = Ingestor(store, catalog, config())
+    cursor, stats = ingestor.ingest(CommitCursor(), limit=2)
+    assert (stats.commits, stats.samples) == (2, 8)
+    cursor, stats = ingestor.ingest(cursor, limit=2)
+    assert (stats.commits, stats.samples) == (1, 4)
+    _, stats = ingestor.ingest(cursor)
+    assert (stats.commits, stats.samples, stats.quarantined) == (0, 0, {})  # nothing new
+    assert catalog.sql("SELECT count(*) AS n, sum(rows) AS r FROM shards").to_pylist() == [{"n": 3, "r": 12}]
+    assert catalog.sql("SELECT DISTINCT n FROM pending").to_pylist() == [{"n": 4}]
+    _, stats = ingestor.ingest(CommitCursor())  # the whole log again: every sample is known already
+    assert (stats.commits, stats.samples) == (3, 0)
+    assert stats.quarantined == {"sample_id already ingested": 12}
+    assert catalog.sql("SELECT DISTINCT n FROM pending").to_pylist() == [{"n": 4}]
+    catalog.close()
+
+
+def test_the_ingestor_quarantines_a_corrupt_shard_whole_and_takes_the_rest(store: Store) -> None:
+    write_groups(store, [group("policy", [1, 0, 1, 0])])
+    write_groups(store, [group("policy", [1, 0, 1, 0])])
+    corrupt = sorted(o.key for o in store.list("trajectories/"))[0]
+    data = bytearray(store.get(corrupt))
+    data[100] ^= 0xFF
+    store.put(corrupt, bytes(data))
+    catalog = Catalog()
+    _, stats = Ingestor(store, catalog, config()).ingest(CommitCursor())
+    assert (stats.commits, stats.samples, sum(stats.quarantined.values())) == (2, 4, 4)
+    (row,) = catalog.sql("SELECT key, rows, reason FROM quarantine").to_pylist()
+    assert (row["key"], row["rows"]) == (corrupt, 4) and "does not match its commit record" in row["reason"]
+    (record,) = quarantine_records(store)
+    assert (record["source"], record["rows"], record["reason"]) == (corrupt, 4, row["reason"])
+    assert corrupt not in catalog.sql("SELECT shard FROM shards").column("shard").to_pylist()
+    catalog.close()
+
+
+def test_the_ingestor_quarantines_bad_rows_by_position_and_takes_the_others(store: Store) -> None:
+    good = group("policy", [1, 0, 1, 0])
+    nan = group("policy", [1, math.nan, 0, 1])
+    raw_shard(store, good + nan)
+    catalog = Catalog()
+    _, stats = Ingestor(store, catalog, config()).ingest(CommitCursor())
+    assert stats.samples == 7 and stats.quarantined == {"reward is NaN or infinite": 1}
+    (record,) = quarantine_records(store)
+    assert (record["positions"], record["sample_ids"]) == ([5], [nan[1]["sample_id"]])
+    assert catalog.sql("SELECT n FROM pending ORDER BY n").column("n").to_pylist() == [3, 4]
+    catalog.close()
+
+
+def test_the_ingestor_takes_a_task_s_samples_only_from_its_claim_holder(store: Store) -> None:
+    catalog = Catalog()
+    catalog.tasks.add("policy", "t1", "p1", datetime.now(UTC))
+    assert lake_tasks.claim_task(store, "policy", "t1", "raas-honest", timedelta(minutes=5)) is not None
+    ids = {"group_id": "t1", "task_id": "t1", "prompt_id": "p1"}
+    write_groups(store, [group("policy", [1, 1, 1, 1], raas_id="raas-forger", **ids)], "raas-forger")
+    write_groups(store, [group("policy", [1, 0, 0, 0], raas_id="raas-honest", **ids)], "raas-honest")
+    _, stats = Ingestor(store, catalog, config()).ingest(CommitCursor())
+    assert stats.samples == 4 and stats.quarantined == {CLAIM_REASON: 4}
+    assert catalog.sql("SELECT n, rewards FROM pending").to_pylist() == [{"n": 4, "rewards": [1.0, 0.0, 0.0, 0.0]}]
+    catalog.close()
 
 
 def test_bad_rows_are_quarantined_and_good_rows_served(store: Store) -> None:

@@ -8,7 +8,6 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakeflow.catalog import connect_lake
 from lakeflow.dataflow.checkpoint import load_manifest
 from lakeflow.dataflow.compact import Compactor, compaction_bound
 from lakeflow.dataflow.retention import (
@@ -26,6 +25,7 @@ from lakeflow.lake import CommitCursor, LakeReader, SampleRef, layout
 from lakeflow.lake.batch import read_batch
 from lakeflow.lake.quarantine import write_quarantine
 from lakeflow.lake.table import log_versions
+from lakeflow.lakeview import connect_lake
 from lakeflow.weights.manifest import latest_version
 from lakeflow.weights.publish import publish
 from tests.dataflow.helpers import config, group, write_groups

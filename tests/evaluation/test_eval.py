@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.evaluation import EvalConfig, EvalService, pass_at_k
 from lakeflow.io import Store, open_store
+from lakeflow.lakeview import connect_lake
 from lakeflow.raas.engines import ChatMessage, Completion, Prompt
 from lakeflow.weights import local_version, publish, raw_tensor
 

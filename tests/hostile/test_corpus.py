@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.dataflow.status import lake_status, render_status
 from lakeflow.errors import LakeflowError
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.lake import write_samples
+from lakeflow.lakeview import connect_lake
 from lakeflow.report.data import gather
 from lakeflow.weights import latest_version, publish, pull, read_manifest
 from lakeflow.weights.tensors import load_state, state_sha256

@@ -102,6 +102,10 @@ def lakeflow(env: dict[str, str], *args: str, timeout: float = 120) -> subproces
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+# Over 60 s (~120 s with its fixtures): Terraform applies the roles to moto's IAM, then a whole run in which
+# moto checks every request against them; neither can be smaller than one run and one apply.
+# untraced: its processes run the tiny run that tests/run/test_run.py measures; this test is about the roles
+@pytest.mark.usefixtures("untraced_children")
 def test_tiny_run_with_one_role_per_process(
     keys: dict[str, dict[str, str]], moto_endpoint: str, tmp_path: Path
 ) -> None:

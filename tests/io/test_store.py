@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from lakeflow.errors import EtagMismatchError, UnsupportedStoreError
-from lakeflow.io import Store, open_store
+from lakeflow.io import FsspecStore, Store, open_store
+from lakeflow.io.patient import PatientStore
 
 
 def test_put_get_head_delete(store: Store) -> None:
@@ -152,3 +156,22 @@ def test_listing_while_another_process_deletes(tmp_path) -> None:  # type: ignor
     finally:
         stop.set()
         worker.join()
+
+
+def test_shared_across_processes_says_what_another_process_finds(store: Store, lake_url: str) -> None:
+    """A spawned process that unpickles the store (as the trainer's writer does) reads the object put here,
+    unless the store is `memory://`, whose objects live in this process."""
+    store.put("shared.txt", b"here")
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        try:
+            seen: bytes | None = pool.submit(store.get, "shared.txt").result()
+        except FileNotFoundError:
+            seen = None
+    assert store.shared_across_processes == (seen == b"here") == (not lake_url.startswith("memory://"))
+
+
+def test_wrapped_and_fsspec_stores_say_what_their_backend_holds(tmp_path: Path) -> None:
+    assert not PatientStore(open_store("memory://patient")).shared_across_processes
+    assert PatientStore(open_store(str(tmp_path))).shared_across_processes
+    assert not FsspecStore("memory://weights").shared_across_processes
+    assert FsspecStore(f"file://{tmp_path}").shared_across_processes

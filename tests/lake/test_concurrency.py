@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import S3Options, open_store
 from lakeflow.lake import LakeReader, iter_commits
+from lakeflow.lakeview import connect_lake
 
 HANG_AFTER_SHARD = textwrap.dedent(
     """

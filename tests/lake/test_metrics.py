@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
 from lakeflow.lake.metrics import TABLES, MetricsWriter, read_metrics
+from lakeflow.lakeview import connect_lake
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.dataflow.compact import Compactor, compaction_bound
 from lakeflow.io import S3Options, Store, open_store
 from lakeflow.lake import ShardWriter, layout
 from lakeflow.lake.quarantine import GROUP_SOURCE, write_quarantine
 from lakeflow.lake.synth import SynthSpec, synth_table, write_synthetic
 from lakeflow.lake.table import read_snapshot
+from lakeflow.lakeview import connect_lake
 
 QUERY = (
     "SELECT model_id, policy_version, count(*) AS n, count(DISTINCT sample_id) AS ids, sum(reward) AS r, "

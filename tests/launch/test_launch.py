@@ -325,7 +325,7 @@ def test_bash_is_here() -> None:
 
 
 def test_raas_takes_its_id_from_the_command_line() -> None:
-    from lakeflow.cli.raas import _config
+    from lakeflow.raas.config import command_config
 
-    assert _config(None, None, None, "tiny-math-raas-policy-7d9f-x2x9z").id == "tiny-math-raas-policy-7d9f-x2x9z"
-    assert _config(None, None, None).id is None
+    assert command_config(None, raas_id="tiny-math-raas-policy-7d9f-x2x9z").id == "tiny-math-raas-policy-7d9f-x2x9z"
+    assert command_config(None).id is None

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from lakeflow.catalog import connect_lake
 from lakeflow.cli.dataflow import status
 from lakeflow.io import open_store
 from lakeflow.lake import write_samples
+from lakeflow.lakeview import connect_lake
 from lakeflow.report.agents import agent_by_version, render_html, render_text
 from tests.lake.helpers import sample
 

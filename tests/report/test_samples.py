@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
 from lakeflow.lake import layout
+from lakeflow.lakeview import connect_lake
 from lakeflow.report import write_report
 from lakeflow.report.samples import sample_completions, spread
-from tests.catalog.test_detokenize import _tokenizer
 from tests.dataflow.helpers import group, write_groups
+from tests.lakeview.test_detokenize import _tokenizer
 
 pytest.importorskip("tokenizers")
 

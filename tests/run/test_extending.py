@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
+from lakeflow.lakeview import connect_lake
 from lakeflow.weights.manifest import read_latest
 
 pytest.importorskip("torch")
@@ -54,7 +54,7 @@ def write_config(path: Path, steps: int) -> Path:
         model="tiny:plugin", model_cache_dir=str(path.parent / "models"), poll_s=0.1, max_poll_s=0.5
     )
     model["raas"]["config"].update(poll_s=0.1, heartbeat_s=1)
-    config["loop"] = {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30}
+    config["loop"] = {"poll_s": 0.1, "max_poll_s": 0.4, "checkpoint_s": 2, "lease_ttl_s": 30}
     path.write_text(yaml.safe_dump(config))
     return path
 
@@ -67,6 +67,8 @@ def test_the_example_config_parses_and_names_the_plugin() -> None:
     assert config.models[0].raas.config.workflow == "example_single_turn"
 
 
+# untraced: the services run the tiny run that test_run.py measures; the plugin code is the test's own
+@pytest.mark.usefixtures("untraced_children")
 @pytest.mark.slow
 def test_a_plugin_package_trains_through_lakeflow_run(tmp_path: Path, plugin_site: Path) -> None:
     config = write_config(tmp_path / "run.yaml", 1)

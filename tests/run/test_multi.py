@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import Store, open_store
 from lakeflow.lake.batch import list_batch_steps, read_batch
+from lakeflow.lakeview import connect_lake
 from lakeflow.run import Launcher
 from lakeflow.run.config import RunConfig
 from lakeflow.weights.manifest import read_latest
@@ -57,7 +57,7 @@ def config(tmp_path: Path, steps: int) -> RunConfig:
                 model("solver", cache, {"type": "synthetic", "prompts": 50}, 1),
                 model("verifier", cache, None, 0),
             ],
-            "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
+            "loop": {"poll_s": 0.1, "max_poll_s": 0.4, "checkpoint_s": 2, "lease_ttl_s": 30},
         }
     )
 

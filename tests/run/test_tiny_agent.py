@@ -11,14 +11,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import open_store
+from lakeflow.lakeview import connect_lake
 
 pytest.importorskip("torch")
 
 JOB = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "tiny-agent.yaml"
 
 
+# untraced: the agent service code is measured in process (tests/raas/agent/test_service.py), the rest
+# of the run by test_run.py
+@pytest.mark.usefixtures("untraced_children")
 @pytest.mark.slow
 def test_tiny_agent_trains_a_few_steps_through_lakeflow_run(tmp_path: Path) -> None:
     config = yaml.safe_load(JOB.read_text())

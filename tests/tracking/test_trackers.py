@@ -22,8 +22,8 @@ import pytest
 from lakeflow.errors import MissingExtraError
 from lakeflow.io import Store, open_store
 from lakeflow.lake.batch import BATCH_SCHEMA, write_batch
-from lakeflow.lake.manifest import read_run_manifest, write_run_manifest
 from lakeflow.lake.metrics import MetricsWriter
+from lakeflow.lake.run_record import read_run_manifest, write_run_manifest
 from lakeflow.tracking import MetricSink, TrackerConfig, build_tracker
 from lakeflow.tracking.export import export_metrics
 from lakeflow.tracking.scalars import row_scalars

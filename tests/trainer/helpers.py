@@ -1,5 +1,6 @@
 """Build trainer inputs in a lake without a dataflow process: samples tokenised by the tiny model's
-tokenizer, committed as shards, and batch objects that reference them."""
+tokenizer, committed as shards, and batch objects that reference them; and, for the tests of the outbox
+and its writer, small states and a step's stats."""
 
 from __future__ import annotations
 
@@ -10,11 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import torch
 import yaml
 
 from lakeflow.io import Store
 from lakeflow.lake import write_samples
 from lakeflow.lake.batch import BATCH_SCHEMA, write_batch
+from lakeflow.trainer.stats import StepStats
+from lakeflow.weights import State
+from lakeflow.weights.tensors import raw_tensor
 
 MODEL = "policy"
 
@@ -101,3 +106,27 @@ def write_config(path: Path, cache_dir: str, **overrides: Any) -> Path:
     config.update(overrides)
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+def tensors(seed: int) -> dict[str, torch.Tensor]:
+    """A small state of three dtypes; `w` holds a NaN with a payload (copied as bits, not as a float)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(64, 32, generator=g)
+    w.view(torch.int32)[0, 0] = 0x7FC00123
+    return {"w": w, "b": torch.randn(7, generator=g).to(torch.bfloat16), "n": torch.arange(5)}
+
+
+def as_state(ts: dict[str, torch.Tensor]) -> State:
+    """`tensors` as a weight-store `State`."""
+    views = {torch.float32: torch.uint32, torch.bfloat16: torch.uint16, torch.int64: torch.uint64}
+    names = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
+    return {n: raw_tensor(names[t.dtype], t.shape, t.view(views[t.dtype]).numpy().copy()) for n, t in ts.items()}
+
+
+def step_stats(step: int) -> StepStats:
+    """The loop's part of step `step`'s stats, with plausible values."""
+    metrics = {"loss": 0.25, "grad_norm": 1.5, "skipped_minibatches": 0, "skip_reason": "", "kl_behaviour_mean": 0.01}
+    return StepStats(
+        step=step, samples=8, tokens=40, reward_mean=0.5, lr=1e-3, metrics=metrics, wait_s=0.2, load_s=0.1,
+        compute_s=1.0, memory={"rss_peak_mb": 100.0}, at="2026-01-01T00:00:00+00:00",
+    )  # fmt: skip

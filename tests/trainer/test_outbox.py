@@ -1,5 +1,5 @@
 """The trainer's hand-over to its writer: shared memory holds a state bit for bit, checkpoints follow the
-schedule, a writer process that dies is an error in the trainer, and an in-process lake is refused."""
+schedule, a writer process that dies or fails is an error in the trainer, and an in-process lake is refused."""
 
 from __future__ import annotations
 
@@ -13,33 +13,21 @@ from typing import Any
 import pytest
 import torch
 
-from lakeflow.errors import ConfigError, WriterDiedError
+from lakeflow.errors import ConfigError, WeightsConflictError, WriterDiedError
 from lakeflow.io import open_store
+from lakeflow.io.patient import PatientStore
 from lakeflow.lake import layout
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.outbox import Outbox
 from lakeflow.trainer.publisher import Publisher
-from lakeflow.trainer.shared import Layout, Slot, flatten, unflatten
+from lakeflow.trainer.shared import Slot, SlotLayout, flatten, unflatten
 from lakeflow.weights import latest_version, read_manifest, state_sha256
-from lakeflow.weights.tensors import raw_tensor
-
-
-def tensors(seed: int) -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    w = torch.randn(64, 32, generator=g)
-    w.view(torch.int32)[0, 0] = 0x7FC00123  # a NaN with a payload: copied as bits, not as a float
-    return {"w": w, "b": torch.randn(7, generator=g).to(torch.bfloat16), "n": torch.arange(5)}
-
-
-def as_state(ts: dict[str, torch.Tensor]) -> Any:
-    views = {torch.float32: torch.uint32, torch.bfloat16: torch.uint16, torch.int64: torch.uint64}
-    names = {torch.float32: "F32", torch.bfloat16: "BF16", torch.int64: "I64"}
-    return {n: raw_tensor(names[t.dtype], t.shape, t.view(views[t.dtype]).numpy().copy()) for n, t in ts.items()}
+from tests.trainer.helpers import as_state, step_stats, tensors
 
 
 def test_a_slot_holds_tensors_bit_for_bit_and_opens_by_name() -> None:
     source = tensors(0)
-    slot = Slot(Layout.of(source))
+    slot = Slot(SlotLayout.of(source))
     try:
         for name, target in slot.tensors().items():
             target.copy_(source[name])
@@ -80,9 +68,9 @@ def test_versions_and_scheduled_checkpoints_reach_the_lake(tmp_path: Path, overr
     try:
         for version in (1, 2, 3, 4):
             due = outbox.checkpoint_due(version)
-            stats = {"step": version - 1, "version": version, "io_block_s": 0.0}
-            out = outbox.send(version, tensors(version), stats, optimizer_state(version) if due else None)
-            assert out["checkpointed"] is due and out["state_copies"] == 1 + due
+            state = optimizer_state(version) if due else None
+            out = outbox.send(version, tensors(version), step_stats(version - 1), state)
+            assert out.checkpointed is due and out.state_copies == 1 + due
             outbox.flush()  # each version written before the next: the schedule cannot be postponed here
         assert latest_version(store, "m") == 4 and outbox.published == 4
         for version in (1, 2, 3, 4):
@@ -103,7 +91,7 @@ def test_a_writer_process_that_dies_is_an_error_and_publishes_nothing(tmp_path: 
     try:
         os.kill(outbox._worker.pid, signal.SIGKILL)
         outbox._worker.join()
-        outbox.send(1, tensors(1), {"step": 0, "version": 1, "io_block_s": 0.0})
+        outbox.send(1, tensors(1), step_stats(0))
         with pytest.raises(WriterDiedError, match="restart the trainer"):
             outbox.flush()
         assert latest_version(store, "m") == 0
@@ -111,8 +99,30 @@ def test_a_writer_process_that_dies_is_an_error_and_publishes_nothing(tmp_path: 
         outbox.close()
 
 
-def test_a_writer_process_refuses_an_in_process_lake() -> None:
-    store = open_store(f"memory://{uuid.uuid4().hex}")
-    with pytest.raises(ConfigError, match="writer: thread"):
-        Outbox(store, "m", TrainerConfig(model="tiny:x"), None)
-    assert Outbox(store, "m", TrainerConfig(model="tiny:x", writer="thread"), None).mode == "thread"
+@pytest.mark.parametrize("overrides", [{"overlap_io": False}, {"writer": "thread"}, {"writer": "process"}])
+def test_the_writers_error_is_raised_in_the_trainer(tmp_path: Path, overrides: dict[str, Any]) -> None:
+    """Another trainer published version 1 meanwhile: the writer's refusal to publish it reaches the trainer
+    as the writer's own error (from a process too), and the writer is gone."""
+    store, outbox = started(tmp_path, **overrides)
+    try:
+        other = Publisher(store, "m", 10)
+        other.resumed(0, as_state(tensors(0)))
+        other.publish(as_state(tensors(7)), 1)
+        with pytest.raises(WeightsConflictError, match="only one trainer may run per model"):
+            outbox.send(1, tensors(1), step_stats(0))
+            outbox.flush()
+        assert read_manifest(store, "m", 1).state_sha256 == state_sha256(as_state(tensors(7)))
+    finally:
+        outbox.drain()
+        outbox.close()
+
+
+def test_a_writer_process_refuses_an_in_process_lake(tmp_path: Path) -> None:
+    memory = open_store(f"memory://{uuid.uuid4().hex}")
+    for store in (memory, PatientStore(memory)):
+        assert not store.shared_across_processes
+        with pytest.raises(ConfigError, match="writer: thread"):
+            Outbox(store, "m", TrainerConfig(model="tiny:x"), None)
+        assert Outbox(store, "m", TrainerConfig(model="tiny:x", writer="thread"), None).mode == "thread"
+    local = open_store(str(tmp_path / "lake"))
+    assert Outbox(PatientStore(local), "m", TrainerConfig(model="tiny:x"), None).mode == "process"

@@ -24,8 +24,8 @@ from typing import Any
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.env import ChatMessage, Environment, Feedback, Tool, Turn
 from lakeflow.raas.engines import Completion, Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory
 from lakeflow.raas.outcome import Reward
+from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Episode:
         return _FINISH.get(self.end or DONE, "length")
 
     def info(self) -> dict[str, Any]:
-        """The episode's structure, stored in the sample's `extra` (documented in docs/agents.md)."""
+        """The episode's structure, stored in the sample's `extra` (documented in docs/agent-episodes.md)."""
         info: dict[str, Any] = {
             "turns": self.turns,
             "tool_calls": dict(sorted(self.tool_calls.items())),

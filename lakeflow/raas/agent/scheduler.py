@@ -26,8 +26,8 @@ from lakeflow.raas.agent.episode import CONTEXT, ENV_ERROR, MAX_EPISODE_TOKENS, 
 from lakeflow.raas.agent.parsers import ParsedCalls, ToolParser
 from lakeflow.raas.agent.tools import run_call
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.episodes import Sampling, Trajectory
 from lakeflow.raas.outcome import Reward
+from lakeflow.raas.trajectory import Sampling, Trajectory
 
 log = logging.getLogger(__name__)
 

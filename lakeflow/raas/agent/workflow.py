@@ -15,8 +15,8 @@ from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
 from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory, plays
 from lakeflow.raas.outcome import RewardFn
+from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory, plays
 
 
 def agent_scheduler(engine: Engine, environment: EnvironmentConfig, sampling: Sampling) -> EpisodeScheduler:

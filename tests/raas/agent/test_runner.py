@@ -13,7 +13,7 @@ from lakeflow.raas.agent.registry import build_environment
 from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import parse_config
-from lakeflow.raas.episodes import POLICY, Sampling, Trajectory
+from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 from tests.raas.agent.helpers import LOGPROB, Calculator, Scripted, call, make_task
 
 SAMPLING = Sampling(max_tokens=256, temperature=0.7)

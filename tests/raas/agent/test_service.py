@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from lakeflow.catalog import connect_lake
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.lake.batch import list_batch_steps
 from lakeflow.lake.tasks import Task
+from lakeflow.lakeview import connect_lake
 from lakeflow.raas.agent import registry
 from lakeflow.raas.agent.env import Feedback, Turn
 from lakeflow.raas.service import RolloutService

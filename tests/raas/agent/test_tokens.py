@@ -7,7 +7,7 @@ from typing import Any
 
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.workflow import agent
-from lakeflow.raas.episodes import POLICY, Sampling
+from lakeflow.raas.trajectory import POLICY, Sampling
 from tests.raas.agent.helpers import check_trainer_reproduces, make_task
 
 T = 0.8

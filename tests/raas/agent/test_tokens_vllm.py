@@ -15,7 +15,7 @@ from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines import build_engine
-from lakeflow.raas.episodes import POLICY, Sampling
+from lakeflow.raas.trajectory import POLICY, Sampling
 from tests.raas.agent.helpers import check_trainer_reproduces, make_task
 
 pytestmark = [

@@ -1,6 +1,6 @@
 """The lake view: DuckDB over the lake, read-only, for analysts (`lakeflow sql`, `lakeflow.open_lake`,
 reports): a `trajectories` view of every committed shard. The dataflow's own mutable catalog is
-`state.py`; nothing here writes.
+`lakeflow/catalog/state.py`; nothing here writes.
 
 S3 lakes are read by DuckDB's httpfs extension, loaded from the `duckdb-extension-httpfs`
 package (no download); a local lake by path; other stores (memory://) are read into
@@ -19,9 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakeflow.catalog.detokenize import register_detokenize, text_columns
 from lakeflow.catalog.limits import interrupt_after
-from lakeflow.catalog.metrics import create_metric_views
 from lakeflow.catalog.sqlfiles import read_sql
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import S3Access, Store
@@ -30,6 +28,8 @@ from lakeflow.lake.quarantine import Exclusions, exclusions, read_quarantine
 from lakeflow.lake.reader import LakeReader
 from lakeflow.lake.schema import METADATA_COLUMNS
 from lakeflow.lake.table import SOURCE_ROW, SOURCE_SHARD, read_snapshot
+from lakeflow.lakeview.detokenize import register_detokenize, text_columns
+from lakeflow.lakeview.metrics import create_metric_views
 
 _ROWS = pa.schema([("file", pa.string()), ("row", pa.int64())])
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -151,7 +151,8 @@ def _local_files(store: Store, shards: list[str], skipped: list[tuple[str, str]]
 
 def open_connection(threads: int | None, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """A plain DuckDB connection for reading lake files (not locked yet; `connect_lake` locks its own).
-    Benchmarks that compare ways of reading the lake open theirs here; the catalog has its own (statedb.py)."""
+    Benchmarks that compare ways of reading the lake open theirs here; the dataflow catalog has its own
+    (`catalog/statedb.py`)."""
     home = os.path.join(tempfile.gettempdir(), "lakeflow-duckdb")
     os.makedirs(home, exist_ok=True)  # DuckDB needs an existing home directory
     config: dict[str, str | bool | int | float | list[str]] = {"home_directory": home}

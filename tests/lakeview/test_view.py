@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from lakeflow.catalog import connect_lake
-from lakeflow.catalog.lakeview import QueryError
 from lakeflow.io import Store
 from lakeflow.lake import ShardWriter, write_samples
+from lakeflow.lakeview import QueryError, connect_lake
 from tests.lake.helpers import sample
 
 

@@ -23,7 +23,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 
-log = logging.getLogger("lakeflow.catalog")
+log = logging.getLogger("lakeflow.lakeview")
 
 FUNCTION = "detokenize"
 TOKENIZER_FILE = "tokenizer.json"

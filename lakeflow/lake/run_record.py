@@ -1,4 +1,4 @@
-"""The run manifest, `lakeflow.json` at the lake's root: the run's name and resolved config.
+"""The run record (the run manifest), `lakeflow.json` at the lake's root: the run's name and resolved config.
 
 `lakeflow run` writes it when it starts the run's processes (again on a resume: the same config), so
 anything reading the lake later (trackers' hyperparameters, `lakeflow export-metrics`) knows how the

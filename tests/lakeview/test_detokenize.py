@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from lakeflow.catalog import connect_lake, detokenize
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
+from lakeflow.lakeview import connect_lake, detokenize
 from tests.dataflow.helpers import group, write_groups
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -1,14 +1,87 @@
-"""Pre-rollout: outstanding tasks, claims that expire and are reissued, finished tasks, curation."""
+"""Pre-rollout (`dataflow/issuer.py`): the task issuer keeps its target of tasks outstanding, never two
+for one prompt, rebuilds them from the bucket, reissues expired claims and releases finished tasks;
+curation policies and GRESO's adaptation. The service-level tests drive it through `DataflowService`."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from lakeflow.catalog.state import Catalog
+from lakeflow.dataflow.config import DataflowConfig
+from lakeflow.dataflow.datasets import load_prompts
+from lakeflow.dataflow.issuer import TaskIssuer
 from lakeflow.dataflow.service import DataflowService
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake import tasks as lake_tasks
-from tests.dataflow.helpers import config, roll_out_tasks
+from tests.dataflow.helpers import config, now, roll_out_tasks
+
+
+def issuer_for(store: Store, cfg: DataflowConfig) -> TaskIssuer:
+    """A task issuer over a fresh catalog holding each model's prompts."""
+    catalog = Catalog()
+    for model in cfg.models:
+        assert model.dataset is not None
+        catalog.tasks.load_prompts(model.id, load_prompts(model.dataset))
+    return TaskIssuer(store, catalog, cfg)
+
+
+def open_prompts(store: Store) -> list[str]:
+    """The prompt of every open task object of the model 'policy'."""
+    open_ids, _ = lake_tasks.list_tasks(store, "policy")
+    return [lake_tasks.read_task(store, "policy", t).prompt_id for t in sorted(open_ids)]
+
+
+def test_the_issuer_fills_its_target_once_and_never_gives_a_prompt_two_tasks(store: Store) -> None:
+    cfg = config(prompts_per_step=4, steps_ahead=1, dataset={"type": "synthetic", "prompts": 20})
+    issuer, model = issuer_for(store, cfg), cfg.models[0]
+    assert issuer.top_up(model, 0, now()) == 12  # 4 groups per step * (1 + 1 steps) * buffer_factor 1.5
+    assert issuer.top_up(model, 0, now()) == 0  # the target is met: nothing more
+    open_ids, claimed = lake_tasks.list_tasks(store, "policy")
+    assert len(open_ids) == 12 and claimed == set()
+    assert set(issuer.catalog.tasks.outstanding("policy")) == open_ids
+    assert len(set(open_prompts(store))) == 12
+    done = sorted(open_ids)[:5]
+    issuer.release([("policy", t) for t in done] + [("policy", "never-issued")])  # an unknown id costs nothing
+    assert lake_tasks.list_tasks(store, "policy")[0] == open_ids - set(done)
+    assert issuer.top_up(model, 0, now()) == 5  # the finished tasks' slots, refilled
+    prompts = open_prompts(store)
+    assert len(prompts) == len(set(prompts)) == 12  # still no prompt with two outstanding tasks
+    issuer.catalog.close()
+
+
+def test_a_restarted_issuer_adopts_the_buckets_tasks_instead_of_issuing_more(store: Store) -> None:
+    cfg = config(dataset={"type": "synthetic", "prompts": 20})
+    first = issuer_for(store, cfg)
+    issued = first.top_up(cfg.models[0], 0, now())
+    first.catalog.close()  # a crash: the catalog is gone, the task objects stay
+    store.put(layout.task_key("policy", "tcorrupt"), b"not a task")
+    second = issuer_for(store, cfg)
+    assert second.sync(cfg.models[0], now()) == 0
+    assert len(second.catalog.tasks.outstanding("policy")) == issued
+    assert "tcorrupt" not in lake_tasks.list_tasks(store, "policy")[0]  # a corrupt task object is dropped
+    assert second.top_up(cfg.models[0], 0, now()) == 0
+    second.catalog.close()
+
+
+def test_the_issuer_voids_expired_and_corrupt_claims_when_its_claim_check_is_due(store: Store) -> None:
+    cfg = config(dataset={"type": "synthetic", "prompts": 20}, tasks={"claim_check_s": 600})
+    issuer, model = issuer_for(store, cfg), cfg.models[0]
+    issuer.top_up(model, 0, now())
+    a, b, c = sorted(lake_tasks.list_tasks(store, "policy")[0])[:3]
+    assert lake_tasks.claim_task(store, "policy", a, "raas-slow", timedelta(minutes=5)) is not None
+    assert lake_tasks.claim_task(store, "policy", b, "raas-live", timedelta(hours=1)) is not None
+    store.put(layout.claim_key("policy", c), b"{not a claim")
+    start = now()  # the issuer's clock from here on: time passes only where the test moves it
+    assert issuer.sync(model, start) == 1  # the corrupt claim: no rollout service holds c
+    assert issuer.sync(model, start + timedelta(minutes=6)) == 0  # a's claim expired, but no check is due
+    assert issuer.sync(model, start + timedelta(minutes=11)) == 1  # a's expired claim is voided
+    _, claimed = lake_tasks.list_tasks(store, "policy")
+    assert claimed == {b}
+    held = issuer.catalog.sql("SELECT task_id, claimed_by FROM tasks WHERE claimed_by IS NOT NULL").to_pylist()
+    assert held == [{"task_id": b, "claimed_by": "raas-live"}]
+    assert lake_tasks.claim_task(store, "policy", a, "raas-new", timedelta(minutes=5)) is not None  # open again
+    issuer.catalog.close()
 
 
 def test_tasks_are_issued_until_the_buffer_is_full_then_follow_consumption(store: Store) -> None:
@@ -117,19 +190,25 @@ def test_greso_skips_zero_variance_prompts_probabilistically_with_a_safety_valve
     service.close()
 
 
-def test_greso_adapts_p_toward_the_target_skip_shares(store: Store) -> None:
+def test_greso_adapts_p_toward_the_target_skip_shares_once_per_trainer_version(store: Store) -> None:
     cfg = config(
+        dataset={"type": "synthetic", "prompts": 50},
         policies={"curation": "greso"},
         greso={"p_easy": 0.5, "p_hard": 0.5, "step": 0.01, "target_skip_easy": 0.5, "target_skip_hard": 0.5},
     )
-    service = DataflowService(store, cfg)
-    issuer, model = service.issuer, cfg.models[0]
-    issuer._adapt_greso(model, 0)  # first version seen: nothing to adapt from yet
+    issuer, model = issuer_for(store, cfg), cfg.models[0]
     g = issuer.greso["policy"]
+
+    def top_up(version: int) -> tuple[float, float]:
+        """Issue tasks seen by a trainer at `version` (the outstanding ones finished first: an issuer
+        adapts only when it issues); p afterwards."""
+        issuer.release([("policy", t) for t in lake_tasks.list_tasks(store, "policy")[0]])
+        assert issuer.top_up(model, version, now()) > 0
+        return round(g.p_easy, 2), round(g.p_hard, 2)
+
+    assert top_up(0) == (0.5, 0.5)  # the first version seen: nothing to adapt from yet
     g.seen, g.skipped = {"easy": 10, "hard": 10}, {"easy": 9, "hard": 1}  # easy skipped too often
-    issuer._adapt_greso(model, 1)
-    assert (round(g.p_easy, 2), round(g.p_hard, 2)) == (0.51, 0.49)  # skip fewer easy, more hard
+    assert top_up(1) == (0.51, 0.49)  # skip fewer easy, more hard
     g.seen, g.skipped = {"easy": 10, "hard": 10}, {"easy": 9, "hard": 1}
-    issuer._adapt_greso(model, 1)  # same version: no second adjustment
-    assert (round(g.p_easy, 2), round(g.p_hard, 2)) == (0.51, 0.49)
-    service.catalog.close()
+    assert top_up(1) == (0.51, 0.49)  # the same version: no second adjustment
+    issuer.catalog.close()

@@ -1,0 +1,113 @@
+"""Group runners: what turns claimed tasks into finished groups inside a rollout service.
+
+The service's loop admits claimed tasks into its runner while the runner has room, advances it, and
+hands every group it returns to the claim ledger. A runner implements `GroupRunner`:
+- `BatchRunner`: single-turn and multi-role workflows. Every `advance` generates and scores all the
+  groups admitted since the last one, in one call of the workflow's batched form where it has one
+  (`workflows.BATCHED`: rlvr generates up to `batch_groups` groups in one engine call), else group by group.
+- `EpisodeRunner`: workflow `agent`, multi-turn episodes of many groups in flight at once
+  (`agent/scheduler.py`); each `advance` is one round of their turns.
+The workflow the config names decides the runner (`build_runner`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.agent.scheduler import EpisodeScheduler
+from lakeflow.raas.agent.workflow import agent_scheduler
+from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.engines import Engine
+from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.trajectory import Sampling, Trajectory
+from lakeflow.raas.workflows import BatchWorkflow, batched
+
+
+@dataclass(frozen=True)
+class Group:
+    """A finished group: the task id it was admitted under, its trajectories, the seconds it took."""
+
+    key: str
+    trajectories: list[Trajectory]
+    seconds: float
+
+
+class GroupRunner(Protocol):
+    def can_admit(self, n_samples: int) -> bool:
+        """Room for one more group of `n_samples` episodes (always, when nothing is in flight)."""
+        ...
+
+    def add(self, key: str, task: Task) -> None:
+        """Start the group of `task`, returned by a later `advance` under `key`."""
+        ...
+
+    def advance(self, wait_s: float) -> list[Group]:
+        """Work on the groups in flight (waiting at most `wait_s` for outside work); the ones that ended."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runner holds (threads, environments); groups in flight are dropped."""
+        ...
+
+
+class BatchRunner:
+    """Runs a batched workflow over the groups admitted since the last `advance`, all in one call."""
+
+    def __init__(self, workflow: BatchWorkflow, engines: Mapping[str, Engine], config: RaasConfig, room: int):
+        self.workflow, self.engines, self.config, self.room = workflow, engines, config, room
+        self.sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
+        self._queued: list[tuple[str, Task]] = []
+
+    def can_admit(self, n_samples: int) -> bool:
+        return len(self._queued) < self.room
+
+    def add(self, key: str, task: Task) -> None:
+        self._queued.append((key, task))
+
+    def advance(self, wait_s: float) -> list[Group]:
+        if not self._queued:
+            return []
+        queued, self._queued = self._queued, []
+        tasks = [t for _, t in queued]
+        rewards = [build_reward(t.task_type, self.config.reward_max_chars, self.config.reward) for t in tasks]
+        started = time.monotonic()
+        groups = self.workflow(tasks, self.engines, rewards, self.sampling)
+        seconds = (time.monotonic() - started) / len(tasks)  # each group's share of the call
+        return [Group(key, trajectories, seconds) for (key, _), trajectories in zip(queued, groups, strict=True)]
+
+    def close(self) -> None:
+        self._queued = []
+
+
+class EpisodeRunner:
+    """Multi-turn episodes of many groups in flight, through one episode scheduler."""
+
+    def __init__(self, scheduler: EpisodeScheduler) -> None:
+        self.scheduler = scheduler
+
+    def can_admit(self, n_samples: int) -> bool:
+        return self.scheduler.can_admit(n_samples)
+
+    def add(self, key: str, task: Task) -> None:
+        self.scheduler.add(key, task)
+
+    def advance(self, wait_s: float) -> list[Group]:
+        return [Group(str(g.key), g.trajectories, g.seconds) for g in self.scheduler.advance(wait_s=wait_s)]
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+def build_runner(config: RaasConfig, engines: Mapping[str, Engine], roles: Mapping[str, str], own: str) -> GroupRunner:
+    """The runner of the workflow `config` names: `engines` maps each model id to its engine, `roles` each
+    role to the model that plays it, `own` is the service's own model (it plays every turn of an agent)."""
+    by_role = {role: engines[model_id] for role, model_id in roles.items()}
+    sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
+    if config.workflow == "agent" and config.environment is not None:
+        return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling))
+    workflow, batches = batched(config.workflow)
+    return BatchRunner(workflow, by_role, config, config.batch_groups if batches else 1)
