@@ -57,9 +57,10 @@ class GroupRunner(Protocol):
 class BatchRunner:
     """Runs a batched workflow over the groups admitted since the last `advance`, all in one call."""
 
-    def __init__(self, workflow: BatchWorkflow, engines: Mapping[str, Engine], config: RaasConfig, room: int):
-        self.workflow, self.engines, self.config, self.room = workflow, engines, config, room
-        self.sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
+    def __init__(
+        self, workflow: BatchWorkflow, engines: Mapping[str, Engine], config: RaasConfig, sampling: Sampling, room: int
+    ):
+        self.workflow, self.engines, self.config, self.sampling, self.room = workflow, engines, config, sampling, room
         self._queued: list[tuple[str, Task]] = []
 
     def can_admit(self, n_samples: int) -> bool:
@@ -110,4 +111,4 @@ def build_runner(config: RaasConfig, engines: Mapping[str, Engine], roles: Mappi
     if config.workflow == "agent" and config.environment is not None:
         return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling))
     workflow, batches = batched(config.workflow)
-    return BatchRunner(workflow, by_role, config, config.batch_groups if batches else 1)
+    return BatchRunner(workflow, by_role, config, sampling, config.batch_groups if batches else 1)
