@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.gateway.config import AgentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -187,10 +188,22 @@ class RaasConfig(StrictConfig):
         ),
     )
 
+    agent: AgentConfig | None = Field(
+        None,
+        description=(
+            "Workflow 'agent' played by the user's own agent program (a function or a command that speaks the "
+            "OpenAI API) through the rollout service's gateway, instead of an `environment` (docs/gateway.md)."
+        ),
+    )
+
     @model_validator(mode="after")
     def _agent_has_environment(self) -> RaasConfig:
-        if (self.workflow == "agent") != (self.environment is not None):
-            raise ValueError("workflow 'agent' and an `environment` section go together: give both or neither")
+        sections = (self.environment is not None) + (self.agent is not None)
+        if (self.workflow == "agent") != (sections == 1) or sections > 1:
+            raise ValueError(
+                "workflow 'agent' goes with exactly one of an `environment` section (an environment lakeflow plays) "
+                "or an `agent` section (your agent program, through the gateway); other workflows take neither"
+            )
         return self
 
 

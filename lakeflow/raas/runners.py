@@ -5,8 +5,10 @@ hands every group it returns to the claim ledger. A runner implements `GroupRunn
 - `BatchRunner`: single-turn and multi-role workflows. Every `advance` generates and scores all the
   groups admitted since the last one, in one call of the workflow's batched form where it has one
   (`workflows.BATCHED`: rlvr generates up to `batch_groups` groups in one engine call), else group by group.
-- `EpisodeRunner`: workflow `agent`, multi-turn episodes of many groups in flight at once
-  (`agent/scheduler.py`); each `advance` is one round of their turns.
+- `EpisodeRunner`: workflow `agent` with an `environment`, multi-turn episodes of many groups in flight
+  at once (`agent/scheduler.py`); each `advance` is one round of their turns.
+- `GatewayRunner` (`gateway/runner.py`): workflow `agent` with an `agent` program that speaks the OpenAI
+  API; each `advance` is one round of the running episodes' requests.
 The workflow the config names decides the runner (`build_runner`).
 """
 
@@ -22,6 +24,7 @@ from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine
+from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import Sampling, Trajectory
 from lakeflow.raas.workflows import BatchWorkflow, batched
@@ -110,5 +113,13 @@ def build_runner(config: RaasConfig, engines: Mapping[str, Engine], roles: Mappi
     sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
     if config.workflow == "agent" and config.environment is not None:
         return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling))
+    if config.workflow == "agent" and config.agent is not None:
+        # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
+        from lakeflow.raas.gateway.runner import GatewayRunner
+
+        def reward(task: Task) -> RewardFn:
+            return build_reward(task.task_type, config.reward_max_chars, config.reward)
+
+        return GatewayRunner(engines[own], config.agent, sampling, own, reward)
     workflow, batches = batched(config.workflow)
     return BatchRunner(workflow, by_role, config, sampling, config.batch_groups if batches else 1)

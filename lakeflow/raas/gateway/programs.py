@@ -1,0 +1,147 @@
+"""Agent programs: the user's code that plays one episode against the gateway, and what it returns.
+
+A program is a function (plain or async) `fn(task, client, **args)` run on its own thread, or a command
+run as a subprocess (its own process group, killed at the time limit) with the client settings in
+`OPENAI_BASE_URL` / `OPENAI_API_KEY` / `OPENAI_MODEL` and the task in `LAKEFLOW_TASK`. Either gives a
+result: a number (the reward), a string (the final answer, for the pool's reward function) or an
+object with `reward` or `answer`; a command gives it as its last JSON line on stdout. Anything else,
+an exception, a non-zero exit or a timeout is a failure with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.trajectory import task_messages
+
+_SHOWN = 300  # characters of a failure's output kept in its reason
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a program ended: its reward or answer, or why it failed (`error` not empty)."""
+
+    reward: float | None = None
+    answer: str | None = None
+    error: str = ""
+
+
+def task_view(task: Task) -> dict[str, Any]:
+    """The task as a program sees it: plain data, no lakeflow types."""
+    return {
+        "prompt": task.prompt,
+        "messages": [dict(m) for m in task_messages(task)],
+        "answer": task.answer,
+        "task_id": task.task_id,
+        "prompt_id": task.prompt_id,
+        "task_type": task.task_type,
+        "dataset": task.dataset,
+    }
+
+
+def read_result(value: object) -> Outcome:
+    """The outcome of what a program returned."""
+    if isinstance(value, bool) or value is None:
+        return Outcome(error=f"the program returned {value!r}, not a reward, an answer or {{reward|answer: ...}}")
+    if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return Outcome(error=f"the program returned a reward that is not finite: {value!r}")
+        return Outcome(reward=float(value))
+    if isinstance(value, str):
+        return Outcome(answer=value)
+    if isinstance(value, Mapping):
+        if "reward" in value:
+            return (
+                read_result(value["reward"])
+                if not isinstance(value["reward"], str)
+                else Outcome(error="the program's `reward` is a string, not a number")
+            )
+        if isinstance(value.get("answer"), str):
+            return Outcome(answer=value["answer"])
+    return Outcome(error=f"the program returned {type(value).__name__}, not a reward, an answer or {{reward|answer}}")
+
+
+def call_program(fn: Callable[..., Any], task: dict[str, Any], client: dict[str, str], args: dict[str, Any]) -> Outcome:
+    """Run a function program to its end (an async one in its own event loop, on this thread)."""
+    try:
+        result = fn(task, client, **args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_wait(result))
+    except Exception as e:  # the user's program failed: its episode ends with the reason, the service goes on
+        return Outcome(error=f"{type(e).__name__}: {str(e)[:_SHOWN]}")
+    return read_result(result)
+
+
+async def _wait(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class CommandRunner:
+    """Runs command programs and kills the ones still running when the service closes."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command = command
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, task: dict[str, Any], client: dict[str, str], timeout_s: float) -> Outcome:
+        env = dict(os.environ)
+        env.update(
+            OPENAI_BASE_URL=client["base_url"],
+            OPENAI_API_KEY=client["api_key"],
+            OPENAI_MODEL=client["model"],
+            LAKEFLOW_TASK=json.dumps(task),
+        )
+        try:
+            proc = subprocess.Popen(
+                self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+            )
+        except OSError as e:
+            return Outcome(error=f"cannot start {self.command[0]!r}: {e}")
+        with self._lock:
+            self._running.add(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            proc.communicate()
+            return Outcome(error=f"timeout: the command ran past {timeout_s:g} s")
+        finally:
+            with self._lock:
+                self._running.discard(proc)
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-_SHOWN:]
+            return Outcome(error=f"the command exited with {proc.returncode}: {tail}")
+        return last_json_line(out.decode(errors="replace"))
+
+    def close(self) -> None:
+        with self._lock:
+            for proc in self._running:
+                _kill(proc)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the command and everything it started
+
+
+def last_json_line(stdout: str) -> Outcome:
+    """The outcome a command printed: its last stdout line that parses as JSON."""
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        return read_result(value)
+    return Outcome(error=f"the command printed no JSON line (its result): {stdout.strip()[-_SHOWN:]!r}")

@@ -1,0 +1,134 @@
+"""The gateway's HTTP side: a Starlette app served by uvicorn on a thread of the rollout service.
+
+Routes, under each episode's base URL `/e/<token>/v1`: `POST /chat/completions`, `POST /responses`,
+`GET /models`. The app reads and checks the body (size, JSON) and hands it to `submit(token, kind,
+body)`, which answers at once (an error, the model list) or later, once the runner has generated the
+reply in a batch with the other episodes' requests; the handler awaits that without holding a thread.
+Every error is the OpenAI error object with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from lakeflow.raas.gateway.openai_api import error_body
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """An HTTP answer: a JSON body, or (chunks not None) a stream of server-sent events."""
+
+    status: int
+    body: dict[str, Any]
+    chunks: list[dict[str, Any]] | None = None
+
+
+def refuse(status: int, message: str, code: str | None = None) -> Answer:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return Answer(status, error_body(message, kind, code))
+
+
+Submit = Callable[[str, str, object], "Future[Answer]"]
+
+
+def _events(chunks: list[dict[str, Any]]) -> Any:
+    async def stream() -> Any:
+        for c in chunks:
+            yield f"data: {json.dumps(c)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return stream()
+
+
+def _respond(answer: Answer) -> Response:
+    if answer.chunks is not None:
+        return StreamingResponse(_events(answer.chunks), media_type="text/event-stream")
+    return JSONResponse(answer.body, status_code=answer.status)
+
+
+async def _read_body(request: Request, limit: int) -> object | Answer:
+    size = request.headers.get("content-length", "")
+    if size.isdigit() and int(size) > limit:
+        return refuse(413, f"the request body is over {limit} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            return refuse(413, f"the request body is over {limit} bytes")
+    try:
+        body: object = json.loads(data)
+    except ValueError as e:
+        return refuse(400, f"the request body is not JSON: {e}")
+    return body
+
+
+def build_app(submit: Submit, max_body_bytes: int) -> Starlette:
+    """The app; `submit(token, kind, body)` with kind 'chat', 'responses' or 'models'."""
+
+    async def call(request: Request, kind: str) -> Response:
+        token = request.path_params["token"]
+        body: object | Answer = None
+        if request.method == "POST":
+            body = await _read_body(request, max_body_bytes)
+            if isinstance(body, Answer):
+                return _respond(body)
+        return _respond(await asyncio.wrap_future(submit(token, kind, body)))
+
+    async def chat(request: Request) -> Response:
+        return await call(request, "chat")
+
+    async def responses(request: Request) -> Response:
+        return await call(request, "responses")
+
+    async def models(request: Request) -> Response:
+        return await call(request, "models")
+
+    async def unknown(request: Request) -> Response:
+        return _respond(refuse(404, f"no route {request.url.path}: use the base URL the episode was given"))
+
+    routes = [
+        Route("/e/{token}/v1/chat/completions", chat, methods=["POST"]),
+        Route("/e/{token}/v1/responses", responses, methods=["POST"]),
+        Route("/e/{token}/v1/models", models, methods=["GET"]),
+        Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    ]
+    return Starlette(routes=routes)
+
+
+class GatewayServer:
+    """uvicorn serving the app on a thread; `url` is where it listens."""
+
+    def __init__(self, submit: Submit, host: str, port: int, max_body_bytes: int) -> None:
+        self._socket = socket.create_server((host, port))
+        bound_host, bound_port = self._socket.getsockname()[:2]
+        self.url = f"http://{host if host not in ('0.0.0.0', '::') else socket.gethostname()}:{bound_port}"
+        config = uvicorn.Config(
+            build_app(submit, max_body_bytes), log_level="warning", lifespan="off", access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="lakeflow-gateway", daemon=True
+        )
+        self._thread.start()
+        log.info("gateway listening on %s:%s", bound_host, bound_port)
+
+    def close(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._socket.close()

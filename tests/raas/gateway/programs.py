@@ -1,0 +1,69 @@
+"""Agent programs of the gateway tests: plain OpenAI-client code, as a user would write it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any
+
+from openai import OpenAI
+
+handed: queue.Queue[dict[str, str]] = queue.Queue()  # `hands_over` puts its client settings here
+release = threading.Event()  # ... and waits for this
+
+
+def chat_turns(task: dict[str, Any], client: dict[str, str], turns: int = 3, trim: bool = False) -> float:
+    """Chat for `turns` assistant turns, saying "Go on." after each; `trim`: halfway, drop all but the first
+    message and the last exchange from the history (it no longer extends: a new segment from there)."""
+    openai = OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0)
+    messages: list[dict[str, Any]] = list(task["messages"])
+    for i in range(turns):
+        if trim and i == turns // 2:
+            messages = [messages[0], *messages[-3:]]
+        reply = openai.chat.completions.create(model=client["model"], messages=messages, max_tokens=6)
+        messages += [{"role": "assistant", "content": reply.choices[0].message.content or ""}]
+        messages += [{"role": "user", "content": "Go on."}]
+    return 0.5
+
+
+def streams(task: dict[str, Any], client: dict[str, str]) -> str:
+    """One streamed request; the answer is the streamed text."""
+    openai = OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0)
+    chunks = openai.chat.completions.create(
+        model="any-name", messages=task["messages"], stream=True, stream_options={"include_usage": True}
+    )
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
+def responses_lookup(task: dict[str, Any], client: dict[str, str]) -> float:
+    """The lookup task through /v1/responses with the raw client: call, send the output, read the answer."""
+    openai = OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0)
+    tools = [{"type": "function", "name": "lookup", "description": "Return the value.", "parameters": {}}]
+    items: list[Any] = [{"role": "user", "content": task["prompt"]}]
+    first = openai.responses.create(model="m", input=items, tools=tools)  # type: ignore[arg-type]
+    calls = [o for o in first.output if o.type == "function_call"]
+    items += [o.model_dump(include={"type", "call_id", "name", "arguments"}) for o in calls]
+    items += [{"type": "function_call_output", "call_id": c.call_id, "output": task["answer"]} for c in calls]
+    final = openai.responses.create(model="m", input=items, tools=tools)  # type: ignore[arg-type]
+    return 1.0 if task["answer"] in final.output_text else 0.0
+
+
+def raises(task: dict[str, Any], client: dict[str, str]) -> float:
+    raise RuntimeError("the agent broke")
+
+
+def garbage(task: dict[str, Any], client: dict[str, str]) -> object:
+    return ["not", "a", "result"]
+
+
+def sleeps(task: dict[str, Any], client: dict[str, str]) -> float:
+    time.sleep(30)
+    return 1.0
+
+
+def hands_over(task: dict[str, Any], client: dict[str, str]) -> float:
+    """Give the test this episode's client settings, then wait until it is done with them."""
+    handed.put(client)
+    release.wait(timeout=60)
+    return 0.0

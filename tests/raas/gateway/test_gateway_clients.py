@@ -1,0 +1,36 @@
+"""The OpenAI Agents SDK and LangGraph agents of examples/agents/, unchanged, through the gateway: the tool call
+goes out as each framework expects it, the tool's answer comes back as the episode's observation tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakeflow.models.tiny import LOOKUP_CALL
+from lakeflow.raas.gateway.config import AgentConfig
+from tests.raas.agent.helpers import Scripted, make_task
+from tests.raas.gateway.test_gateway import lookup_engine
+
+
+@pytest.mark.parametrize("program", ["lookup_agents_sdk:play", "lookup_langgraph:play"])
+def test_framework_agents_call_the_tool_and_store_one_exact_context(tok: Any, drive: Any, program: str) -> None:
+    engine = lookup_engine(tok)
+    driver = drive(engine, AgentConfig(program=program))
+    driver.add("g", make_task(3, prompt="Value?", answer="6"))
+    (group,) = driver.groups()
+    assert sum(engine.calls) == 6, group.trajectories[0].extra.get("error")
+    for t in group.trajectories:
+        assert t.reward == 1.0 and t.extra["segments"] == 1 and t.extra["turns"] == 2, t.extra
+        text = tok.decode(t.response_ids)
+        assert text.startswith(LOOKUP_CALL + "<|im_end|>\n<|im_start|>tool\n6<|im_end|>")
+        assert text.endswith("It is 6<|im_end|>")
+
+
+def test_an_agents_sdk_agent_that_calls_again_where_the_answer_was_due_scores_zero(tok: Any, drive: Any) -> None:
+    engine = Scripted(tok, lambda context: LOOKUP_CALL)
+    driver = drive(engine, AgentConfig(program="lookup_agents_sdk:play"))
+    driver.add("g", make_task(2, prompt="Value?", answer="6"))
+    (group,) = driver.groups()
+    assert [t.reward for t in group.trajectories] == [0.0, 0.0]
+    assert all(t.extra["end"] == "done" and t.extra["requests"] == 2 for t in group.trajectories)
