@@ -13,9 +13,12 @@ from __future__ import annotations
 from lakeflow.errors import PluginError
 from lakeflow.models.check import chat_template_problem, device_problem, max_len_problem, model_problem
 from lakeflow.models.info import read_model_info
+from lakeflow.plugins import load_import_path, resolve
+from lakeflow.raas.agent.parsers import TOOL_PARSERS
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
 from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.raas.engines import engine_factory
+from lakeflow.raas.gateway.config import AgentConfig
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import WORKFLOWS, build_workflow, roles_problem
 
@@ -45,11 +48,31 @@ def check_raas_config(config: RaasConfig, key: str = "") -> list[str]:
                 build(config.environment, key=_at(key, "environment"))
             except PluginError as e:
                 problems.append(str(e))
+    if config.agent is not None:  # the gateway's agent program and tool-call parser
+        problems += agent_problems(config.agent, _at(key, "agent"))
     if isinstance(config.engine, FactoryEngineConfig):
         try:
             engine_factory(config.engine, key=_at(key, "engine.factory"))
         except PluginError as e:
             problems.append(str(e))
+    return problems
+
+
+def agent_problems(agent: AgentConfig, key: str) -> list[str]:
+    """Problems of an `agent` section: a program that does not import or is not callable, an unknown parser."""
+    problems = []
+    try:
+        resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key=f"{key}.tool_parser")
+    except PluginError as e:
+        problems.append(str(e))
+    if agent.program is not None:
+        try:
+            program = load_import_path(agent.program, key=f"{key}.program")
+        except PluginError as e:
+            problems.append(str(e))
+        else:
+            if not callable(program):
+                problems.append(f"{key}.program: {agent.program!r} is not callable (a function fn(task, client))")
     return problems
 
 

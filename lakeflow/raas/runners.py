@@ -16,45 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine
+from lakeflow.raas.groups import Group, GroupRunner
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward
-from lakeflow.raas.trajectory import Sampling, Trajectory
+from lakeflow.raas.trajectory import Sampling
 from lakeflow.raas.workflows import BatchWorkflow, batched
-
-
-@dataclass(frozen=True)
-class Group:
-    """A finished group: the task id it was admitted under, its trajectories, the seconds it took."""
-
-    key: str
-    trajectories: list[Trajectory]
-    seconds: float
-
-
-class GroupRunner(Protocol):
-    def can_admit(self, n_samples: int) -> bool:
-        """Room for one more group of `n_samples` episodes (always, when nothing is in flight)."""
-        ...
-
-    def add(self, key: str, task: Task) -> None:
-        """Start the group of `task`, returned by a later `advance` under `key`."""
-        ...
-
-    def advance(self, wait_s: float) -> list[Group]:
-        """Work on the groups in flight (waiting at most `wait_s` for outside work); the ones that ended."""
-        ...
-
-    def close(self) -> None:
-        """Release what the runner holds (threads, environments); groups in flight are dropped."""
-        ...
 
 
 class BatchRunner:

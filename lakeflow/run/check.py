@@ -33,7 +33,7 @@ from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
-_REGION_KEYS = ("workflow", "roles", "reward", "environment", "model")
+_REGION_KEYS = ("workflow", "roles", "reward", "environment", "agent", "model")
 
 
 def check_run_config(config: RunConfig) -> list[str]:
@@ -57,8 +57,8 @@ def check_run_config(config: RunConfig) -> list[str]:
             problems.append(f"{at}.dataflow.dataset: {e}")
             types = []
         for key, pool in pools:
-            if pool.config.environment is not None:
-                continue  # an agent environment scores its own episodes: no task-type reward is used
+            if pool.config.environment is not None or pool.config.agent is not None:
+                continue  # an environment or agent program scores its own episodes (an agent's answers: at run time)
             for task_type in types:
                 if (problem := task_type_problem(task_type, pool.config.reward, f"{at}.dataflow.dataset")) is not None:
                     problems.append(problem if key.endswith(".raas.config") else f"{problem} (the pool of {key})")

@@ -45,8 +45,8 @@ from lakeflow.raas.gateway.openai_api import (
 from lakeflow.raas.gateway.programs import CommandRunner, Outcome, call_program, task_view
 from lakeflow.raas.gateway.segments import EpisodeTokens, Prepared
 from lakeflow.raas.gateway.server import Answer, GatewayServer, refuse
+from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import Reward, RewardFn
-from lakeflow.raas.runners import Group
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,6 @@ class GatewayRunner:
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
         self.commands = CommandRunner(agent.command) if agent.command else None
-        self.limit = min(agent.max_episode_tokens, engine.max_model_len)
         self._lock = threading.Lock()
         self._episodes: dict[str, _Episode] = {}  # live, by token
         self._ended: deque[str] = deque(maxlen=_FORGET)
@@ -101,6 +100,11 @@ class GatewayRunner:
         g = agent.gateway
         self.server = GatewayServer(self.submit, g.host, g.port, g.max_body_bytes)
         self.url = g.public_url.rstrip("/") if g.public_url else self.server.url
+
+    @property
+    def limit(self) -> int:
+        """Most tokens of a segment's context (the engine's length is known once weights are loaded)."""
+        return min(self.agent.max_episode_tokens, self.engine.max_model_len)
 
     # --- the server's side (its thread) --------------------------------------------------------
 

@@ -152,10 +152,12 @@ class Chatter:
         return Reward(0.5, "played")
 
 
-def check_trainer_reproduces(model_dir: str, trajectories: Sequence[Any], temperature: float) -> float:
+def check_trainer_reproduces(
+    model_dir: str, trajectories: Sequence[Any], temperature: float, observations: bool = True
+) -> float:
     """The trainer's forward over each stored context reproduces the engine's logprob of every sampled
-    token (fp32); every token the model did not sample has loss_mask 0 and logprob 0.0. Returns the
-    largest absolute difference."""
+    token (fp32); every token the model did not sample has loss_mask 0 and logprob 0.0 (`observations`:
+    each trajectory must have some). Returns the largest absolute difference."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -169,7 +171,7 @@ def check_trainer_reproduces(model_dir: str, trajectories: Sequence[Any], temper
             lp = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(t.prompt_ids) :]
         mask = torch.tensor(t.loss_mask, dtype=torch.bool)
         stored = torch.tensor(t.response_logprobs)
-        assert mask.any() and (~mask).any()  # sampled turns and observations both present
+        assert mask.any() and ((~mask).any() or not observations)  # sampled turns (and observations) present
         assert (stored[~mask] == 0.0).all()
         worst = max(worst, float((lp[mask] - stored[mask]).abs().max()))
     return worst

@@ -13,8 +13,8 @@ import pytest
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.gateway.config import AgentConfig
 from lakeflow.raas.gateway.runner import GatewayRunner
+from lakeflow.raas.groups import Group
 from lakeflow.raas.rewards import build_reward
-from lakeflow.raas.runners import Group
 from lakeflow.raas.trajectory import Sampling
 
 EXAMPLES = Path(__file__).parents[3] / "examples" / "agents"

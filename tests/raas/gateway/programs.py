@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+import os
 import queue
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
@@ -67,3 +73,43 @@ def hands_over(task: dict[str, Any], client: dict[str, str]) -> float:
     handed.put(client)
     release.wait(timeout=60)
     return 0.0
+
+
+_turn = itertools.count()
+_CLIENTS = ("openai", "agents_sdk", "langgraph", "command")
+
+
+def each_client(task: dict[str, Any], client: dict[str, str], log: str, call_credit: float = 0.2) -> float:
+    """Episode k plays the k-th example agent of examples/agents/ in turn (the plain OpenAI client, the Agents
+    SDK, LangGraph, the command-line agent as a subprocess), unchanged; appends `<client> <reward>` to `log`."""
+    style = _CLIENTS[next(_turn) % len(_CLIENTS)]
+    try:
+        reward = _play(style, task, client, call_credit)
+    except Exception as e:  # e.g. the Agents SDK refuses a reply cut by max_tokens (status 'incomplete')
+        with open(log, "a") as f:
+            f.write(f"{style} {type(e).__name__}\n")
+        raise
+    with open(log, "a") as f:
+        f.write(f"{style} {reward}\n")
+    return reward
+
+
+def _play(style: str, task: dict[str, Any], client: dict[str, str], call_credit: float) -> float:
+    import asyncio
+
+    import lookup_agents_sdk
+    import lookup_langgraph
+    import lookup_openai
+
+    if style == "openai":
+        return lookup_openai.play(task, client, call_credit)
+    if style == "agents_sdk":
+        return asyncio.run(lookup_agents_sdk.play(task, client, call_credit))
+    if style == "langgraph":
+        return lookup_langgraph.play(task, client, call_credit)
+    env = {**os.environ, "OPENAI_BASE_URL": client["base_url"], "OPENAI_API_KEY": client["api_key"]}
+    env["LAKEFLOW_TASK"] = json.dumps(task)
+    script = Path(lookup_openai.__file__).with_name("lookup_cli.py")
+    command = [sys.executable, str(script), str(call_credit)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["reward"])

@@ -1,0 +1,37 @@
+"""What a rollout service's loop asks of a group runner (`runners.py` builds them): a finished `Group`, the
+`GroupRunner` protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from lakeflow.lake.tasks import Task
+from lakeflow.raas.trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class Group:
+    """A finished group: the task id it was admitted under, its trajectories, the seconds it took."""
+
+    key: str
+    trajectories: list[Trajectory]
+    seconds: float
+
+
+class GroupRunner(Protocol):
+    def can_admit(self, n_samples: int) -> bool:
+        """Room for one more group of `n_samples` episodes (always, when nothing is in flight)."""
+        ...
+
+    def add(self, key: str, task: Task) -> None:
+        """Start the group of `task`, returned by a later `advance` under `key`."""
+        ...
+
+    def advance(self, wait_s: float) -> list[Group]:
+        """Work on the groups in flight (waiting at most `wait_s` for outside work); the ones that ended."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runner holds (threads, environments); groups in flight are dropped."""
+        ...
