@@ -65,6 +65,7 @@ def _metadata(start: int, n: int, shard_idx: int, versions: int) -> pa.Table:
             "region": np.full(n, "local"),
             "created_at": pa.array(np.full(n, int(datetime.now(UTC).timestamp() * 1e6)), pa.timestamp("us", tz="UTC")),
             "response_len": rng.integers(16, 2048, n).astype(np.int32),
+            "extra": np.full(n, "{}"),
             "shard_idx": np.full(n, shard_idx, dtype=np.int32),
             "row": (ids % 2048).astype(np.int32),
         }

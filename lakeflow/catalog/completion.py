@@ -1,8 +1,17 @@
-"""The SQL of completing groups (`Catalog.complete_groups`): a complete group's statistics, staged from
-`pending`, and the fold of new groups' rewards into `prompt_stats`, which curation policies read."""
+"""The SQL of completing groups (`Catalog.complete_groups`): which samples start an episode (a group is
+complete when it holds `n_samples` of them), a complete group's statistics, staged from `pending`, and the
+fold of new groups' rewards into `prompt_stats`, which curation policies read."""
 
 from __future__ import annotations
 
+# Whether a sample starts an episode, from its `extra` JSON: all but continuation segments, whose
+# `extra.segment` is an integer > 0 (an episode stored as several samples: one per turn with
+# `per_turn_samples`). Anything else (no key, 0, another JSON type, text that is not JSON) starts one;
+# the CASE parses only valid JSON, so no `extra` can make the statement fail.
+STARTS_EPISODE = """
+    CASE WHEN NOT json_valid(extra) THEN true
+         WHEN json_type(extra, '$.segment') = 'UBIGINT' THEN json_extract_string(extra, '$.segment') = '0'
+         ELSE true END"""
 # The sample references a pool row holds, one list element per sample, in arrival order.
 REFS = "sample_ids, shard_idx, rows, rewards"
 # A group has zero advantage when its rewards differ by no more than this, relative to their
@@ -16,7 +25,8 @@ SAFE_REWARD_STD = (
     "coalesce(list_max(list_transform(rewards, r -> abs(r))) * list_stddev_samp(list_transform(rewards, "
     "r -> r / nullif(list_max(list_transform(rewards, x -> abs(x))), 0))), 0)"
 )
-# The model's pending groups that have $n samples, with their statistics (binds $tolerance, $model_id, $n).
+# The model's pending groups that have $n episodes, with their statistics over their samples (binds
+# $tolerance, $model_id, $n).
 COMPLETE_GROUPS = f"""
     SELECT model_id, group_id, prompt_id, task_id, n,
            list_avg(rewards) AS reward_mean,
@@ -25,7 +35,7 @@ COMPLETE_GROUPS = f"""
                <= $tolerance * greatest(1.0, abs(list_max(rewards)), abs(list_min(rewards)))
                AS zero_adv,
            policy_version, arrival, {REFS}
-    FROM pending WHERE model_id = $model_id AND n >= $n"""
+    FROM pending WHERE model_id = $model_id AND episodes >= $n"""
 # Fold the staged groups (`_complete`) into prompt_stats, in arrival order, in one statement (binds $d,
 # the pass-rate average's decay). Per prompt with k new groups (shares s_0..s_{k-1} of positive
 # rewards, oldest first): pass_ema <- d^k * old + sum_j (1 - d) d^(k-1-j) s_j (the first group ever

@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakeflow.catalog.candidates import GROUP_COLUMNS, GROUP_TABLE, PROMPT_CANDIDATES, example_params, group_candidates
-from lakeflow.catalog.completion import COMPLETE_GROUPS, FOLD_PROMPT_STATS, REFS, ZERO_ADV_TOLERANCE
+from lakeflow.catalog.completion import COMPLETE_GROUPS, FOLD_PROMPT_STATS, REFS, STARTS_EPISODE, ZERO_ADV_TOLERANCE
 from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.serving import ServingTables
 from lakeflow.catalog.statedb import StateDB, identifier
@@ -32,6 +32,9 @@ APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batche
 MUTABLE = ("pending", "fresh", "replay", "prompts", "prompt_stats", "tasks", "weights")
 _NEXT_ARRIVAL = "SELECT greatest((SELECT max(arrival) FROM groups), (SELECT max(arrival) FROM pending)) + 1"
 _NEXT_SHARD = "SELECT coalesce(max(shard_idx) + 1, 0) FROM shards"
+# The incoming samples (`_incoming`), numbered in their order, with whether each starts an episode in place
+# of its `extra` (which the catalog does not keep).
+_INCOMING = f"SELECT * EXCLUDE (extra), {STARTS_EPISODE} AS starts_episode, row_number() OVER () AS _pos FROM _incoming"
 # The incoming samples (`_in`) to ingest, numbered from the bound arrival: each id once, none in `_skip`.
 _NEW_SAMPLES = (
     "SELECT * EXCLUDE (_pos), ? + row_number() OVER (ORDER BY _pos) - 1 AS arrival FROM _in "
@@ -40,12 +43,13 @@ _NEW_SAMPLES = (
 # Merge the new samples (`_new`) into their groups in `pending`.
 _ADD_PENDING = f"""
     INSERT INTO pending
-    SELECT model_id, group_id, any_value(prompt_id), any_value(task_id), count(*),
+    SELECT model_id, group_id, any_value(prompt_id), any_value(task_id), count(*), count(*) FILTER (starts_episode),
            min(policy_version), max(arrival), list(sample_id ORDER BY arrival),
            list(shard_idx ORDER BY arrival), list("row" ORDER BY arrival), list(reward ORDER BY arrival)
     FROM _new GROUP BY model_id, group_id
     ON CONFLICT (model_id, group_id) DO UPDATE SET
         n = pending.n + excluded.n,
+        episodes = pending.episodes + excluded.episodes,
         policy_version = least(pending.policy_version, excluded.policy_version),
         arrival = greatest(pending.arrival, excluded.arrival),
         {", ".join(f"{c} = list_concat(pending.{c}, excluded.{c})" for c in REFS.split(", "))}"""
@@ -138,7 +142,7 @@ class Catalog:
         return first
 
     def ingest(self, table: pa.Table) -> IngestResult:
-        """Add samples (metadata columns + shard_idx, row, response_len) and merge their groups.
+        """Add samples (ids, policy_version, reward and extra, with shard_idx and row) and merge their groups.
 
         Samples whose id is already known, or whose group is already complete, are not
         ingested; their ids are returned so the caller can quarantine them.
@@ -146,7 +150,7 @@ class Catalog:
         if table.num_rows == 0:
             return IngestResult(0, [], [])
         db = self._db
-        with db.table("_incoming", table), db.staged("_in", "SELECT *, row_number() OVER () AS _pos FROM _incoming"):
+        with db.table("_incoming", table), db.staged("_in", _INCOMING):
             # A 64-bit hash match counts as a duplicate (false positive odds ~ n^2 / 2^65).
             known = db.column("SELECT sample_id FROM _in WHERE hash(sample_id) IN (SELECT sid_hash FROM sample_hashes)")
             repeated = db.column(  # the same id twice in this batch: keep the first
@@ -182,11 +186,13 @@ class Catalog:
     # --- complete groups ----------------------------------------------------------------------
 
     def drop_oversized(self, model_id: str, n_samples: int) -> list[tuple[str, int, list[str]]]:
-        """Groups of the model that hold more than `n_samples` samples (no honest rollout service writes
+        """Groups of the model that hold more than `n_samples` episodes (no honest rollout service writes
         them): recorded as complete and not kept (filter 'oversized'), so their later samples are late
-        too, and never served. Returns (group_id, samples, sample ids) of each, for the quarantine."""
-        where = "model_id = ? AND n > ?"
-        found = self._db.rows(f"SELECT group_id, n, sample_ids FROM pending WHERE {where}", [model_id, n_samples])
+        too, and never served. Returns (group_id, episodes, sample ids) of each, for the quarantine."""
+        where = "model_id = ? AND episodes > ?"
+        found = self._db.rows(
+            f"SELECT group_id, episodes, sample_ids FROM pending WHERE {where}", [model_id, n_samples]
+        )
         if found:
             self._db.run(
                 "INSERT INTO groups SELECT model_id, group_id, prompt_id, task_id, n, list_avg(rewards), 0.0, false, "
@@ -194,10 +200,10 @@ class Catalog:
                 [self.ckpt, model_id, n_samples],
             )
             self._db.run(f"DELETE FROM pending WHERE {where}", [model_id, n_samples])
-        return [(str(g), int(n), list(ids)) for g, n, ids in found]
+        return [(str(g), int(episodes), list(ids)) for g, episodes, ids in found]
 
     def complete_groups(self, model_id: str, n_samples: int, filter_policy: Policy, decay: float) -> CompleteResult:
-        """Finish the model's groups that have `n_samples` samples: the filter policy, run on them as
+        """Finish the model's groups that have `n_samples` episodes: the filter policy, run on them as
         `candidates`, decides which are kept. All go into `groups`, the kept ones into `fresh` (or the
         replay pool, when a recorded batch already names them), and their rewards fold into the
         per-prompt statistics that curation policies read (`decay`: the pass-rate average's)."""
@@ -210,7 +216,7 @@ class Catalog:
 
     @contextmanager
     def _staged_complete(self, model_id: str, n_samples: int) -> Iterator[int]:
-        """The model's groups that have `n_samples` samples as `_complete` and as the temp view
+        """The model's groups that have `n_samples` episodes as `_complete` and as the temp view
         `candidates`, inside the block; yields how many there are."""
         params = {"tolerance": ZERO_ADV_TOLERANCE, "model_id": model_id, "n": n_samples}
         with (
@@ -318,13 +324,21 @@ class Catalog:
                 self._db.run(f"DELETE FROM {identifier(name)}")
             for part in parts:
                 if part.num_rows:
-                    with self._db.table("_part", part):
+                    with self._db.table("_part", _upgraded(name, part)):
                         self._db.run(f"INSERT INTO {identifier(name)} SELECT * FROM _part")
         self.arrival = self._db.scalar(_NEXT_ARRIVAL)
         self.next_shard = self._db.scalar(_NEXT_SHARD)
 
     def close(self) -> None:
         self._db.close()
+
+
+def _upgraded(name: str, part: pa.Table) -> pa.Table:
+    """A checkpoint's part in the current schema: `pending` from before it counted episodes (every sample
+    then counted as one) gets episodes = n."""
+    if name == "pending" and "episodes" not in part.column_names:
+        return part.add_column(part.column_names.index("n") + 1, "episodes", part.column("n"))
+    return part
 
 
 def check_policy(policy: Policy, timeout_s: float = 30.0) -> pa.Table:

@@ -36,7 +36,8 @@ from lakeflow.lake.schema import METADATA_COLUMNS, SAMPLE_SCHEMA
 from lakeflow.lake.tasks import read_claim
 
 _METADATA = pa.schema([SAMPLE_SCHEMA.field(n) for n in METADATA_COLUMNS])
-INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward"]
+# what the catalog reads of a sample (of `extra`, only whether it starts an episode)
+INGEST_COLUMNS = ["sample_id", "model_id", "group_id", "prompt_id", "task_id", "policy_version", "reward", "extra"]
 CLAIM_REASON = "committed by a rollout service that does not hold the task's claim"
 
 

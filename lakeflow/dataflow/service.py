@@ -206,10 +206,10 @@ class DataflowService:
 
     def _complete(self, model: ModelConfig) -> bool:
         now = datetime.now(UTC)
-        for group_id, n, ids in self.catalog.drop_oversized(model.id, model.n_samples):
-            reason = f"group has {n} samples, more than n_samples ({model.n_samples})"
-            self.ingestor.quarantine(f"{GROUP_SOURCE}{model.id}/{group_id}", n, reason, now, ids)
-            self.counters.quarantined["group has more samples than n_samples"] += n
+        for group_id, episodes, ids in self.catalog.drop_oversized(model.id, model.n_samples):
+            reason = f"group has {episodes} episodes, more than n_samples ({model.n_samples})"
+            self.ingestor.quarantine(f"{GROUP_SOURCE}{model.id}/{group_id}", len(ids), reason, now, ids)
+            self.counters.quarantined["group has more episodes than n_samples"] += len(ids)
         result = self.catalog.complete_groups(model.id, model.n_samples, self._filters[model.id], model.pass_rate_decay)
         if not result.kept + result.filtered:
             return False

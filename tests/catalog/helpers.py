@@ -10,8 +10,16 @@ from lakeflow.catalog.state import Catalog
 SHARD = "trajectories/model=m/date=2026-01-01/w-00000000.parquet"
 
 
-def samples(model_id: str, group_id: str, n: int, version: int = 3, rewards: list[float] | None = None) -> pa.Table:
-    """The ingest columns of `n` samples of one group, all in shard 0."""
+def samples(
+    model_id: str,
+    group_id: str,
+    n: int,
+    version: int = 3,
+    rewards: list[float] | None = None,
+    extra: list[str] | None = None,
+) -> pa.Table:
+    """The ingest columns of `n` samples of one group, all in shard 0 (each its own episode unless `extra`
+    says otherwise)."""
     ids = [f"{group_id}-{i}" for i in range(n)]
     return pa.table(
         {
@@ -22,6 +30,7 @@ def samples(model_id: str, group_id: str, n: int, version: int = 3, rewards: lis
             "task_id": [f"t-{group_id}"] * n,
             "policy_version": pa.array([version] * n, pa.int64()),
             "reward": rewards if rewards is not None else [float(i % 2) for i in range(n)],
+            "extra": extra if extra is not None else ["{}"] * n,
             "shard_idx": pa.array([0] * n, pa.int32()),
             "row": pa.array(range(n), pa.int32()),
         }

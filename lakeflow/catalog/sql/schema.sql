@@ -21,14 +21,16 @@ CREATE TABLE sample_hashes (
     _ckpt    INTEGER NOT NULL
 );
 
--- Groups (the n samples of one prompt for one model) still waiting for samples. A group
--- split over several shards accumulates here; its statistics are computed when complete.
+-- Groups (the n_samples episodes of one prompt for one model) still waiting for samples. A group
+-- split over several shards accumulates here; its statistics are computed when complete, that is
+-- when it holds n_samples episodes (an episode may be stored as several samples: extra.segment).
 CREATE TABLE pending (
     model_id       VARCHAR NOT NULL,
     group_id       VARCHAR NOT NULL,
     prompt_id      VARCHAR NOT NULL,
     task_id        VARCHAR NOT NULL,
-    n              INTEGER NOT NULL,
+    n              INTEGER NOT NULL,  -- samples
+    episodes       INTEGER NOT NULL,  -- samples that start an episode (all but extra.segment > 0)
     policy_version BIGINT NOT NULL,   -- oldest of its samples
     arrival        BIGINT NOT NULL,   -- newest of its samples
     sample_ids     VARCHAR[] NOT NULL,

@@ -180,7 +180,10 @@ class Episode:
         return info
 
     def trajectories(self, episode_id: str, reward: Reward, sampling: Sampling, per_turn: bool) -> list[Trajectory]:
-        """The episode's samples: one (the whole context), or one per turn with the final reward."""
+        """The episode's samples: one (the whole context), or one per turn with the final reward. Per-turn
+        samples carry `extra.segment` (the turn: 0 starts the episode, the rest continue it) and
+        `extra.segments` (how many): the dataflow counts a group by the samples that start an episode.
+        A single sample has no segment keys."""
         extra = {"reward_reason": reward.reason, "temperature": sampling.temperature, **self.info()}
         if reward.extracted:
             extra["extracted"] = reward.extracted
@@ -191,7 +194,7 @@ class Episode:
         out = []
         for i, t in enumerate(self.done_turns):
             last = i == len(self.done_turns) - 1
-            turn_extra = {**extra, "turn": i}
+            turn_extra = {**extra, "turn": i, "segment": i, "segments": len(self.done_turns)}
             out.append(
                 Trajectory(
                     POLICY,

@@ -39,6 +39,7 @@ def test_a_tool_call_is_run_and_its_answer_appended_once_masked(tok: Any) -> Non
     assert t.reward == 1.0 and t.finish_reason == "stop"
     assert t.extra["turns"] == 2 and t.extra["tool_calls"] == {"add": 1} and t.extra["tool_errors"] == 0
     assert t.extra["turn_rewards"] == [0.1, None] and t.extra["end"] == "done"
+    assert "segment" not in t.extra  # one sample per episode
     # the second turn was generated from exactly the stored ids before it
     first, second = engine.contexts
     assert first == t.prompt_ids
@@ -145,6 +146,8 @@ def test_a_template_that_rewrites_history_needs_per_turn_samples(tok: Any) -> No
     engine = Scripted(rewriting, lambda ctx: call("add", a=3, b=4) if _tool_turns(ctx) < 2 else "It is 7.")
     turns = _play(engine, n=2, per_turn_samples=True)
     assert len(turns) == 6 and [t.extra["turn"] for t in turns] == [0, 1, 2] * 2
+    # segments: the dataflow counts the group by the turns that start an episode (segment 0)
+    assert [(t.extra["segment"], t.extra["segments"]) for t in turns] == [(0, 3), (1, 3), (2, 3)] * 2
     assert len({t.episode_id for t in turns}) == 2 and {t.reward for t in turns} == {1.0}
     for t in turns:  # each turn's prompt is what the engine saw (the two episodes' rounds may interleave)
         assert t.prompt_ids in engine.contexts and set(t.loss_mask) == {1}
@@ -181,8 +184,14 @@ def test_an_environment_that_raises_ends_its_episode_with_the_reason(tok: Any) -
 def test_names_and_sections_are_checked() -> None:
     with pytest.raises(PluginError, match=r"environment\.name: unknown environment 'nope'"):
         build_environment(EnvironmentConfig(name="nope"))
-    with pytest.raises(ConfigError, match=r"workflow 'agent' and an `environment` section go together"):
+    with pytest.raises(ConfigError, match=r"workflow 'agent' goes with exactly one of an `environment` section"):
         parse_config({"workflow": "agent"})
+    with pytest.raises(ConfigError, match=r"other workflows take neither"):
+        parse_config({"workflow": "rlvr", "agent": {"program": "m:f"}})
+    with pytest.raises(ConfigError, match=r"exactly one"):
+        parse_config({"workflow": "agent", "agent": {"program": "m:f"}, "environment": {"name": ENV}})
+    with pytest.raises(ConfigError, match=r"exactly one of `program`"):
+        parse_config({"workflow": "agent", "agent": {"program": "m:f", "command": ["x"]}})
     config = parse_config({"workflow": "agent", "environment": {"name": ENV, "max_turns": 4}})
     assert config.environment is not None and config.environment.tool_parser == "hermes"
     with pytest.raises(ConfigError, match=r"needs an `environment` section"):

@@ -68,9 +68,10 @@ def test_the_tiny_agent_data_is_what_the_generator_writes(tmp_path: Path) -> Non
 
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
 AGENT_JOBS = [p for p in sorted(JOBS.rglob("*.yaml")) if "workflow: agent" in p.read_text()]
+ENVIRONMENT_JOBS = [p for p in AGENT_JOBS if "\n        environment:" in p.read_text()]  # the rest: agent programs
 
 
-@pytest.mark.parametrize("path", AGENT_JOBS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ENVIRONMENT_JOBS, ids=lambda p: p.name)
 def test_agent_jobs_name_a_shipped_environment_that_plays_their_dataset(path: Path) -> None:
     import yaml
 
@@ -91,4 +92,5 @@ def test_agent_jobs_name_a_shipped_environment_that_plays_their_dataset(path: Pa
 
 
 def test_there_are_agent_jobs() -> None:
-    assert {p.name for p in AGENT_JOBS} >= {"tiny-agent.yaml", "agent-search-qwen3-8b.yaml"}
+    assert {p.name for p in ENVIRONMENT_JOBS} >= {"tiny-agent.yaml", "agent-search-qwen3-8b.yaml"}
+    assert {p.name for p in AGENT_JOBS} - {p.name for p in ENVIRONMENT_JOBS} == {"tiny-agent-openai.yaml"}
