@@ -129,12 +129,13 @@ def sync_loop(trainer: TrainerConfig, prompts: list[dict[str, Any]], sizes: Sync
                         "reward": v,
                         "group_mean": mean,
                         "group_std": std,
+                        "policy_version": 0,  # (the mismatch is not measured here: train_step gets no version)
                     }
                 )
         generated = time.perf_counter()
         table = pa.Table.from_pylist(groups)
         batch = build_batch(
-            table.select(["reward", "group_mean", "group_std"]),
+            table.select(["reward", "group_mean", "group_std", "policy_version"]),
             table.select(PAYLOAD),
             trainer.advantages,
             pad,

@@ -64,6 +64,19 @@ _TIMINGS = [
     ("io_block_s", "Lake I/O on the trainer's critical path, seconds (see StepStats in trainer/stats.py)."),
 ]
 
+_MISMATCH = [  # trainer/mismatch.py: over the sampled tokens of rows generated with the weights the step started from
+    (
+        "mismatch_tokens",
+        "Sampled tokens whose engine-trainer mismatch was measured (rows of the step's own version "
+        "in its first minibatch); null when there were none.",
+    ),
+    ("mismatch_mean", "Mean |trainer logprob - engine logprob| of those tokens, nats: numerics, not policy change."),
+    ("mismatch_p99", "99th percentile of that |delta| (under torchrun: the largest rank's)."),
+    ("mismatch_max", "Largest |delta|."),
+    ("mismatch_over_0_1", "Share of those tokens with |delta| > 0.1 nats."),
+    ("mismatch_over_1", "Share of those tokens with |delta| > 1 nat."),
+]
+
 TABLES: dict[str, tuple[MetricColumn, ...]] = {
     "trainer_steps": (
         *_common("step"),
@@ -99,6 +112,7 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         MetricColumn("m2", _F, "Mean squared log-ratio over trained tokens (m2po only, else null)."),
         MetricColumn("grad_norm", _F, "Largest global gradient norm of the step's minibatches, before clipping."),
         MetricColumn("lr", _F, "AdamW learning rate."),
+        *(MetricColumn(name, _F, doc) for name, doc in _MISMATCH),
         *(MetricColumn(name, _F, doc) for name, doc in _TIMINGS),
         MetricColumn("extra", _S, "Other numbers the objective reported, as a JSON object."),
     ),

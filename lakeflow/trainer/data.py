@@ -50,6 +50,7 @@ class StepBatch:
     advantages: torch.Tensor  # [B] float32
     rewards: torch.Tensor  # [B] float32
     lengths: torch.Tensor  # [B] int64, real tokens per row
+    versions: torch.Tensor  # [B] int64, the weights version that generated the row (policy_version)
 
     @property
     def rows(self) -> int:
@@ -76,6 +77,7 @@ class StepBatch:
             self.advantages[index],
             self.rewards[index],
             self.lengths[index],
+            self.versions[index],
         )
 
 
@@ -187,7 +189,10 @@ def build_batch(
     )
     if advantages.batch_norm:
         adv = batch_normalize(adv, advantages.eps)
-    return StepBatch(input_ids, attention, mask, old_logp, adv, reward, torch.tensor(lengths, dtype=torch.int64))
+    versions = torch.tensor(batch.column("policy_version").to_pylist(), dtype=torch.int64)
+    return StepBatch(
+        input_ids, attention, mask, old_logp, adv, reward, torch.tensor(lengths, dtype=torch.int64), versions
+    )
 
 
 def minibatches(rows: int, count: int) -> list[list[int]]:

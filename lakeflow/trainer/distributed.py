@@ -89,6 +89,13 @@ def total(values: list[float]) -> list[float]:
     return [float(v) for v in tensor]
 
 
+def largest(values: list[float]) -> list[float]:
+    """Element-wise maxima over ranks (a collective)."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return [float(v) for v in tensor]
+
+
 def my_share(micro: list[list[int]], world: World) -> Iterator[tuple[list[int], float]]:
     """This rank's microbatches with their loss weight: every world-th one at weight 1, then
     zero-weight repeats of the first until every rank runs as many passes."""

@@ -174,7 +174,7 @@ class Trainer:
                 intact = False
                 for group in self._parts().optimizer.param_groups:
                     group["lr"] = self.config.lr * self.config.lr_schedule.factor(step)
-                metrics = train_step(self._parts(), batch, self._stop.is_set, self._before_update)  # 2. train it
+                metrics = train_step(self._parts(), batch, self._stop.is_set, self._before_update, step)  # 2. train
                 compute_s = time.monotonic() - started
                 stats = self._stats(step, batch, metrics, wait_s, load_s, compute_s, memory)
                 self._publish(step + 1, stats)  # 3. hand version N + 1 to the publisher

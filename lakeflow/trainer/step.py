@@ -19,6 +19,7 @@ from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch, microbatches, minibatches
 from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, Objective, diagnostics
+from lakeflow.trainer.mismatch import Mismatch
 from lakeflow.trainer.model import compute_precision, first_scored, token_logprobs, token_logprobs_entropy
 
 
@@ -44,13 +45,16 @@ def train_step(
     batch: StepBatch,
     should_stop: Callable[[], bool] = lambda: False,
     before_update: Callable[[], None] = lambda: None,
+    version: int | None = None,
 ) -> dict[str, Any]:
     """Train `batch`: per minibatch, accumulate the microbatches' gradients, clip, step the optimizer.
 
     `should_stop` is asked before each minibatch (Stopped: the step is abandoned, with the weights of
     the minibatches already stepped; the caller discards them). `before_update` runs right before each
-    optimizer step: the publisher waits there for its copy of the previous version's state. Returns the
-    loss, the largest gradient norm and the token means of the objective's sums."""
+    optimizer step: the publisher waits there for its copy of the previous version's state. `version`: the
+    weights version the model holds, whose rows' engine-trainer mismatch the first minibatch measures
+    (`mismatch.py`; None: not measured). Returns the loss, the largest gradient norm, the token means of the
+    objective's sums and the mismatch."""
     c, world, optimizer = parts.config, parts.world, parts.optimizer
     losses: list[float] = []
     norms: list[float] = []
@@ -58,25 +62,34 @@ def train_step(
     params = [p for g in optimizer.param_groups for p in g["params"]]
     max_norm = c.grad_clip if c.grad_clip is not None else math.inf
     guard = StepGuard(world)
-    for rows in minibatches(batch.rows, c.minibatches):
+    mismatch = Mismatch()
+    for i, rows in enumerate(minibatches(batch.rows, c.minibatches)):
         stop = should_stop()
         if distributed.any_rank(stop) if world else stop:
             raise Stopped
         optimizer.zero_grad(set_to_none=True)
-        loss = _accumulate(parts, batch, rows, sums)
+        on_policy = version if i == 0 else None  # later minibatches run on weights this step moved
+        loss = _accumulate(parts, batch, rows, sums, mismatch, on_policy)
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         before_update()
         if guard.allows(loss, norm):  # a non-finite loss or gradient never reaches the weights
             optimizer.step()
             norms.append(norm)
             losses.append(loss)
-    return _metrics(batch, losses, norms, sums, guard, world)
+    return {**_metrics(batch, losses, norms, sums, guard, world), **mismatch.metrics(world)}
 
 
-def _accumulate(parts: StepParts, batch: StepBatch, rows: list[int], sums: dict[str, float]) -> float:
+def _accumulate(
+    parts: StepParts,
+    batch: StepBatch,
+    rows: list[int],
+    sums: dict[str, float],
+    mismatch: Mismatch,
+    version: int | None,
+) -> float:
     """The backward passes of minibatch `rows` (this rank's share of its microbatches): their gradients
-    accumulate in the model and their weighted sums in `sums`. Returns the minibatch's token-mean loss
-    (this rank's part)."""
+    accumulate in the model and their weighted sums in `sums`; the rows of `version` (the weights the model
+    holds) go to `mismatch`. Returns the minibatch's token-mean loss (this rank's part)."""
     world = parts.world
     scale = float(world.size) if world else 1.0  # FSDP2 averages gradients over ranks: undo it
     tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
@@ -84,7 +97,10 @@ def _accumulate(parts: StepParts, batch: StepBatch, rows: list[int], sums: dict[
     micro = microbatches(batch, rows, parts.config.max_tokens_per_microbatch)
     share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
     for micro_rows, weight in share:
-        inputs, entropy = _score(parts, batch.select(micro_rows).to(parts.device))
+        part = batch.select(micro_rows)
+        inputs, entropy = _score(parts, part.to(parts.device))
+        if version is not None:
+            mismatch.add(inputs.logp, inputs.old_logp, inputs.mask, part.versions == version)
         out = parts.objective(inputs)
         loss = out.per_token.sum() * (weight / tokens)
         (loss * scale).backward()  # type: ignore[no-untyped-call]

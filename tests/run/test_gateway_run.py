@@ -59,6 +59,9 @@ def test_openai_api_agents_train_through_lakeflow_run(tmp_path: Path) -> None:
     assert first
     tiny = resolve_model("tiny:default", tmp_path / "models")
     assert check_trainer_reproduces(tiny, first, 1.0, observations=False) <= 1e-3
+    # the trainer measured the same on its on-policy rows (fp32 engine, fp32 trainer): trainer_steps' mismatch
+    row = view.sql("SELECT sum(mismatch_tokens) AS n, max(mismatch_max) AS worst FROM trainer_steps").to_pylist()[0]
+    assert row["n"] > 0 and row["worst"] <= 1e-3, row
 
 
 class _Stored:

@@ -24,7 +24,8 @@ def row(prompt: list[int], response: list[int], logprobs: list[float], mask: lis
 
 
 def tables(payload: list[dict[str, list[float]]], rewards: list[float]) -> tuple[pa.Table, pa.Table]:
-    batch = pa.table({"reward": rewards, "group_mean": [0.5] * len(rewards), "group_std": [0.5] * len(rewards)})
+    n = len(rewards)
+    batch = pa.table({"reward": rewards, "group_mean": [0.5] * n, "group_std": [0.5] * n, "policy_version": [0] * n})
     return batch, pa.Table.from_pylist(payload)
 
 

@@ -13,6 +13,7 @@ import torch
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch
 from lakeflow.trainer.losses import build_loss
+from lakeflow.trainer.model import first_scored, token_logprobs
 from lakeflow.trainer.step import StepParts, Stopped, train_step
 
 VOCAB = 11
@@ -40,7 +41,8 @@ def batch(advantages: torch.Tensor | None = None, rows: int = 6, width: int = 9)
     old_logp = -torch.rand(rows, width, generator=g) * 3 * mask
     if advantages is None:
         advantages = torch.randn(rows, generator=g)
-    return StepBatch(ids, attention, mask, old_logp, advantages, torch.rand(rows, generator=g), lengths)
+    versions = torch.zeros(rows, dtype=torch.int64)
+    return StepBatch(ids, attention, mask, old_logp, advantages, torch.rand(rows, generator=g), lengths, versions)
 
 
 def parts(reference: bool = False, **config: Any) -> StepParts:
@@ -101,3 +103,19 @@ def test_a_stop_request_abandons_the_step_between_minibatches() -> None:
     with pytest.raises(Stopped):
         train_step(p, batch(), should_stop)
     assert all(int(s["step"]) == 1 for s in p.optimizer.state.values())  # one optimizer step was taken
+
+
+def test_the_first_minibatch_measures_the_engine_trainer_mismatch_of_its_on_policy_rows() -> None:
+    p = parts(minibatches=2)
+    b = batch()
+    with torch.no_grad():
+        own = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    b.old_logp = (own - 0.5) * b.mask  # the engine's logprobs: 0.5 nats below the trainer's, under the same weights
+    b.versions = torch.tensor([3, 2, 3, 3, 3, 3])  # rows 0-2: the first minibatch; row 1 is off-policy
+    metrics = train_step(p, b, version=3)
+    assert metrics["mismatch_tokens"] == float(b.mask[[0, 2]].sum())  # the second minibatch's rows moved weights
+    assert abs(metrics["mismatch_mean"] - 0.5) < 1e-4 and abs(metrics["mismatch_max"] - 0.5) < 1e-4
+    assert abs(metrics["mismatch_p99"] - 0.5) < 1e-4
+    assert (metrics["mismatch_over_0_1"], metrics["mismatch_over_1"]) == (1.0, 0.0)
+    assert not any(k.startswith("mismatch") for k in train_step(parts(), batch(), version=7))  # no row of 7
+    assert not any(k.startswith("mismatch") for k in train_step(parts(), batch()))  # not asked
