@@ -2,11 +2,57 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lakeflow.configfile import StrictConfig
+
+
+class MCPServerConfig(StrictConfig):
+    """One MCP server whose tools every episode gets (lakeflow/raas/agent/mcp.py): a command the service
+    starts and talks to over stdio, or the URL of a server already running (streamable HTTP)."""
+
+    command: list[str] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The server's command line (stdio), e.g. ['python', 'server.py']. The service starts it once and "
+            "again after it died; it gets the MCP SDK's minimal environment (HOME, PATH, ...) plus `env`."
+        ),
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables of the command.")
+    url: str | None = Field(
+        None, pattern=r"^https?://", description="The server's streamable HTTP endpoint, e.g. http://host:8000/mcp."
+    )
+    name: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description=(
+            "Prefix of the server's tool names: the model calls '<name>_<tool>' (none: the tools keep their "
+            "own names). Also names the server in errors."
+        ),
+    )
+    startup_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="Time limit of connecting to the server (starting it, the handshake) and of listing its tools.",
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("an MCP server has exactly one of `command` (stdio) or `url` (streamable HTTP)")
+        if self.env and self.command is None:
+            raise ValueError("`env` goes with `command` (a server the service starts)")
+        return self
+
+    @property
+    def label(self) -> str:
+        """The server in messages: its name, else its URL or program."""
+        return self.name or self.url or PurePath((self.command or ["?"])[0]).name
 
 
 class EnvironmentConfig(StrictConfig):
@@ -68,3 +114,21 @@ class EnvironmentConfig(StrictConfig):
             "each round of their next turns goes to the engine as one batch, their tools run concurrently."
         ),
     )
+    mcp_servers: list[MCPServerConfig] = Field(
+        default_factory=list,
+        description=(
+            "MCP servers whose tools are added to every episode's tools, after the environment's own (their "
+            "calls have the limit tool_timeout_s). An episode that cannot reach or list one ends with "
+            "end 'environment_error'. Not with tool_memory_mb: an MCP call goes through the service's "
+            "connection, which a forked child does not have."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _mcp_calls_in_threads(self) -> EnvironmentConfig:
+        if self.mcp_servers and self.tool_memory_mb is not None:
+            raise ValueError(
+                "mcp_servers and tool_memory_mb do not go together: an MCP tool call goes through the service's "
+                "connection to the server, which a forked child does not have (the server limits its own memory)"
+            )
+        return self

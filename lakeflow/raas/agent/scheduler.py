@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
@@ -28,6 +29,9 @@ from lakeflow.raas.agent.tools import run_call
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.trajectory import Sampling, Trajectory
+
+if TYPE_CHECKING:
+    from lakeflow.raas.agent.mcp import MCPToolsets
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,15 @@ class EpisodeScheduler:
         self._ready: list[Episode] = []  # waiting for their next turn
         self._acting: dict[Future[_Acted], Episode] = {}  # tools and the environment's step running
         self._finished: list[FinishedGroup] = []
+        self._mcp: MCPToolsets | None = None  # the MCP servers' connections (made when first needed)
+        if config.mcp_servers:
+            try:  # (the SDK loads only in services that use it)
+                from lakeflow.raas.agent.mcp import MCPToolsets
+            except ImportError as e:
+                raise ConfigError(
+                    f"environment.mcp_servers needs the MCP SDK: pip install 'lakeflow[raas]' ({e})"
+                ) from e
+            self._mcp = MCPToolsets(config.mcp_servers, config.tool_timeout_s)
 
     # --- admission ----------------------------------------------------------------------
 
@@ -119,6 +132,14 @@ class EpisodeScheduler:
             episode = Episode(env, [], [], [], limit, reason)
             episode.finish(ENV_ERROR, f"reset: {type(e).__name__}: {e}")
             return episode
+        if self._mcp is not None:
+            try:
+                tools += self._mcp.tools(taken=[t.name for t in tools])
+            except Exception as e:  # a server cannot be started or listed: this episode ends, the next tries again
+                log.warning("task %s: %s", task.task_id, e)
+                episode = Episode(env, [], [], [], limit, reason)
+                episode.finish(ENV_ERROR, f"mcp: {e}")
+                return episode
         episode = Episode(env, tools, messages, [], limit, reason)
         episode.prompt_ids = self.engine.encode_chat(messages, True, episode.schemas)
         if len(episode.prompt_ids) >= limit:
@@ -147,8 +168,10 @@ class EpisodeScheduler:
         return out
 
     def close(self) -> None:
-        """Stop the thread pool (episodes in flight are dropped)."""
+        """Stop the thread pool (episodes in flight are dropped) and end the MCP servers' connections."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._mcp is not None:
+            self._mcp.close()
 
     def _generate(self, episodes: list[Episode]) -> None:
         budgets: dict[int, list[Episode]] = {}
