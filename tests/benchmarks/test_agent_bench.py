@@ -1,0 +1,24 @@
+"""`python -m benchmarks agent --gateway`: the three settings run end to end at the smallest size (one
+episode each), and the gateway's row and ratio are reported. No timing assertions."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.agent import render, run
+
+
+@pytest.mark.slow
+def test_the_gateway_setting_runs_beside_the_environment() -> None:
+    result = run(episodes=1, concurrency=(1, 2), tool_s=0.0, calls=2, gateway=True)
+    rows = result["results"]
+    assert [(r["setting"], r["concurrent_episodes"]) for r in rows] == [
+        ("environment", 1),
+        ("environment", 2),
+        ("gateway", 2),
+    ]
+    for r in rows:
+        assert r["episodes"] == 1 and r["seconds"] > 0 and r["episodes_per_s"] > 0
+        assert r["turns_per_episode"] >= 1 and 0 <= r["tool_calls_per_episode"] <= r["turns_per_episode"]
+    assert result["gateway_vs_environment"] > 0
+    assert "gateway / environment" in render(result)
