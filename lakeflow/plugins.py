@@ -2,7 +2,8 @@
 
 A name is one of three things, tried in this order:
 - a shipped name, a key of the registry dictionary the caller passes (`"rlvr"`, `"grpo"`);
-- an import path `package.module:attr` (dots after the colon walk attributes);
+- an import path `package.module:attr` (dots after the colon walk attributes), or `path/to/file.py:attr`
+  for a Python file (relative to the working directory; its folder goes on sys.path, as for a script);
 - a name an installed package registers in the entry-point group `lakeflow.<kind>s`
   (`[project.entry-points."lakeflow.rewards"] exact = "mypkg.rewards:exact"`).
 Every failure is a `PluginError` of one line naming the config key, the name and what to do.
@@ -12,8 +13,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from lakeflow.errors import PluginError
@@ -28,7 +33,7 @@ GROUPS = {
 
 
 def is_import_path(name: str) -> bool:
-    """Whether `name` reads as `package.module:attr` (not a shipped or registered name)."""
+    """Whether `name` reads as `package.module:attr` or `file.py:attr` (not a shipped or registered name)."""
     module, sep, attr = name.partition(":")
     return bool(sep and module and attr)
 
@@ -39,11 +44,14 @@ def entry_point_names(kind: str) -> list[str]:
 
 
 def load_import_path(path: str, *, key: str = "") -> Any:
-    """The object `package.module:attr` names; PluginError when the module or attribute is missing."""
+    """The object `package.module:attr` (or `file.py:attr`) names; PluginError when the module or attribute is
+    missing."""
     module_name, _, attr = path.partition(":")
     where = f"{key}: " if key else ""
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = load_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except FileNotFoundError as e:
+        raise PluginError(f"{where}no file {module_name!r} (from {path!r}; relative to {Path.cwd()})") from e
     except ImportError as e:
         raise PluginError(
             f"{where}cannot import module {module_name!r} of {path!r} ({e}): install the package that provides it "
@@ -55,6 +63,28 @@ def load_import_path(path: str, *, key: str = "") -> Any:
         except AttributeError as e:
             raise PluginError(f"{where}module {module_name!r} has no attribute {attr!r} (from {path!r})") from e
     return obj
+
+
+def load_file(file: str) -> ModuleType:
+    """A Python file run as a module (once per file), its folder on sys.path so it imports its neighbours."""
+    resolved = Path(file).resolve()
+    if not resolved.is_file():
+        raise FileNotFoundError(file)
+    name = f"lakeflow_file_{resolved.stem}_{abs(hash(str(resolved))):x}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if str(resolved.parent) not in sys.path:
+        sys.path.insert(0, str(resolved.parent))
+    spec = importlib.util.spec_from_file_location(name, resolved)
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def resolve(

@@ -28,6 +28,23 @@ def test_an_import_path_loads_the_attribute() -> None:
     assert is_import_path("a.b:c") and not is_import_path("rlvr") and not is_import_path(":x")
 
 
+def test_a_python_file_loads_once_and_imports_its_neighbours(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "helper_mod_for_file.py").write_text("VALUE = 7\n")
+    (tmp_path / "agent.py").write_text(
+        "import helper_mod_for_file\nCOUNT = [0]\nCOUNT[0] += 1\ndef play(): return helper_mod_for_file.VALUE\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    play = resolve("reward", "agent.py:play", SHIPPED)
+    assert play() == 7 and is_import_path("agent.py:play")
+    assert resolve("reward", str(tmp_path / "agent.py") + ":play", SHIPPED) is play  # loaded once per file
+    assert sys.modules[play.__module__].COUNT == [1]
+    with pytest.raises(PluginError, match=r"key: no file 'gone.py' \(from 'gone.py:play'; relative to "):
+        resolve("reward", "gone.py:play", SHIPPED, key="key")
+    with pytest.raises(PluginError, match="has no attribute 'nope'"):
+        resolve("reward", "agent.py:nope", SHIPPED)
+
+
 def test_unknown_names_say_what_is_known_and_name_the_key() -> None:
     with pytest.raises(PluginError, match=r"pool\.workflow: unknown reward 'nope'; known: double"):
         resolve("reward", "nope", SHIPPED, key="pool.workflow")

@@ -75,12 +75,14 @@ def launch(
     from lakeflow.launch.targets import apply, launch
     from lakeflow.launch.workloads import LaunchOptions
     from lakeflow.run import load_run_config
-    from lakeflow.run.check import check_run_config
+    from lakeflow.run.check import check_run_config, check_run_tools
 
     config = load_run_config(config_path)
     if engine is not None:
         config = config.with_engine(engine)
     refuse(check_run_config(config))  # one line per name that does not resolve, exit code 1
+    for note in check_run_tools(config):  # a chat template that drops the tools (where the model is read here)
+        click.echo(f"Warning: {note}", err=True)
     options = LaunchOptions(
         lake=lake_url,
         endpoint_url=endpoint_url,

@@ -60,13 +60,15 @@ def raas(
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        from lakeflow.raas.check import check_raas_config, check_raas_here
+        from lakeflow.raas.check import check_raas_config, check_raas_here, check_raas_warnings
         from lakeflow.raas.children import guard_children
         from lakeflow.raas.config import command_config
         from lakeflow.raas.service import RolloutService
 
         config = command_config(config_path, engine, region, raas_id, weights_url)
         refuse(check_raas_config(config) + check_raas_here(config))
+        for note in check_raas_warnings(config):
+            click.echo(f"Warning: {note}", err=True)
         if tracker is not None:
             config = config.model_copy(update={"tracker": parse_tracker(tracker, tracker_dir)})
         store = open_service_lake(lake_url, endpoint_url, outage_s)

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from lakeflow.cli.command import Command
 from lakeflow.cli.common import open_service_lake, outage_option, refuse, tracker_options
 from lakeflow.run import Launcher, load_run_config
-from lakeflow.run.check import check_run_config, check_run_here, check_run_speed
+from lakeflow.run.check import check_run_config, check_run_here, check_run_speed, check_run_tools
 from lakeflow.run.config import AutoscaleConfig, RunConfig
 from lakeflow.run.observe import with_tracker
 from lakeflow.tracking.config import parse_tracker
@@ -23,11 +23,12 @@ from lakeflow.tracking.config import parse_tracker
 def load_job(config_path: str, engine: str | None) -> RunConfig:
     """The run config at `config_path` (a usage error naming the bad key), every pool on `engine` if given,
     checked (every name resolves, roles match, the models agree with it, this machine has them and their
-    devices: one line per problem, exit code 1); settings that would run slowly here are warned of."""
+    devices: one line per problem, exit code 1); settings that would run slowly here, and tool-using pools
+    whose chat template drops the tools, are warned of (one line each; the run starts)."""
     config = load_run_config(config_path)
     config = config if engine is None else config.with_engine(engine)
     refuse(check_run_config(config) + check_run_here(config))
-    for note in check_run_speed(config):
+    for note in check_run_speed(config) + check_run_tools(config):
         click.echo(f"Warning: {note}", err=True)
     return config
 

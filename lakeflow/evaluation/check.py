@@ -1,5 +1,6 @@
 """The check of an evaluation config before `lakeflow eval` starts: its dataset loader, reward and engine
-resolve, and every task type its prompts are known to have is scored by some reward (never a silent 0)."""
+resolve, every task type its prompts are known to have is scored by some reward (never a silent 0), and a
+`chat_template` setting names a template that compiles."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from lakeflow.dataflow.datasets import task_types
 from lakeflow.errors import ConfigError, PluginError
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.raas.config import FactoryEngineConfig
-from lakeflow.raas.engines import engine_factory
+from lakeflow.raas.engines import engine_factory, template_setting_problem
 from lakeflow.raas.rewards import build_reward
 
 
@@ -31,4 +32,6 @@ def check_eval_config(config: EvalConfig, key: str = "") -> list[str]:
             engine_factory(config.engine, key=f"{prefix}engine.factory")
         except PluginError as e:
             problems.append(str(e))
+    if config.chat_template is not None and (problem := template_setting_problem(config.chat_template)) is not None:
+        problems.append(f"{prefix}chat_template: {problem}")
     return problems

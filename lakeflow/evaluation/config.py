@@ -39,6 +39,11 @@ class EvalConfig(StrictConfig):
         "name in 'lakeflow.rewards'). None: by each prompt's task_type (in a run: the model's pool's `reward`).",
     )
     engine: EngineConfig | None = Field(None, description="Inference engine (default: transformers on CPU).")
+    chat_template: str | None = Field(
+        None,
+        description="The chat template prompts are rendered with instead of the model's: a shipped name "
+        "('chatml-tools') or a Jinja file's path. None: the model's (in a run: the model's pool's `chat_template`).",
+    )
     seed: int | None = Field(0, description="Sampler seed.")
     poll_s: float = Field(2.0, gt=0, description="Seconds between checks for a newly published version.")
     cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")

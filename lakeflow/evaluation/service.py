@@ -26,7 +26,7 @@ from lakeflow.lake import layout
 from lakeflow.lake.metrics import read_metrics
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import HFEngineConfig
-from lakeflow.raas.engines import Completion, Engine, build_engine
+from lakeflow.raas.engines import Completion, Engine, build_engine, set_chat_template
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import task_messages
 from lakeflow.tracking import MetricSink
@@ -50,6 +50,7 @@ class EvalService:
         self.model_id = layout.check_name(model_id, "model id")
         self.config = config
         self.engine = engine if engine is not None else build_engine(config.engine or HFEngineConfig(), config.seed)
+        set_chat_template(self.engine, config.chat_template)
         self.prompts = load_prompts(config.dataset).to_pylist()[: config.limit]
         for task_type in sorted({str(p["task_type"]) for p in self.prompts}):  # PluginError now, not a silent 0
             build_reward(task_type, config.reward_max_chars, config.reward)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lakeflow.errors import ConfigError
-from lakeflow.models.tiny import SPECIAL, TINY_POSITIONS, TINY_PREFIX, TINY_VOCAB
+from lakeflow.models.tiny import CHAT_TEMPLATE, SPECIAL, TINY_POSITIONS, TINY_PREFIX, TINY_VOCAB
 
 
 @dataclass(frozen=True)
@@ -164,3 +164,55 @@ def model_vocab_size(ref: str) -> int | None:
     """The embedding rows of model `ref` (token ids must be below it), or None when it cannot be read here."""
     info = read_model_info(ref)
     return None if info is None else info.vocab_size
+
+
+SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+TEMPLATE_DIR = "additional_chat_templates"  # transformers' folder of named templates (<name>.jinja)
+
+
+@dataclass(frozen=True)
+class ChatTemplates:
+    """A model's chat templates as its tokenizer loads them: by name ('default'; a 'tool_use' one is taken when
+    tools are given), and the special tokens the tokenizer hands every template (bos_token, eos_token, ...)."""
+
+    templates: Mapping[str, str]
+    tokens: Mapping[str, str] = field(default_factory=dict)
+
+    def template(self, tools: bool) -> str | None:
+        """The template transformers renders with, with or without tools (None: the model has none)."""
+        if tools and "tool_use" in self.templates:
+            return self.templates["tool_use"]
+        return self.templates.get("default")
+
+
+def read_chat_templates(ref: str) -> ChatTemplates | None:
+    """The chat templates of model `ref` as transformers loads them (chat_template.jinja and
+    additional_chat_templates/*.jinja, else tokenizer_config.json's chat_template), or None when its files
+    cannot be read here. ConfigError for a tokenizer_config.json that is not JSON."""
+    if ref.startswith(TINY_PREFIX):
+        return ChatTemplates({"default": CHAT_TEMPLATE}, {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
+    find = _finder(ref)
+    if find is None:
+        return None
+    tokenizer = _json(find("tokenizer_config.json"))
+    tokens = {k: text for k in SPECIAL_TOKEN_KEYS if (text := _token_text(tokenizer.get(k))) is not None}
+    files: dict[str, Path] = {}
+    if (default := find("chat_template.jinja")) is not None:
+        files["default"] = default
+    folder = Path(ref) / TEMPLATE_DIR
+    if folder.is_dir():
+        files.update({p.stem: p for p in sorted(folder.glob("*.jinja"))})
+    elif (tool_use := find(f"{TEMPLATE_DIR}/tool_use.jinja")) is not None:  # a hub id's cached files
+        files["tool_use"] = tool_use
+    try:
+        if files:  # transformers: template files replace tokenizer_config.json's
+            return ChatTemplates({name: p.read_text(encoding="utf-8") for name, p in files.items()}, tokens)
+    except OSError as e:
+        raise ConfigError(f"{ref}: cannot read the model's chat template ({e})") from e
+    given = tokenizer.get("chat_template")
+    if isinstance(given, str):
+        return ChatTemplates({"default": given}, tokens)
+    if isinstance(given, list):  # [{"name": ..., "template": ...}, ...]
+        named = {t["name"]: t["template"] for t in given if isinstance(t, dict) and isinstance(t.get("template"), str)}
+        return ChatTemplates(named, tokens)
+    return ChatTemplates({}, tokens)

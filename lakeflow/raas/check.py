@@ -5,15 +5,21 @@ names (shipped names, `package.module:attr`, entry points), checks their signatu
 declared roles match the pool's `roles`, and returns one line per problem, each naming the config key. `lakeflow run`,
 `lakeflow launch` and `lakeflow raas` refuse to start on any. `check_rollout_model` compares the config with
 the facts of the model it rolls out (chat template, positions) where they can be read; `check_raas_here`
-looks for what this machine must have (the engine's device, a frozen `model`'s files).
+looks for what this machine must have (the engine's device, a frozen `model`'s files). `tool_template_warnings`
+warns (the pool still starts) when the episodes use tools and the chat template they are rendered with
+drops them, so the model would never see the tools.
 """
 
 from __future__ import annotations
 
-from lakeflow.errors import PluginError
+from typing import Any
+
+from lakeflow.errors import ConfigError, PluginError
+from lakeflow.models.chat import chat_template_text, drops_tools, template_setting_problem
 from lakeflow.models.check import chat_template_problem, device_problem, max_len_problem, model_problem
-from lakeflow.models.info import read_model_info
+from lakeflow.models.info import ChatTemplates, read_chat_templates, read_model_info
 from lakeflow.plugins import load_import_path, resolve
+from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.agent.parsers import TOOL_PARSERS
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
 from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
@@ -55,6 +61,8 @@ def check_raas_config(config: RaasConfig, key: str = "") -> list[str]:
             engine_factory(config.engine, key=_at(key, "engine.factory"))
         except PluginError as e:
             problems.append(str(e))
+    if config.chat_template is not None and (problem := template_setting_problem(config.chat_template)) is not None:
+        problems.append(f"{_at(key, 'chat_template')}: {problem}")
     return problems
 
 
@@ -107,10 +115,11 @@ def engine_device_problems(engine: EngineConfig | None, key: str) -> list[str]:
 
 def check_rollout_model(config: RaasConfig, ref: str, model_key: str, key: str = "") -> list[str]:
     """Problems of `config` (under `key`) rolling out model `ref` (named at `model_key`), where the model can be
-    read here: no chat template for a shipped workflow (they render every prompt as chat), a `max_model_len`
-    above the model's positions."""
+    read here: no chat template (and no `chat_template` setting) for a shipped workflow (they render every
+    prompt as chat), a `max_model_len` above the model's positions."""
     problems = engine_model_problems(config.engine, ref, _at(key, "engine"))
-    info = read_model_info(ref) if config.workflow in WORKFLOWS else None  # a user's workflow may not use chat
+    renders = config.workflow in WORKFLOWS and config.chat_template is None  # a user's workflow may not use chat
+    info = read_model_info(ref) if renders else None
     if info is not None and (problem := chat_template_problem(info)) is not None:
         problems.append(f"{model_key}: {problem}")
     return problems
@@ -126,3 +135,70 @@ def check_raas_here(config: RaasConfig, key: str = "") -> list[str]:
             problems.append(f"{model_key}: {problem}")
         problems += check_rollout_model(config, config.model, model_key, key)
     return problems
+
+
+# Stands in for the tools of MCP servers, which are listed only when episodes start (the check starts no server).
+_SERVER_TOOL = {
+    "type": "function",
+    "function": {"name": "mcp_tool", "description": "A tool of an MCP server.", "parameters": {"type": "object"}},
+}
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def environment_tools(environment: EnvironmentConfig) -> tuple[list[dict[str, Any]], str] | None:
+    """The tool schemas an episode of `environment` hands the chat template, as far as the check can tell
+    without playing one (an environment built with its args, asked for `tools()`; a placeholder for the
+    tools of its MCP servers), and what they are in words; None: no tools, or the environment cannot be
+    built here (its own errors are the service's to report, on its first episode)."""
+    servers = len(environment.mcp_servers)
+    schemas: list[dict[str, Any]] = []
+    try:
+        env = build_environment(environment)(**environment.args)
+        schemas = [tool.schema() for tool in env.tools()]
+    except Exception:  # the user's factory or tools() failed here (before any reset): tell nothing of it
+        if not servers:
+            return None
+    if not schemas and not servers:
+        return None
+    own = f"environment {environment.name!r} has {_count(len(schemas), 'tool')}"
+    mcp = _count(servers, "MCP server")
+    what = (f"{own} and {mcp}" if servers else own) if schemas else f"environment {environment.name!r} uses {mcp}"
+    return schemas or [_SERVER_TOOL], what
+
+
+def tool_template_warnings(config: RaasConfig, ref: str | None, key: str = "") -> list[str]:
+    """A warning when `config`'s episodes use tools and the chat template they are rendered with (the
+    configured `chat_template`, else model `ref`'s own where its files can be read here) drops them: the
+    model would never see the tools. One line naming `chat_template` under `key`, or none. Rendered
+    with jinja2 as transformers renders (lakeflow.models.chat), without loading a tokenizer."""
+    if config.environment is None:
+        return []  # no tools lakeflow hands the template (an agent program's go through the gateway)
+    found = environment_tools(config.environment)
+    if found is None:
+        return []
+    schemas, what = found
+    try:
+        own = read_chat_templates(ref) if ref is not None else None
+        if config.chat_template is not None:
+            text = chat_template_text(config.chat_template)
+            templates: ChatTemplates | None = ChatTemplates({"default": text}, own.tokens if own else {})
+            whose = f"the chat template {config.chat_template!r}"
+        else:
+            templates, whose = own, f"the chat template of {ref!r}"
+    except ConfigError:
+        return []  # an unreadable template or model file: a problem of its own, reported by the checks
+    if templates is None or not drops_tools(templates, schemas):
+        return []
+    return [
+        f"{_at(key, 'chat_template')}: {whose} drops the tools ({what}): the model never sees them; set "
+        "chat_template: chatml-tools or a template that renders tools"
+    ]
+
+
+def check_raas_warnings(config: RaasConfig, key: str = "") -> list[str]:
+    """What `lakeflow raas` warns of before it starts (it starts anyway): a chat template that drops the
+    tools of the pool's episodes, for its frozen `model` (or its configured `chat_template`)."""
+    return tool_template_warnings(config, config.model, key)

@@ -100,6 +100,17 @@ class RaasConfig(StrictConfig):
             "stream, and each sample goes to the model of its role. Empty: one role, 'policy', played by the own model."
         ),
     )
+    chat_template: str | None = Field(
+        None,
+        description=(
+            "The chat template every prompt of this pool is rendered with, instead of the model's own: a shipped "
+            "name ('chatml-tools': ChatML that shows `tools=` the Hermes way, <tool_call> calls, for models such "
+            "as SmolLM2 whose template ignores tools) or the path of a Jinja file. Every engine of the pool "
+            "renders with it (workflows, agent episodes, the gateway), and so does the run's `eval` unless it "
+            "names its own. None (default): the model's template. The trainer never renders chat: it trains on "
+            "the stored token ids."
+        ),
+    )
     max_new_tokens: int = Field(64, ge=1, description="Most tokens generated per completion.")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature; logprobs are of the tempered policy.")
     reward_max_chars: int = Field(8192, ge=1, description="Completions longer than this get reward 0 ('overlong').")

@@ -28,7 +28,7 @@ from lakeflow.errors import ConfigError
 from lakeflow.io import Store, open_weights_source
 from lakeflow.lake import layout
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.engines import Engine, build_engine
+from lakeflow.raas.engines import Engine, build_engine, set_chat_template
 from lakeflow.raas.follow import WeightFollower
 from lakeflow.raas.ledger import ClaimLedger
 from lakeflow.raas.metrics import RaasStats, RolloutMetrics
@@ -56,8 +56,13 @@ class RolloutService:
         models = [self.model_id, *sorted(set(self.roles.values()) - {self.model_id})]
         for m in models:
             layout.check_name(m, "model id")
+        template = self.config.chat_template  # the model's own when None
         own = engine if engine is not None else build_engine(self.config.engine, self.config.seed)
-        engines = {m: own if m == self.model_id else build_engine(self.config.engine, self.config.seed) for m in models}
+        set_chat_template(own, template)
+        engines = {
+            m: own if m == self.model_id else build_engine(self.config.engine, self.config.seed, template)
+            for m in models
+        }
         self.runner = build_runner(self.config, engines, self.roles, self.model_id)
         self.state = "starting"
         self.started_at = datetime.now(UTC)

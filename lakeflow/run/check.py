@@ -7,7 +7,8 @@ of a model's dataset that no reward scores, in a pool with no explicit `reward`;
 a model that can be read here (vocabulary, positions, no chat template). `check_run_here` (`lakeflow run`
 only: a launched run's nodes are not this machine) adds what this machine lacks: models that are neither
 directories nor cached nor on a hub that answers, devices it does not have; `check_run_speed` warns of
-settings that will run but slowly here (bf16 on a CPU without bf16 instructions). The processes check
+settings that will run but slowly here (bf16 on a CPU without bf16 instructions); `check_run_tools` of
+tool-using pools whose chat template drops the tools (the model would never see them). The processes check
 their own configs again when they start (a name must resolve there too: import paths and entry
 points do; a registration made only in the launching process does not).
 """
@@ -27,13 +28,14 @@ from lakeflow.raas.check import (
     engine_device_problems,
     engine_model_problems,
     task_type_problem,
+    tool_template_warnings,
 )
 from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
-_REGION_KEYS = ("workflow", "roles", "reward", "environment", "agent", "model")
+_REGION_KEYS = ("workflow", "roles", "reward", "environment", "agent", "model", "chat_template")
 
 
 def check_run_config(config: RunConfig) -> list[str]:
@@ -89,6 +91,8 @@ def _rollout_models(config: RunConfig, m: RunModel, pool: RaasConfig, key: str) 
 def _eval_model_problems(m: RunModel, at: str) -> list[str]:
     """The eval engine's positions and the chat template its prompts are rendered with, against the model."""
     problems = engine_model_problems(m.eval.engine if m.eval else None, m.trainer.model, f"{at}.eval.engine")
+    if (m.eval and m.eval.chat_template) or m.raas.config.chat_template:
+        return problems  # rendered with the configured template, not the model's
     info = read_model_info(m.trainer.model)
     if info is not None and (problem := chat_template_problem(info)) is not None:
         problems.append(f"{at}.trainer.model: {problem}")
@@ -146,3 +150,16 @@ def check_run_speed(config: RunConfig) -> list[str]:
             if (note := slow_bf16_note(dtype, device)) is not None:
                 notes.append(f"{key}: {note}")
     return notes
+
+
+def check_run_tools(config: RunConfig) -> list[str]:
+    """Rollout pools whose episodes use tools that their chat template drops, so the model never sees
+    them (warnings, not refusals: the run starts), one line each naming the pool's `chat_template`: the
+    configured template, else each rolled-out model's own where its files can be read here."""
+    notes: list[str] = []
+    for i, m in enumerate(config.models):
+        at = f"models[{i}]"
+        for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, _REGION_KEYS)]:
+            for ref, _ in _rollout_models(config, m, pool.config, key):
+                notes += tool_template_warnings(pool.config, ref, key)
+    return list(dict.fromkeys(notes))

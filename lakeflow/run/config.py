@@ -16,6 +16,7 @@ from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.dataflow.config import DataflowConfig, LoopConfig, ModelConfig, TasksConfig
 from lakeflow.errors import ConfigError
 from lakeflow.evaluation.config import EvalConfig
+from lakeflow.models.chat import SHIPPED_TEMPLATES
 from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.run.cluster import LaunchConfig
@@ -243,8 +244,8 @@ class RunConfig(StrictConfig):
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Parse and validate a run config (YAML or JSON); errors name the key and the file. Relative paths of
-    dataset files and policy files are taken from the config file's folder when the file is there (else
-    from the working directory, as before), so a job runs from any directory."""
+    dataset files, policy files and chat template files are taken from the config file's folder when the
+    file is there (else from the working directory, as before), so a job runs from any directory."""
     config = load_config_file(RunConfig, path)
     base = Path(path).resolve().parent
     models = []
@@ -260,8 +261,29 @@ def load_run_config(path: str | Path) -> RunConfig:
         if m.eval is not None and getattr(m.eval.dataset, "type", None) == "file":
             eval_set = m.eval.dataset.model_copy(update={"path": _rebase(m.eval.dataset.path, base)})  # type: ignore[union-attr]
             update["eval"] = m.eval.model_copy(update={"dataset": eval_set})
+        update.update(_rebased_templates(m, update.get("eval", m.eval), base))
         models.append(m.model_copy(update=update))
     return config.model_copy(update={"models": models})
+
+
+def _rebased_templates(m: RunModel, section: EvalConfig | None, base: Path) -> dict[str, Any]:
+    """Updates of `m` whose `chat_template` files (of its pool, regions and eval) are taken from `base`."""
+
+    def rebased(setting: str | None) -> str | None:
+        return setting if setting is None or setting in SHIPPED_TEMPLATES else _rebase(setting, base)
+
+    pool = m.raas.config
+    raas = m.raas.model_copy(update={"config": pool.model_copy(update={"chat_template": rebased(pool.chat_template)})})
+    regions = [
+        r.model_copy(update={"config": {**r.config, "chat_template": rebased(r.config["chat_template"])}})
+        if isinstance(r.config.get("chat_template"), str)
+        else r
+        for r in m.regions
+    ]
+    update: dict[str, Any] = {"raas": raas, "regions": regions}
+    if section is not None:
+        update["eval"] = section.model_copy(update={"chat_template": rebased(section.chat_template)})
+    return update
 
 
 def _rebase(path: str, base: Path) -> str:

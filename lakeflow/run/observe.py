@@ -13,7 +13,7 @@ from lakeflow.tracking.config import TrackerConfig
 def eval_specs(config: RunConfig) -> list[ProcessSpec]:
     """One `lakeflow eval` process per model with an `eval:` section: it follows the model's versions and
     exits once version `steps` is evaluated (the run waits for it, as for the trainers). Its engine is the
-    model's rollout pool's unless the section names one, and so is its reward."""
+    model's rollout pool's unless the section names one, and so are its reward and chat template."""
     out = []
     for m in config.models:
         if m.eval is None:
@@ -21,6 +21,8 @@ def eval_specs(config: RunConfig) -> list[ProcessSpec]:
         section = m.eval if m.eval.engine is not None else m.eval.model_copy(update={"engine": m.raas.config.engine})
         if section.reward is None:
             section = section.model_copy(update={"reward": m.raas.config.reward})
+        if section.chat_template is None:
+            section = section.model_copy(update={"chat_template": m.raas.config.chat_template})
         flags = ("--model", m.id, "--until-version", str(config.steps))
         data = section.model_dump(mode="json")
         out.append(ProcessSpec(f"eval-{m.id}", "eval", m.id, "eval", flags, f"eval-{m.id}.yaml", data))

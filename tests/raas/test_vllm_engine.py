@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from lakeflow.models import resolve_model  # noqa: E402
 from lakeflow.raas.config import VLLMEngineConfig  # noqa: E402
-from lakeflow.raas.engines import Completion, build_engine  # noqa: E402
+from lakeflow.raas.engines import Completion, build_engine, set_chat_template  # noqa: E402
 
 # vLLM and torch's inductor warn at import and start-up (deprecations, resource warnings of their workers).
 pytestmark = [
@@ -99,6 +99,13 @@ def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: 
     try:
         engine.load(model_dir)
         assert engine.max_model_len == 256
+        # chat_template: vLLM renders in pooled copies of its tokenizer, so it goes to every call
+        question = [{"role": "user", "content": "Value?"}]
+        lookup = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+        set_chat_template(engine, "chatml-tools")
+        assert "# Tools" in engine.tokenizer.decode(engine.encode_chat(question, True, [lookup]))  # type: ignore[attr-defined]
+        engine.use_chat_template(None)  # type: ignore[attr-defined]
+        assert "# Tools" not in engine.tokenizer.decode(engine.encode_chat(question, True, [lookup]))  # type: ignore[attr-defined]
         prompts = [
             [{"role": "user", "content": "What is 3 + 4 * 5?"}],
             engine.encode_chat([{"role": "user", "content": "The answer is"}]),

@@ -59,3 +59,83 @@ def test_a_dataset_file_that_cannot_be_read_is_a_problem_at_start(tmp_path: Path
     broken.write_text("{not json\n")
     (problem,) = check_run_config(run(dataflow={"vocab_size": 512, "dataset": {"type": "file", "path": str(broken)}}))
     assert problem.startswith(f"models[0].dataflow.dataset: cannot read dataset {broken}")
+
+
+def smol_model(path: Path) -> str:
+    """A model directory whose chat template (SmolLM2's) ignores `tools=`; an empty weights file stands in
+    for its weights (the checks look for one; nothing loads it)."""
+    from tests.models.test_chat import SMOL
+
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps({"vocab_size": 512, "max_position_embeddings": 512}))
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": SMOL, "eos_token": "<|im_end|>"}))
+    (path / "model.safetensors").write_bytes(b"")
+    return str(path)
+
+
+AGENT = {"workflow": "agent", "environment": {"name": "lookup"}}
+
+
+def test_a_tool_using_pool_whose_template_drops_the_tools_is_warned_of(tmp_path: Path) -> None:
+    from lakeflow.run.check import check_run_tools
+
+    ref = smol_model(tmp_path / "smol")
+    regions = [{"region": "eu", "config": {"chat_template": "chatml-tools"}}, {"region": "us", "config": {}}]
+    config = run(AGENT, trainer={"model": ref}, regions=regions)
+    assert check_run_config(config) == []  # a warning, not a problem
+    assert check_run_tools(config) == [
+        f"models[0].raas.config.chat_template: the chat template of {ref!r} drops the tools (environment 'lookup' "
+        "has 1 tool): the model never sees them; set chat_template: chatml-tools or a template that renders tools"
+    ]  # the eu region renders with chatml-tools; the us region is the home pool's config
+    assert check_run_tools(run({**AGENT, "chat_template": "chatml-tools"}, trainer={"model": ref})) == []
+    assert check_run_tools(run(AGENT)) == []  # the tiny model's template renders tools
+
+
+def test_lakeflow_run_prints_the_warning_and_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from lakeflow.cli.run import load_job
+
+    ref = smol_model(tmp_path / "smol")
+    model = {"id": "policy", "dataflow": {"dataset": {"type": "synthetic"}}, "trainer": {"model": ref}}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "steps": 1, "models": [{**model, "raas": {"config": AGENT}}]}))
+    config = load_job(str(path), None)  # returns the config: the run goes on
+    assert config.models[0].raas.config.workflow == "agent"
+    assert capsys.readouterr().err == (
+        f"Warning: models[0].raas.config.chat_template: the chat template of {ref!r} drops the tools (environment "
+        "'lookup' has 1 tool): the model never sees them; set chat_template: chatml-tools or a template that "
+        "renders tools\n"
+    )
+
+
+def test_a_template_file_is_found_beside_the_config_and_reaches_the_eval(tmp_path: Path) -> None:
+    from tests.models.test_chat import SMOL
+
+    (tmp_path / "mine.jinja").write_text(SMOL)
+    bare = tmp_path / "bare"  # a base model: no template of its own, so the configured one must serve
+    bare.mkdir()
+    (bare / "config.json").write_text(json.dumps({"vocab_size": 512}))
+    model = {
+        "id": "policy",
+        "dataflow": {"dataset": {"type": "synthetic"}},
+        "trainer": {"model": str(bare)},
+        "raas": {"config": {"chat_template": "mine.jinja"}},
+        "regions": [{"region": "eu", "config": {"chat_template": "mine.jinja"}}],
+        "eval": {"dataset": {"type": "synthetic"}},
+    }
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps({"name": "c", "steps": 1, "models": [model]}))
+    config = load_run_config(path)
+    mine = str(tmp_path / "mine.jinja")
+    assert config.models[0].raas.config.chat_template == mine and config.models[0].regions[0].config == {
+        "chat_template": mine
+    }
+    assert eval_specs(config)[0].config["chat_template"] == mine  # the eval renders as the pool does
+    assert check_run_config(config) == []
+    unset = run(trainer={"model": str(bare)}, eval={"dataset": {"type": "synthetic"}})
+    assert [p.split(":")[0] for p in check_run_config(unset)] == ["models[0].trainer.model"]  # no template at all
+    (tmp_path / "chatml-tools").write_text(SMOL)  # a shipped name is never taken for a file beside the config
+    model["raas"] = {"config": {"chat_template": "chatml-tools"}}
+    path.write_text(json.dumps({"name": "c", "steps": 1, "models": [model]}))
+    assert load_run_config(path).models[0].raas.config.chat_template == "chatml-tools"

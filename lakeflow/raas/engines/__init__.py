@@ -5,6 +5,7 @@
 `build_engine`, which turns an engine config into an engine.
 """
 
+from lakeflow.models.chat import template_setting_problem
 from lakeflow.raas.engines.base import (
     ChatMessage,
     Completion,
@@ -17,6 +18,7 @@ from lakeflow.raas.engines.base import (
     decode_text,
     is_token_ids,
     read_config,
+    set_chat_template,
 )
 from lakeflow.raas.engines.hf import HFEngine
 from lakeflow.raas.engines.registry import ENGINES, build_engine, engine_factory
@@ -37,4 +39,6 @@ __all__ = [
     "engine_factory",
     "is_token_ids",
     "read_config",
+    "set_chat_template",
+    "template_setting_problem",
 ]

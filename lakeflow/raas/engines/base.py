@@ -15,6 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from lakeflow.errors import ConfigError
+from lakeflow.models.chat import chat_template_text
+
 ChatMessage = Mapping[str, str]  # {"role": ..., "content": ...}
 Prompt = Sequence[ChatMessage] | Sequence[int]  # chat messages, or token ids continued as they are
 FinishReason = Literal["stop", "length"]
@@ -56,6 +59,25 @@ class Engine(Protocol):
         """`n` completions of each prompt, sampled at `temperature`, with tempered logprobs."""
 
 
+def set_chat_template(engine: Engine, setting: str | None) -> None:
+    """Have `engine` render chat with the template a `chat_template:` setting names (a shipped name or a
+    Jinja file; None: its model's own). The shipped engines (and any `TokenizedEngine`) take it; ConfigError
+    for a setting that names no template, or an engine that renders chat its own way."""
+    if setting is None:
+        return
+    try:
+        template = chat_template_text(setting)
+    except ConfigError as e:
+        raise ConfigError(f"chat_template: {e}") from e
+    if not isinstance(engine, TokenizedEngine):
+        raise ConfigError(
+            f"chat_template: the engine {type(engine).__name__} renders chat itself (its own encode_chat), so "
+            "lakeflow cannot give it a template: leave chat_template out, or subclass "
+            "lakeflow.raas.engines.TokenizedEngine"
+        )
+    engine.use_chat_template(template)
+
+
 def is_token_ids(prompt: Prompt) -> bool:
     return all(isinstance(t, int) for t in prompt)
 
@@ -65,13 +87,16 @@ def chat_token_ids(
     messages: Sequence[ChatMessage],
     add_generation_prompt: bool = True,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    chat_template: str | None = None,
 ) -> list[int]:
     """Token ids of chat messages through the tokenizer's chat template (shared by every engine); `tools`
-    (function schemas) go to the template's `tools=`, so the model sees them in its own format."""
+    (function schemas) go to the template's `tools=`, so the model sees them in its own format;
+    `chat_template` (Jinja text) replaces the tokenizer's own."""
     ids = tokenizer.apply_chat_template(
         [dict(m) for m in messages],
         add_generation_prompt=add_generation_prompt,
         tools=[dict(t) for t in tools] if tools else None,
+        chat_template=chat_template,
         return_dict=False,
     )
     return [int(t) for t in ids]
@@ -91,9 +116,17 @@ def check_sampling(n: int, max_tokens: int, temperature: float) -> None:
 
 class TokenizedEngine:
     """The token side both engines share: their tokenizer (set by `load`) applies the chat template
-    and decodes; every call before `load` is refused."""
+    and decodes; every call before `load` is refused. `use_chat_template` replaces the model's template
+    (RaasConfig.chat_template) in every rendering, whatever weights are loaded."""
 
     tokenizer: Any
+    chat_template: str | None = None  # Jinja text that replaces the model's own (None: the model's)
+
+    def use_chat_template(self, template: str | None) -> None:
+        """Render chat with `template` instead of the model's own template, before and after any `load`
+        (None: the model's). It goes to every `apply_chat_template` call rather than onto the tokenizer:
+        vLLM's tokenizer renders in pooled copies of itself, which an attribute set on it does not reach."""
+        self.chat_template = template
 
     def encode_chat(
         self,
@@ -102,7 +135,7 @@ class TokenizedEngine:
         tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
         self._require_model()
-        return chat_token_ids(self.tokenizer, messages, add_generation_prompt, tools)
+        return chat_token_ids(self.tokenizer, messages, add_generation_prompt, tools, self.chat_template)
 
     def decode(self, token_ids: Sequence[int]) -> str:
         self._require_model()

@@ -11,7 +11,7 @@ from typing import Any
 from lakeflow.errors import PluginError
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, VLLMEngineConfig
-from lakeflow.raas.engines.base import Engine
+from lakeflow.raas.engines.base import Engine, set_chat_template
 from lakeflow.raas.engines.hf import HFEngine
 
 
@@ -39,8 +39,16 @@ def engine_factory(config: FactoryEngineConfig, key: str = "engine.factory") -> 
     )
 
 
-def build_engine(config: EngineConfig, seed: int | None = None) -> Engine:
-    """The engine `config` describes (a shipped `type`, or a user's factory), without weights (call `load`)."""
+def build_engine(config: EngineConfig, seed: int | None = None, chat_template: str | None = None) -> Engine:
+    """The engine `config` describes (a shipped `type`, or a user's factory), without weights (call `load`),
+    rendering chat with the template `chat_template` names (a shipped name or a Jinja file; None: the model's
+    own template)."""
+    engine = _build_engine(config, seed)
+    set_chat_template(engine, chat_template)
+    return engine
+
+
+def _build_engine(config: EngineConfig, seed: int | None) -> Engine:
     if isinstance(config, FactoryEngineConfig):
         engine = engine_factory(config)(seed=seed, **config.options)
         missing = [m for m in ("load", "encode_chat", "decode", "generate") if not callable(getattr(engine, m, None))]

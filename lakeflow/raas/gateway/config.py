@@ -34,10 +34,11 @@ class AgentConfig(StrictConfig):
 
     program: str | None = Field(
         None,
-        description="'package.module:attr': a function (plain or async) called as fn(task, client, **args) in a "
-        "thread of the service. `task`: a dict (prompt, messages, answer, task_id, prompt_id, task_type, dataset); "
-        "`client`: a dict (base_url, api_key, model) for any OpenAI client. It returns the reward (a number), the "
-        "final answer (a string, scored by the pool's reward function) or a dict with `reward` or `answer`.",
+        description="'package.module:attr' or 'path/to/file.py:attr': a function (plain or async) called as "
+        "fn(task, client, **args) in a thread of the service. `task`: a dict (prompt, messages, answer, task_id, "
+        "prompt_id, task_type, dataset); `client`: a dict (base_url, api_key, model) for any OpenAI client. It "
+        "returns the reward (a number), the final answer (a string, scored by the pool's reward function) or a "
+        "dict with `reward` or `answer`.",
     )
     command: list[str] | None = Field(
         None,
