@@ -77,6 +77,20 @@ _MISMATCH = [  # trainer/mismatch.py: over the sampled tokens of rows generated 
     ("mismatch_over_1", "Share of those tokens with |delta| > 1 nat."),
 ]
 
+_CORRECTION = [  # trainer/correction.py: the loss's engine-trainer mismatch correction; null without one
+    (
+        "is_weight",
+        "Mean importance weight pi_prox / pi_behaviour multiplying the trained tokens' loss under a mismatch "
+        "correction (after truncation; a dropped token counts 0); null with correction none.",
+    ),
+    ("is_truncated", "Share of trained tokens whose weight was truncated at the cap (correction tis), else null."),
+    (
+        "is_masked",
+        "Share of trained tokens dropped from the loss by the correction (mis: weight outside [1/cap, cap]; "
+        "decoupled: above cap), else null.",
+    ),
+]
+
 TABLES: dict[str, tuple[MetricColumn, ...]] = {
     "trainer_steps": (
         *_common("step"),
@@ -108,8 +122,14 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
             "estimator); null when the penalty coefficient is 0.",
         ),
         MetricColumn("clip_frac", _F, "Share of trained tokens clipped (grpo) or dropped (m2po)."),
-        MetricColumn("ratio", _F, "Mean importance ratio exp(logp - old_logp) over trained tokens."),
+        MetricColumn(
+            "ratio",
+            _F,
+            "Mean importance ratio exp(logp - old_logp) over trained tokens (exp(logp - prox_logp) under a "
+            "mismatch correction).",
+        ),
         MetricColumn("m2", _F, "Mean squared log-ratio over trained tokens (m2po only, else null)."),
+        *(MetricColumn(name, _F, doc) for name, doc in _CORRECTION),
         MetricColumn("grad_norm", _F, "Largest global gradient norm of the step's minibatches, before clipping."),
         MetricColumn("lr", _F, "AdamW learning rate."),
         *(MetricColumn(name, _F, doc) for name, doc in _MISMATCH),

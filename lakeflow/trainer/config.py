@@ -11,10 +11,35 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.tracking.config import TrackerConfig
+
+
+class Correction(StrictConfig):
+    """How the loss corrects for the engine-trainer mismatch (docs/trainer.md). With any type but `none`
+    the PPO ratio is taken against the proximal policy (the trainer's own logprobs under the weights the
+    step starts from) and the behaviour policy enters only through the weight w = pi_prox / pi_behaviour."""
+
+    type: Literal["none", "tis", "mis", "decoupled"] = Field(
+        "none",
+        description="none: ratio against the engine's logprobs (no correction); tis: weight min(w, cap); mis: drop "
+        "tokens (samples) with w outside [1/cap, cap], weight the rest by w; decoupled: weight w, drop w > cap.",
+    )
+    level: Literal["token", "sequence"] = Field(
+        "token", description="One weight per token, or per sample: w = exp(sum of its trained tokens' log w)."
+    )
+    cap: float = Field(
+        2.0, description="The weight's bound, > 1: tis truncates w at it, mis keeps [1/cap, cap], decoupled w <= cap."
+    )
+
+    @field_validator("cap")
+    @classmethod
+    def _cap_above_one(cls, cap: float) -> float:
+        if not cap > 1.0:  # NaN fails too
+            raise ValueError(f"cap must be greater than 1 (got {cap}): it bounds w = pi_prox / pi_behaviour above")
+        return cap
 
 
 class GrpoLoss(StrictConfig):
@@ -25,6 +50,7 @@ class GrpoLoss(StrictConfig):
     clip_eps_high: float | None = Field(
         None, gt=0, description="Upper clip (1 + clip_eps_high); None: the same as clip_eps."
     )
+    correction: Correction = Field(default_factory=Correction, description="The engine-trainer mismatch correction.")
 
 
 class M2poLoss(StrictConfig):
@@ -34,6 +60,7 @@ class M2poLoss(StrictConfig):
     m2_threshold: float = Field(
         0.04, gt=0, description="Largest mean squared log-ratio kept unclipped (over tokens moving with A)."
     )
+    correction: Correction = Field(default_factory=Correction, description="The engine-trainer mismatch correction.")
 
 
 class SftLoss(StrictConfig):
@@ -56,6 +83,16 @@ class FunctionLoss(StrictConfig):
 
 LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss | FunctionLoss, Field(discriminator="type")]
 SHIPPED_LOSSES = ("grpo", "m2po", "sft")  # the names of lakeflow.trainer.losses.LOSSES (no torch import here)
+
+
+def loss_correction(loss: GrpoLoss | M2poLoss | SftLoss | FunctionLoss) -> Correction:
+    """The correction a loss asks for: its own, or a `function` loss's `correction` param (a shipped objective
+    named with params); `none` for the rest. The step computes the proximal logprobs when it is not `none`."""
+    if isinstance(loss, GrpoLoss | M2poLoss):
+        return loss.correction
+    if isinstance(loss, FunctionLoss) and "correction" in loss.params:
+        return Correction.model_validate(loss.params["correction"])
+    return Correction()
 
 
 class KlConfig(StrictConfig):

@@ -12,20 +12,24 @@ reach the loss or its gradient (0 * inf is NaN, forward and backward). Log-ratio
 ±LOG_RATIO_LIMIT before `exp`. Every tensor an objective creates is created on its inputs' device,
 and the diagnostics stay tensors until read (`LossOutput.sums`), so the objectives run on any device
 (tested on `meta`, which refuses a tensor made on the CPU by mistake, and on CUDA when present).
+GRPO and M2PO take an engine-trainer mismatch `correction` (`correction.py`): their ratio is then against
+the proximal logprobs (`prox_logp`, the trainer's own at the step's start) and each token is weighted by
+pi_prox / pi_behaviour, bounded or dropped.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
 from lakeflow.errors import PluginError
 from lakeflow.trainer.check import resolve_loss
-from lakeflow.trainer.config import FunctionLoss, GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
+from lakeflow.trainer.config import Correction, FunctionLoss, GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
+from lakeflow.trainer.correction import ImportanceWeights, importance_weights
 
 
 @dataclass
@@ -37,6 +41,7 @@ class LossInputs:
     advantages: torch.Tensor  # [B], one per sample
     mask: torch.Tensor  # float, 1.0 on trained response tokens
     ref_logp: torch.Tensor | None = None  # frozen reference, no gradient; needed when KL is on
+    prox_logp: torch.Tensor | None = None  # proximal: the weights at the step's start, no gradient; for corrections
 
 
 # A ratio exp(±20) ≈ 5e8: no sample an engine of this policy produced is this far off-policy, while
@@ -98,26 +103,61 @@ def masked_sum(values: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(keep, values, 0.0).sum()
 
 
-def log_ratio(inputs: LossInputs, keep: torch.Tensor) -> torch.Tensor:
-    """[B, T] log(pi / pi_behaviour) = logp - old_logp on the kept tokens, clamped to
-    ±LOG_RATIO_LIMIT; exactly 0 elsewhere (whatever the behaviour logprob there)."""
-    return torch.where(keep, inputs.logp - inputs.old_logp, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+def log_ratio(inputs: LossInputs, keep: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, T] log(pi / pi_base) = logp - base on the kept tokens, clamped to ±LOG_RATIO_LIMIT; exactly 0
+    elsewhere (whatever the base logprob there). `base` defaults to old_logp, the behaviour policy."""
+    base = inputs.old_logp if base is None else base
+    return torch.where(keep, inputs.logp - base, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+
+
+def corrected_log_ratio(
+    inputs: LossInputs, keep: torch.Tensor, correction: Correction | Mapping[str, object] | None
+) -> tuple[torch.Tensor, ImportanceWeights | None]:
+    """The PPO log-ratio and the mismatch correction's weights (`correction.py`). With none (the default): the
+    ratio against the behaviour policy and no weights. With a correction: the ratio against the proximal
+    policy (`prox_logp`) and the weights of log(pi_prox / pi_behaviour), clamped as log-ratios are."""
+    if not isinstance(correction, Correction):
+        correction = Correction.model_validate(correction or {})  # a `function` loss's params give a mapping
+    if correction.type == "none":
+        return log_ratio(inputs, keep), None
+    if inputs.prox_logp is None:
+        raise ValueError(f"the {correction.type!r} correction needs the proximal logprobs (LossInputs.prox_logp)")
+    prox = inputs.prox_logp.detach()
+    log_w = torch.where(keep, prox - inputs.old_logp, 0.0).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    return log_ratio(inputs, keep, prox), importance_weights(log_w, keep, correction, LOG_RATIO_LIMIT)
+
+
+def weighted(
+    keep: torch.Tensor, per_token: torch.Tensor, weights: ImportanceWeights | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kept tokens (bool [B, T]) and their per-token loss, times the correction's weight when there is one,
+    0 elsewhere."""
+    if weights is None:
+        return keep, torch.where(keep, per_token, 0.0)
+    return weights.kept, torch.where(weights.kept, weights.weight * per_token, 0.0)
 
 
 # --- objectives ----------------------------------------------------------------------------------
 
 
-def grpo_loss(inputs: LossInputs, clip_eps: float = 0.2, clip_eps_high: float | None = None) -> LossOutput:
-    """PPO-clip per token: -min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = exp(logp - old_logp)."""
+def grpo_loss(
+    inputs: LossInputs,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    correction: Correction | Mapping[str, object] | None = None,
+) -> LossOutput:
+    """PPO-clip per token: -min(r A, clip(r, 1 - eps, 1 + eps_high) A), r = exp(logp - old_logp); with a
+    `correction`, r = exp(logp - prox_logp) and the term is weighted (or dropped) by `corrected_log_ratio`."""
     high = clip_eps if clip_eps_high is None else clip_eps_high
     keep = inputs.mask > 0
     adv = inputs.advantages[:, None]  # [B, 1], broadcast over tokens
-    ratio = torch.exp(log_ratio(inputs, keep))  # 1.0 off the mask
+    log_r, weights = corrected_log_ratio(inputs, keep, correction)
+    ratio = torch.exp(log_r)  # 1.0 off the mask
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
-    per_token = torch.where(keep, -torch.minimum(ratio * adv, clipped * adv), 0.0)
-    was_clipped = keep & ((clipped * adv) < (ratio * adv))  # the clipped term was chosen
+    kept, per_token = weighted(keep, -torch.minimum(ratio * adv, clipped * adv), weights)
+    was_clipped = kept & ((clipped * adv) < (ratio * adv))  # the clipped term was chosen
     totals = {"clip_frac": was_clipped.sum(), "ratio": masked_sum(ratio.detach(), keep)}
-    return LossOutput(per_token, dict(totals))
+    return LossOutput(per_token, {**totals, **(weights.totals if weights else {})})
 
 
 def m2po_cutoff(
@@ -151,7 +191,9 @@ def m2po_cutoff(
     return bound, dropped
 
 
-def m2po_loss(inputs: LossInputs, m2_threshold: float = 0.04) -> LossOutput:
+def m2po_loss(
+    inputs: LossInputs, m2_threshold: float = 0.04, correction: Correction | Mapping[str, object] | None = None
+) -> LossOutput:
     """M2PO, exactly as implemented here (over the tokens of one microbatch):
 
     1. log r = logp - old_logp per masked token; candidates are the tokens where the ratio moves
@@ -162,22 +204,24 @@ def m2po_loss(inputs: LossInputs, m2_threshold: float = 0.04) -> LossOutput:
        cutoff, no gradient. All other masked tokens contribute -r * A, unclipped (with nothing
        dropped this is the plain importance-weighted policy gradient).
     The denominator of the token mean counts dropped tokens too (as PPO counts clipped ones).
+    With a `correction`, log r = logp - prox_logp, the tokens the correction drops are no candidates and
+    contribute 0, and every other token's term is multiplied by its importance weight.
     """
     keep = inputs.mask > 0
     adv = inputs.advantages[:, None]  # [B, 1]
-    log_r = log_ratio(inputs, keep)  # 0 off the mask
+    log_r, weights = corrected_log_ratio(inputs, keep, correction)  # 0 off the mask
     ratio = torch.exp(log_r)
-    candidates = (log_r.detach() * adv > 0) & keep
+    candidates = (log_r.detach() * adv > 0) & (keep if weights is None else weights.kept)
     bound, dropped = m2po_cutoff(log_r, candidates, m2_threshold)
     b = torch.where(torch.isfinite(bound), bound, 0.0)  # nothing dropped when infinite: the value is unused
     clipped_ratio = torch.exp(torch.sign(log_r.detach()) * b)  # constant, [B, T]
-    per_token = torch.where(keep, -torch.where(dropped, clipped_ratio * adv, ratio * adv), 0.0)
+    _, per_token = weighted(keep, -torch.where(dropped, clipped_ratio * adv, ratio * adv), weights)
     totals = {
         "clip_frac": dropped.sum(),
         "ratio": masked_sum(ratio.detach(), keep),
         "m2": masked_sum(log_r.detach().pow(2), keep),
     }
-    return LossOutput(per_token, dict(totals))
+    return LossOutput(per_token, {**totals, **(weights.totals if weights else {})})
 
 
 def sft_loss(inputs: LossInputs) -> LossOutput:
@@ -259,11 +303,11 @@ def _function_objective(
 def build_loss(config: LossConfig, kl: KlConfig | None = None) -> Objective:
     """The objective for a loss config (looked up in LOSSES by `type`, or the function a `function` loss names),
     with the KL term when coef > 0."""
-    params: dict[str, float | None]
+    params: dict[str, float | Correction | None]
     if isinstance(config, GrpoLoss):
-        params = {"clip_eps": config.clip_eps, "clip_eps_high": config.clip_eps_high}
+        params = {"clip_eps": config.clip_eps, "clip_eps_high": config.clip_eps_high, "correction": config.correction}
     elif isinstance(config, M2poLoss):
-        params = {"m2_threshold": config.m2_threshold}
+        params = {"m2_threshold": config.m2_threshold, "correction": config.correction}
     elif isinstance(config, SftLoss):
         params = {}
     elif isinstance(config, FunctionLoss):

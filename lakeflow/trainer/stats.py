@@ -17,6 +17,9 @@ _RENAMED = {
     "clip_frac_mean": "clip_frac",
     "ratio_mean": "ratio",
     "m2_mean": "m2",
+    "is_weight_mean": "is_weight",
+    "is_truncated_mean": "is_truncated",
+    "is_masked_mean": "is_masked",
 }
 _DROPPED = {"batch", "trained_from", "at"}  # always equal to `step`; `at` becomes `created_at`
 

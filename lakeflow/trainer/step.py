@@ -8,14 +8,14 @@ share of the microbatches (FSDP2 sums the gradients over ranks) and the metrics 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from lakeflow.trainer import distributed
-from lakeflow.trainer.config import TrainerConfig
+from lakeflow.trainer.config import TrainerConfig, loss_correction
 from lakeflow.trainer.data import StepBatch, microbatches, minibatches
 from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, Objective, diagnostics
@@ -54,7 +54,11 @@ def train_step(
     optimizer step: the publisher waits there for its copy of the previous version's state. `version`: the
     weights version the model holds, whose rows' engine-trainer mismatch the first minibatch measures
     (`mismatch.py`; None: not measured). Returns the loss, the largest gradient norm, the token means of the
-    objective's sums and the mismatch."""
+    objective's sums and the mismatch.
+
+    A loss with a mismatch correction gets the proximal logprobs, those of the weights the step starts from:
+    with one minibatch the forward that trains it is before the update and gives them; with more, every
+    microbatch is scored once without gradient before the first update (`_proximal`)."""
     c, world, optimizer = parts.config, parts.world, parts.optimizer
     losses: list[float] = []
     norms: list[float] = []
@@ -63,13 +67,16 @@ def train_step(
     max_norm = c.grad_clip if c.grad_clip is not None else math.inf
     guard = StepGuard(world)
     mismatch = Mismatch()
-    for i, rows in enumerate(minibatches(batch.rows, c.minibatches)):
+    groups = minibatches(batch.rows, c.minibatches)
+    correcting = loss_correction(c.loss).type != "none"
+    prox = _proximal(parts, batch, groups) if correcting and len(groups) > 1 else None
+    for i, rows in enumerate(groups):
         stop = should_stop()
         if distributed.any_rank(stop) if world else stop:
             raise Stopped
         optimizer.zero_grad(set_to_none=True)
         on_policy = version if i == 0 else None  # later minibatches run on weights this step moved
-        loss = _accumulate(parts, batch, rows, sums, mismatch, on_policy)
+        loss = _accumulate(parts, batch, rows, sums, mismatch, on_policy, prox[i] if prox else correcting)
         norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
         before_update()
         if guard.allows(loss, norm):  # a non-finite loss or gradient never reaches the weights
@@ -86,19 +93,20 @@ def _accumulate(
     sums: dict[str, float],
     mismatch: Mismatch,
     version: int | None,
+    prox: list[torch.Tensor] | bool,
 ) -> float:
     """The backward passes of minibatch `rows` (this rank's share of its microbatches): their gradients
     accumulate in the model and their weighted sums in `sums`; the rows of `version` (the weights the model
-    holds) go to `mismatch`. Returns the minibatch's token-mean loss (this rank's part)."""
-    world = parts.world
-    scale = float(world.size) if world else 1.0  # FSDP2 averages gradients over ranks: undo it
+    holds) go to `mismatch`. `prox`: the microbatches' proximal logprobs, or whether to take them from this
+    forward (no update yet) or not at all. Returns the minibatch's token-mean loss (this rank's part)."""
+    scale = float(parts.world.size) if parts.world else 1.0  # FSDP2 averages gradients over ranks: undo it
     tokens = max(batch.select(rows).tokens, 1)  # token-mean denominator over the whole minibatch
     total = 0.0
-    micro = microbatches(batch, rows, parts.config.max_tokens_per_microbatch)
-    share = distributed.my_share(micro, world) if world else ((m, 1.0) for m in micro)
-    for micro_rows, weight in share:
+    for j, (micro_rows, weight) in enumerate(_share(parts, batch, rows)):
         part = batch.select(micro_rows)
         inputs, entropy = _score(parts, part.to(parts.device))
+        if prox is not False:
+            inputs.prox_logp = prox[j] if isinstance(prox, list) else inputs.logp.detach()
         if version is not None:
             mismatch.add(inputs.logp, inputs.old_logp, inputs.mask, part.versions == version)
         out = parts.objective(inputs)
@@ -108,6 +116,30 @@ def _accumulate(
         for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
             sums[name] = sums.get(name, 0.0) + value * weight
     return total
+
+
+def _share(parts: StepParts, batch: StepBatch, rows: list[int]) -> Iterator[tuple[list[int], float]]:
+    """The microbatches of minibatch `rows` this rank trains, with their loss weights, in training order."""
+    micro = microbatches(batch, rows, parts.config.max_tokens_per_microbatch)
+    return distributed.my_share(micro, parts.world) if parts.world else ((m, 1.0) for m in micro)
+
+
+def _proximal(parts: StepParts, batch: StepBatch, groups: list[list[int]]) -> list[list[torch.Tensor]]:
+    """Per minibatch, per microbatch of this rank (as `_share` orders them): the [B, T] logprobs of the sampled
+    tokens under the weights the step starts from, without gradient. Scored before the first optimizer update:
+    one extra forward per microbatch, and [B, T] floats kept per microbatch until the step ends."""
+    c = parts.config
+    out: list[list[torch.Tensor]] = []
+    with torch.no_grad():
+        for rows in groups:
+            logps = []
+            for micro_rows, _ in _share(parts, batch, rows):
+                part = batch.select(micro_rows).to(parts.device)
+                with compute_precision(parts.device, c.autocast):
+                    ids, attention, start = part.input_ids, part.attention_mask, first_scored(part.mask)
+                    logps.append(token_logprobs(parts.model, ids, attention, c.temperature, start))
+            out.append(logps)
+    return out
 
 
 def _score(parts: StepParts, part: StepBatch) -> tuple[LossInputs, torch.Tensor]:
