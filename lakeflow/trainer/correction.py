@@ -25,7 +25,9 @@ class ImportanceWeights:
     totals: dict[str, torch.Tensor]  # 0-dim sums over trained tokens: is_weight and is_truncated or is_masked
 
 
-def importance_weights(log_w: torch.Tensor, keep: torch.Tensor, correction: Correction, limit: float) -> ImportanceWeights:
+def importance_weights(
+    log_w: torch.Tensor, keep: torch.Tensor, correction: Correction, limit: float
+) -> ImportanceWeights:
     """The weights for [B, T] `log_w` = log(pi_prox / pi_behaviour) on the trained tokens (bool `keep`),
     clamped to ±`limit` and exactly 0 elsewhere.
 
