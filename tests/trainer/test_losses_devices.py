@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lakeflow.trainer.config import GrpoLoss, KlConfig, M2poLoss, SftLoss
+from lakeflow.trainer.config import Correction, GrpoLoss, KlConfig, M2poLoss, SftLoss
 from lakeflow.trainer.losses import LOSSES, LossInputs, build_loss, diagnostic_totals, token_mean
 
 DEVICES = [
@@ -25,6 +25,12 @@ CONFIGS: list[GrpoLoss | M2poLoss | SftLoss] = [
     M2poLoss(),
     M2poLoss(m2_threshold=1e-4),
     SftLoss(),
+    *(
+        GrpoLoss(correction=Correction(type=t, level=level))
+        for t in ("tis", "mis", "decoupled")
+        for level in ("token", "sequence")
+    ),
+    *(M2poLoss(correction=Correction(type=t, cap=1.2)) for t in ("tis", "mis", "decoupled")),
 ]
 
 
@@ -34,9 +40,11 @@ def _inputs(device: str, b: int = 3, t: int = 7) -> LossInputs:
     old = logp + 0.3 * torch.randn(b, t, generator=gen)
     mask = (torch.rand(b, t, generator=gen) > 0.3).float()
     adv = torch.randn(b, generator=gen)
+    prox = logp + 0.1 * torch.randn(b, t, generator=gen)
     return LossInputs(
-        logp.to(device).requires_grad_(True), old.to(device), adv.to(device), mask.to(device), logp.detach().to(device)
-    )
+        logp.to(device).requires_grad_(True), old.to(device), adv.to(device), mask.to(device), logp.to(device),
+        prox.to(device),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,6 +1,7 @@
 """`train_step` on a tiny language model: it moves the weights and reports its metrics, a batch with no
-advantage moves nothing, the gradient accumulation over microbatches is the whole minibatch's, and a stop
-request abandons the step between minibatches."""
+advantage moves nothing, the gradient accumulation over microbatches is the whole minibatch's, a stop
+request abandons the step between minibatches, and a mismatch correction's proximal logprobs are the weights
+the step started from."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch
-from lakeflow.trainer.losses import build_loss
+from lakeflow.trainer.losses import LossInputs, build_loss
 from lakeflow.trainer.model import first_scored, token_logprobs
 from lakeflow.trainer.step import StepParts, Stopped, train_step
 
@@ -119,3 +120,80 @@ def test_the_first_minibatch_measures_the_engine_trainer_mismatch_of_its_on_poli
     assert (metrics["mismatch_over_0_1"], metrics["mismatch_over_1"]) == (1.0, 0.0)
     assert not any(k.startswith("mismatch") for k in train_step(parts(), batch(), version=7))  # no row of 7
     assert not any(k.startswith("mismatch") for k in train_step(parts(), batch()))  # not asked
+
+
+def _recording(p: StepParts) -> list[LossInputs]:
+    """Make `p`'s objective record the inputs of every microbatch it scores."""
+    seen: list[LossInputs] = []
+    objective = p.objective
+
+    def record(inputs: LossInputs) -> Any:
+        seen.append(inputs)
+        return objective(inputs)
+
+    p.objective = record
+    return seen
+
+
+def test_the_proximal_logprobs_are_those_of_the_weights_the_step_started_from() -> None:
+    """Two minibatches: the second's prox is the start-of-step forward, not the weights the first one moved."""
+    p = parts(minibatches=2, loss={"type": "grpo", "correction": {"type": "tis"}})
+    b = batch()
+    with torch.no_grad():
+        start = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    seen = _recording(p)
+    train_step(p, b)
+    assert len(seen) == 2  # one microbatch per minibatch: rows 0-2, then rows 3-5
+    for inputs, rows in zip(seen, ([0, 1, 2], [3, 4, 5]), strict=True):
+        keep = inputs.mask > 0
+        assert inputs.prox_logp is not None and not inputs.prox_logp.requires_grad
+        expected = start[rows, : keep.shape[1]]
+        assert torch.allclose(inputs.prox_logp[keep], expected[keep], atol=1e-6)
+    second = seen[1]
+    assert second.prox_logp is not None
+    assert not torch.allclose(second.logp.detach()[second.mask > 0], second.prox_logp[second.mask > 0], atol=1e-4)
+
+
+class Counting(TinyLM):
+    """TinyLM that counts its forward passes."""
+
+    calls = 0
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        self.calls += 1
+        return super().forward(input_ids, attention_mask)
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_the_proximal_forward_is_extra_only_when_the_step_updates_more_than_once(minibatches: int) -> None:
+    counts = []
+    for correction in ("none", "mis"):
+        p = parts(
+            minibatches=minibatches,
+            max_tokens_per_microbatch=20,
+            loss={"type": "grpo", "correction": {"type": correction}},
+        )
+        p.model = Counting()
+        p.optimizer = torch.optim.AdamW(p.model.parameters(), lr=1e-2)
+        seen = _recording(p)
+        train_step(p, batch())
+        counts.append(p.model.calls)
+        if correction == "mis" and minibatches == 1:  # one update: the training forward is the proximal one
+            assert all(x.prox_logp is not None and torch.equal(x.prox_logp, x.logp.detach()) for x in seen)
+    assert counts[1] == counts[0] * (1 if minibatches == 1 else 2) and counts[0] > minibatches
+
+
+def test_a_corrected_step_reports_the_weights_it_truncated() -> None:
+    b = batch()
+    p = parts()
+    with torch.no_grad():
+        own = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    b.old_logp = (own - 0.5) * b.mask  # the engine 0.5 nats below the trainer: w = e^0.5 = 1.65 on every token
+    for cap, weight, truncated in ((2.0, math.exp(0.5), 0.0), (1.5, 1.5, 1.0)):
+        metrics = train_step(parts(loss={"type": "grpo", "correction": {"type": "tis", "cap": cap}}), b)
+        assert metrics["is_weight_mean"] == pytest.approx(weight, rel=1e-5)
+        assert metrics["is_truncated_mean"] == truncated and "is_masked_mean" not in metrics
+        assert metrics["ratio_mean"] == pytest.approx(1.0)  # against prox: the forward itself, before the update
+    masked = train_step(parts(loss={"type": "grpo", "correction": {"type": "mis", "cap": 1.5}}), b)
+    assert masked["is_masked_mean"] == 1.0 and masked["is_weight_mean"] == 0.0 and masked["loss"] == 0.0
+    assert not any(k.startswith("is_") for k in train_step(parts(), b))
