@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from lakeflow.io import Store, open_store
@@ -80,3 +81,15 @@ def test_every_column_is_documented() -> None:
         assert section, f"docs/metrics.md has no section for {table}"
         for c in columns:
             assert f"| `{c.name}` |" in section.group(1), f"{table}.{c.name} is not in docs/metrics.md"
+
+
+def test_objects_written_before_a_column_existed_read_it_as_null(store: Store) -> None:
+    """An older trainer's rows (no mismatch or correction columns) read with those columns null."""
+    writer = MetricsWriter(store, "trainer_steps", "train-policy", flush_s=1e9)
+    new = {"is_weight", "is_truncated", "is_masked", "mismatch_mean"}
+    writer.schema = pa.schema([f for f in writer.schema if f.name not in new])  # the schema of an older writer
+    writer.add({"model_id": "policy", "step": 0, "loss": 0.5})
+    writer.flush()
+    table, skipped = read_metrics(store, "trainer_steps")
+    assert skipped == [] and table.column("loss").to_pylist() == [0.5]
+    assert all(table.column(name).to_pylist() == [None] for name in new)

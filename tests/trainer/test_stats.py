@@ -38,3 +38,13 @@ def test_the_row_renames_the_objectives_means_and_drops_what_repeats_the_step() 
     columns = {c.name for c in TABLES["trainer_steps"]}
     assert {"step", "version", "loss", "kl", "lr", "step_s", "io_block_s", "publish_s"} <= columns & row.keys()
     assert replace(step_stats(0), samples=0).row("policy")["response_len_mean"] is None
+
+
+def test_the_corrections_means_become_their_columns() -> None:
+    stats = step_stats(1)
+    means = {"is_weight_mean": 0.98, "is_truncated_mean": 0.01, "is_masked_mean": 0.02}
+    row = replace(stats, metrics={**stats.metrics, **means}).row("policy")
+    assert (row["is_weight"], row["is_truncated"], row["is_masked"]) == (0.98, 0.01, 0.02)
+    assert not means.keys() & row.keys() and {"is_weight", "is_truncated", "is_masked"} <= {
+        c.name for c in TABLES["trainer_steps"]
+    }
