@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from lakeflow.cli.weights import weights as weights_cli
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
+from lakeflow.lake.metrics import read_metrics
 from lakeflow.trainer import Trainer, load_config
 from lakeflow.trainer.model import to_state
 from lakeflow.weights import list_versions, load_state, read_latest, read_manifest, state_sha256
@@ -163,6 +164,26 @@ def test_kl_and_sft_objectives_train(tmp_path: Path, tiny_cache: str, tiny_dir: 
     sft = trainer(store, tmp_path, tiny_cache, "sft", loss={"type": "sft"})
     sft.run(until_version=2)
     assert json.loads(store.get(layout.trainer_stats_key(MODEL, 1)))["loss"] > 0  # an NLL is positive
+
+
+def test_a_corrected_loss_trains_and_its_weights_reach_trainer_steps(
+    tmp_path: Path, tiny_cache: str, tiny_dir: str
+) -> None:
+    """tis with two minibatches (the proximal forward before the first update) in the real loop; the
+    engine logprobs of the helper's samples (-4 to -7 nats) are far below the model's, so weights truncate."""
+    store = open_store(str(tmp_path / "lake"))
+    tok = tokenizer(tiny_dir)
+    for step in (0, 1):
+        write_step_batch(store, step, tok)
+    t = trainer(store, tmp_path, tiny_cache, loss={"type": "grpo", "correction": {"type": "tis", "cap": 2.0}})
+    t.run(until_version=2)
+    t.close()
+    table, _ = read_metrics(store, "trainer_steps")
+    rows = table.sort_by("step").to_pylist()
+    assert [r["step"] for r in rows] == [0, 1]
+    for row in rows:
+        assert 0 < row["is_truncated"] <= 1 and 0 < row["is_weight"] <= 2.0 and row["is_masked"] is None
+        assert row["loss"] is not None and json.loads(row["extra"])["skipped_minibatches"] == 0
 
 
 def test_the_lr_schedule_bf16_autocast_and_threads_reach_the_step(
