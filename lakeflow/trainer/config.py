@@ -86,11 +86,11 @@ SHIPPED_LOSSES = ("grpo", "m2po", "sft")  # the names of lakeflow.trainer.losses
 
 
 def loss_correction(loss: GrpoLoss | M2poLoss | SftLoss | FunctionLoss) -> Correction:
-    """The correction a loss asks for: its own, or a `function` loss's `correction` param (a shipped objective
-    named with params); `none` for the rest. The step computes the proximal logprobs when it is not `none`."""
+    """The correction a loss asks for: its own, or the `correction` param of a `function` loss naming grpo or
+    m2po; `none` for the rest. The step computes the proximal logprobs when it is not `none`."""
     if isinstance(loss, GrpoLoss | M2poLoss):
         return loss.correction
-    if isinstance(loss, FunctionLoss) and "correction" in loss.params:
+    if isinstance(loss, FunctionLoss) and loss.function in ("grpo", "m2po") and "correction" in loss.params:
         return Correction.model_validate(loss.params["correction"])
     return Correction()
 
