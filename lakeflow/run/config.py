@@ -244,8 +244,9 @@ class RunConfig(StrictConfig):
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Parse and validate a run config (YAML or JSON); errors name the key and the file. Relative paths of
-    dataset files, policy files and chat template files are taken from the config file's folder when the
-    file is there (else from the working directory, as before), so a job runs from any directory."""
+    dataset files, policy files, chat template files and warm-up demonstrations are taken from the config
+    file's folder when the file is there (else from the working directory, as before), so a job runs from
+    any directory."""
     config = load_config_file(RunConfig, path)
     base = Path(path).resolve().parent
     models = []
@@ -262,6 +263,8 @@ def load_run_config(path: str | Path) -> RunConfig:
             eval_set = m.eval.dataset.model_copy(update={"path": _rebase(m.eval.dataset.path, base)})  # type: ignore[union-attr]
             update["eval"] = m.eval.model_copy(update={"dataset": eval_set})
         update.update(_rebased_templates(m, update.get("eval", m.eval), base))
+        if m.trainer.warmup is not None:
+            update["trainer"] = _rebased_warmup(m.trainer, update["raas"].config.chat_template, base)
         models.append(m.model_copy(update=update))
     return config.model_copy(update={"models": models})
 
@@ -284,6 +287,20 @@ def _rebased_templates(m: RunModel, section: EvalConfig | None, base: Path) -> d
     if section is not None:
         update["eval"] = section.model_copy(update={"chat_template": rebased(section.chat_template)})
     return update
+
+
+def _rebased_warmup(trainer: TrainerConfig, pool_template: str | None, base: Path) -> TrainerConfig:
+    """`trainer` with its warm-up's files taken from `base`, and the pool's chat template where the warm-up
+    names none (the model learns the format it is prompted in)."""
+    warmup = trainer.warmup
+    assert warmup is not None
+    template = warmup.chat_template
+    if template is None:
+        template = pool_template  # already rebased
+    elif template not in SHIPPED_TEMPLATES:
+        template = _rebase(template, base)
+    section = warmup.model_copy(update={"data": _rebase(warmup.data, base), "chat_template": template})
+    return trainer.model_copy(update={"warmup": section})
 
 
 def _rebase(path: str, base: Path) -> str:

@@ -1,5 +1,6 @@
 """The check of a trainer config before `lakeflow train` starts: a `type: function` loss resolves and takes
-its params. Shipped names are checked against their typed configs, so the check imports no torch.
+its params; a warm-up's demonstrations read. Shipped names are checked against their typed configs, so the
+check imports no torch.
 `check_trainer_here` looks for what this machine must have: the model's files and the device."""
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from lakeflow.errors import PluginError
+from lakeflow.errors import ConfigError, PluginError
+from lakeflow.models.chat import template_setting_problem
 from lakeflow.models.check import device_problem, model_problem
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.trainer.config import SHIPPED_LOSSES, FunctionLoss, LossConfig, TrainerConfig
+from lakeflow.trainer.demos import read_conversations
 
 _LOSS: TypeAdapter[Any] = TypeAdapter(LossConfig)
 
@@ -30,8 +33,28 @@ def resolve_loss(config: FunctionLoss, shipped: Mapping[str, Any], key: str = "l
 
 def check_trainer_config(config: TrainerConfig, key: str = "") -> list[str]:
     """Problems of `config` (empty: it can start), each one line beginning with its key under `key`."""
-    loss = config.loss
     prefix = f"{key}." if key else ""
+    return loss_problems(config, prefix) + warmup_problems(config, prefix)
+
+
+def warmup_problems(config: TrainerConfig, prefix: str) -> list[str]:
+    """A warm-up whose demonstrations cannot be read or whose chat template names nothing usable."""
+    warmup = config.warmup
+    if warmup is None:
+        return []
+    problems = []
+    try:
+        read_conversations(warmup.data)
+    except ConfigError as e:
+        problems.append(f"{prefix}{e}")
+    if warmup.chat_template is not None and (problem := template_setting_problem(warmup.chat_template)):
+        problems.append(f"{prefix}warmup.chat_template: {problem}")
+    return problems
+
+
+def loss_problems(config: TrainerConfig, prefix: str) -> list[str]:
+    """A `type: function` loss that does not resolve or take its params."""
+    loss = config.loss
     if not isinstance(loss, FunctionLoss):
         return []
     if loss.function in SHIPPED_LOSSES:

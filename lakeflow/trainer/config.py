@@ -138,6 +138,28 @@ class LrSchedule(StrictConfig):
         return self.min_ratio + (1.0 - self.min_ratio) * shape
 
 
+class WarmupConfig(StrictConfig):
+    """Supervised steps on demonstrations before the first published version (a cold start): version 0 is the
+    warmed model, so RL, the reference of the KL term and the version chain start from it."""
+
+    data: str = Field(
+        description='A JSONL file of conversations, one per line: {"messages": [...], "tools": [...]} in the '
+        "OpenAI chat format (assistant tool_calls, tool results); the assistant turns are trained."
+    )
+    steps: int = Field(50, ge=1, description="Optimizer steps of the warm-up.")
+    batch_size: int = Field(8, ge=1, description="Conversations per step (the file is walked in shuffled passes).")
+    lr: float = Field(1e-4, gt=0, description="AdamW learning rate of the warm-up (its optimizer is then dropped).")
+    chat_template: str | None = Field(
+        None,
+        description="The template conversations are rendered with: a shipped name (chatml-tools) or a Jinja file; "
+        "None: the model's own. Give the rollout pool's `chat_template`, so the model learns the format it is "
+        "prompted in (`lakeflow run` fills it in from the pool).",
+    )
+    max_tokens: int = Field(
+        2048, ge=8, description="Longest conversation in tokens; a longer one stops the warm-up with its line number."
+    )
+
+
 class TrainerConfig(StrictConfig):
     """The whole file."""
 
@@ -222,6 +244,9 @@ class TrainerConfig(StrictConfig):
         description="Dtype of the weights published and served (each version's config.json says it); default: "
         "the base model's own (its config.json), else `dtype`. Below `dtype`, training keeps its master weights "
         "and checkpoints them beside the optimizer state. Every version of a model has the same.",
+    )
+    warmup: WarmupConfig | None = Field(
+        None, description="Supervised warm-up on demonstrations before version 0 is published (a fresh start only)."
     )
     seed: int = Field(0, description="Torch seed set at start.")
     tracker: TrackerConfig | None = Field(

@@ -45,6 +45,7 @@ from lakeflow.trainer.outbox import Outbox
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.stats import StepStats
 from lakeflow.trainer.step import StepParts, Stopped, train_step
+from lakeflow.trainer.warmup import warm_up
 from lakeflow.weights import State, TransferOptions, latest_version, pull, raw_tensor, repair_latest
 
 log = logging.getLogger("lakeflow.trainer")
@@ -87,8 +88,9 @@ class Trainer:
     # --- setup ----------------------------------------------------------------------------------
 
     def start(self) -> int:
-        """Load the newest published version (or publish the base model as version 0) with the optimizer
-        state `resume.restore` rebuilds, and start the writer; returns the next step.
+        """Load the newest published version (or publish the base model, after its warm-up if the config has
+        one, as version 0) with the optimizer state `resume.restore` rebuilds, and start the writer; returns
+        the next step.
 
         Under torchrun every rank starts here: rank 0 publishes version 0 if there is none, then every
         rank pulls the newest version into its own directory and FSDP2 shards the model."""
@@ -102,6 +104,10 @@ class Trainer:
         if latest_version(self.store, self.model_id) is None and self.lead:  # not LATEST alone: see repair_latest
             source = resolve_model(c.model, c.model_cache_dir)
             self.model = load_model(source, c.dtype).to(self.device)
+            if c.warmup is not None:  # version 0 is the warmed model (rank 0 trains it alone, unsharded)
+                from transformers import AutoTokenizer
+
+                warm_up(self.model, AutoTokenizer.from_pretrained(source), c, self.device)
             files = side_files(source)
             self.publish_dtype = c.publish_dtype or config_dtype(files) or c.dtype
             publisher = Publisher(self.store, self.model_id, c.full_every)
