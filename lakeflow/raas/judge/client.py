@@ -16,7 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set, wait_exponential_jitter
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_when_event_set,
+    wait_exponential,
+    wait_random,
+)
 
 from lakeflow.errors import ConfigError, JudgeRefusedError, MissingExtraError, VerdictFailure
 from lakeflow.raas.judge.config import JudgeConfig
@@ -95,7 +102,8 @@ class Judge:
 
         retrying = Retrying(
             stop=stop_after_attempt(self.config.retries + 1) | stop_when_event_set(self._closed),
-            wait=wait_exponential_jitter(initial=self.config.backoff_s, max=self.config.backoff_max_s),
+            wait=wait_exponential(multiplier=self.config.backoff_s, max=self.config.backoff_max_s)
+            + wait_random(0, self.config.backoff_s),  # jitter: pools that failed together do not retry together
             retry=retry_if_exception_type(VerdictFailure),
             sleep=self._sleep,
             reraise=True,
@@ -133,8 +141,8 @@ class Judge:
                 f"{c.model!r}, its api_key_env and request fields, and that a prompt fits its context (the rollout "
                 "config's reward_max_chars bounds the answers)"
             ) from e
-        except openai.APIError as e:  # a reply that is not a chat completion
-            raise VerdictFailure(f"bad-reply: {_cause(e)}") from e
+        except (openai.APIError, ValueError) as e:  # a reply that is not a chat completion (JSON or not)
+            raise VerdictFailure(f"bad-reply: the reply is not a chat completion ({_cause(e)})") from e
         return _text(response)
 
     def close(self) -> None:
