@@ -137,7 +137,7 @@ class JudgeRunner:
         held_s = now - group.failed_since
         if self.stopping() or (self.config.hold_s is not None and held_s >= self.config.hold_s):
             self._groups.remove(group)
-            why = "the service is stopping" if self.stopping() else f"held {held_s:.0f} s (hold_s)"
+            why = "the service is stopping" if self.stopping() else f"held {held_s:.3g} s (hold_s)"
             reason = f"the judge gave no verdict for {len(group.missing)} samples ({group.failure}); {why}"
             log.error("dropping group %s unwritten, its task is reissued: %s", group.key, reason)
             self._done.append(Group(group.key, [], self._seconds(group), dropped=reason))
@@ -145,7 +145,7 @@ class JudgeRunner:
         wait = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (group.rounds - 1))
         group.next_try = now + wait
         log.warning(
-            "group %s: the judge gave no verdict for %d samples (%s); holding it, asking again in %.1f s",
+            "group %s: the judge gave no verdict for %d samples (%s); holding it, asking again in %.3g s",
             group.key,
             len(group.missing),
             group.failure,
