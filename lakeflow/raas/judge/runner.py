@@ -142,7 +142,7 @@ class JudgeRunner:
             log.error("dropping group %s unwritten, its task is reissued: %s", group.key, reason)
             self._done.append(Group(group.key, [], self._seconds(group), dropped=reason))
             return
-        wait = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (group.rounds - 1))
+        wait = min(self.config.backoff_max_s, self.config.backoff_s * 2.0 ** min(group.rounds - 1, 30))
         group.next_try = now + wait
         log.warning(
             "group %s: the judge gave no verdict for %d samples (%s); holding it, asking again in %.3g s",
