@@ -144,3 +144,19 @@ class ServiceExitedError(LakeflowError, RuntimeError):
 
 class WriterDiedError(LakeflowError):
     """The trainer's writer process exited without being asked to (killed, out of memory)."""
+
+
+class JudgeRefusedError(LakeflowError):
+    """A judge endpoint refused a request for good (HTTP 400, 401, 403, 404, 422: a bad key, an unknown model,
+    a prompt it cannot take): every group would fail the same way, so the rollout service stops; the message
+    names the endpoint, the status and what to check."""
+
+
+class VerdictFailure(LakeflowError):
+    """One attempt to get a judge's verdict failed (unreachable, timed out, HTTP 5xx or 429, a reply with no
+    usable score); it is retried, and a group whose verdicts still fail is held, never scored 0. `reply`:
+    the judge's text when one came."""
+
+    def __init__(self, reason: str, reply: str = "") -> None:
+        super().__init__(reason)
+        self.reply = reply

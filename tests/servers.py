@@ -23,13 +23,13 @@ def untraced_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 @contextlib.contextmanager
 def moto_server(host: str = "127.0.0.1", log: str | None = None) -> Iterator[str]:
-    """A moto S3 server (a process of its own, untraced) on a free port of `host` while the block runs:
-    its endpoint URL. A process, not moto's in-process thread: its request handling runs on the other
-    core instead of under the test process's lock and coverage tracer."""
+    """A moto S3 server (a process of its own, untraced, its conditional writes atomic: moto_atomic.py) on a
+    free port of `host` while the block runs: its endpoint URL. A process, not moto's in-process thread: its
+    request handling runs on the other core instead of under the test process's lock and coverage tracer."""
     with tempfile.NamedTemporaryFile(prefix="moto-", suffix=".log", delete=log is None) as tmp:
         path = log or tmp.name
         with open(path, "wb") as out:
-            cmd = [sys.executable, "-m", "moto.server", "-H", host, "-p", "0"]
+            cmd = [sys.executable, str(Path(__file__).with_name("moto_atomic.py")), "-H", host, "-p", "0"]
             server = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=untraced_env())
         try:
             yield _wait_for_endpoint(server, path)

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file, validate_config
+from lakeflow.errors import ConfigError
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.gateway.config import AgentConfig
+from lakeflow.raas.judge.config import JudgeConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -66,6 +68,23 @@ class FactoryEngineConfig(StrictConfig):
 EngineConfig = Annotated[HFEngineConfig | VLLMEngineConfig | FactoryEngineConfig, Field(discriminator="type")]
 
 
+def _reward_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "function"
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) else None
+
+
+RewardSetting = Annotated[
+    Annotated[str, Tag("function")] | Annotated[JudgeConfig, Tag("judge")],
+    Discriminator(
+        _reward_kind,
+        custom_error_type="reward_kind",
+        custom_error_message="give a reward function's name, or a section with `type: judge` (docs/judges.md)",
+    ),
+]
+
+
 class RaasConfig(StrictConfig):
     """One rollout service."""
 
@@ -84,12 +103,14 @@ class RaasConfig(StrictConfig):
             "registered in the entry-point group 'lakeflow.workflows' (docs/extending.md)."
         ),
     )
-    reward: str | None = Field(
+    reward: RewardSetting | None = Field(
         None,
         description=(
-            "The reward function of every task, a `(text, answer) -> Reward` given as a shipped name "
-            "(lakeflow.raas.rewards.REWARDS), 'package.module:attr' or a name registered in 'lakeflow.rewards'. "
-            "None (default): chosen by each task's task_type; a task_type with no reward is refused."
+            "The reward of every task: a function `(text, answer) -> Reward` given as a shipped name "
+            "(lakeflow.raas.rewards.REWARDS), 'package.module:attr' or a name registered in 'lakeflow.rewards'; "
+            "or a section `{type: judge, endpoint, model, rubric, ...}`: a model behind an OpenAI-compatible "
+            "endpoint scores the completions (workflow rlvr; docs/judges.md). None (default): chosen by each "
+            "task's task_type; a task_type with no reward is refused."
         ),
     )
     roles: dict[str, str] = Field(
@@ -216,6 +237,14 @@ class RaasConfig(StrictConfig):
                 "or an `agent` section (your agent program, through the gateway); other workflows take neither"
             )
         return self
+
+
+def reward_function(config: RaasConfig) -> str | None:
+    """The pool's reward function by name (None: each task's task_type chooses); ConfigError when the pool
+    scores with a judge, which only the judge runner calls."""
+    if isinstance(config.reward, JudgeConfig):
+        raise ConfigError("reward: a judge scores workflow rlvr only (docs/judges.md), not this caller's samples")
+    return config.reward
 
 
 def load_config(path: str | Path) -> RaasConfig:

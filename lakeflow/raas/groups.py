@@ -12,11 +12,13 @@ from lakeflow.raas.trajectory import Trajectory
 
 @dataclass(frozen=True)
 class Group:
-    """A finished group: the task id it was admitted under, its trajectories, the seconds it took."""
+    """A finished group: the task id it was admitted under, its trajectories, the seconds it took; or a
+    group the runner gave up (`dropped`: why), which is never written and whose task is reissued."""
 
     key: str
     trajectories: list[Trajectory]
     seconds: float
+    dropped: str = ""
 
 
 class GroupRunner(Protocol):

@@ -121,6 +121,14 @@ class ClaimLedger:
                 self._window_opened = time.monotonic()
             self.pending.append(Finished(held, trajectories, seconds))
 
+    def drop(self, task_id: str, reason: str) -> None:
+        """The runner gave up the group of an in-flight task: nothing is written, and the claim is no longer
+        renewed, so it expires and the dataflow reissues the task (counted in `stats.unscored`)."""
+        with self.lock:
+            self.in_flight.pop(task_id)
+            self.stats.unscored += 1
+        log.warning("%s: dropped the group of %s unwritten: %s", self.raas_id, task_id, reason)
+
     # --- committing -----------------------------------------------------------------------
 
     def window_due(self) -> bool:

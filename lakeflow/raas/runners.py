@@ -9,20 +9,23 @@ hands every group it returns to the claim ledger. A runner implements `GroupRunn
   at once (`agent/scheduler.py`); each `advance` is one round of their turns.
 - `GatewayRunner` (`gateway/runner.py`): workflow `agent` with an `agent` program that speaks the OpenAI
   API; each `advance` is one round of the running episodes' requests.
-The workflow the config names decides the runner (`build_runner`).
+- `JudgeRunner` (`judge/runner.py`): workflow rlvr scored by a judge model (`reward: {type: judge}`); a
+  group is handed on once every sample has a verdict, held while the judge fails.
+The workflow and the reward the config names decide the runner (`build_runner`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
-from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.config import RaasConfig, reward_function
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.groups import Group, GroupRunner
+from lakeflow.raas.judge import JudgeConfig
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import Sampling
@@ -49,7 +52,8 @@ class BatchRunner:
             return []
         queued, self._queued = self._queued, []
         tasks = [t for _, t in queued]
-        rewards = [build_reward(t.task_type, self.config.reward_max_chars, self.config.reward) for t in tasks]
+        name = reward_function(self.config)
+        rewards = [build_reward(t.task_type, self.config.reward_max_chars, name) for t in tasks]
         started = time.monotonic()
         groups = self.workflow(tasks, self.engines, rewards, self.sampling)
         seconds = (time.monotonic() - started) / len(tasks)  # each group's share of the call
@@ -78,19 +82,35 @@ class EpisodeRunner:
         self.scheduler.close()
 
 
-def build_runner(config: RaasConfig, engines: Mapping[str, Engine], roles: Mapping[str, str], own: str) -> GroupRunner:
+def build_runner(
+    config: RaasConfig,
+    engines: Mapping[str, Engine],
+    roles: Mapping[str, str],
+    own: str,
+    stopping: Callable[[], bool] = lambda: False,
+) -> GroupRunner:
     """The runner of the workflow `config` names: `engines` maps each model id to its engine, `roles` each
-    role to the model that plays it, `own` is the service's own model (it plays every turn of an agent)."""
+    role to the model that plays it, `own` is the service's own model (it plays every turn of an agent).
+    `stopping` tells a runner that holds groups (the judge's) that the service is stopping."""
     by_role = {role: engines[model_id] for role, model_id in roles.items()}
     sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
+    if isinstance(config.reward, JudgeConfig):
+        # imported here: the judge's client (openai) loads only in services that use it
+        from lakeflow.raas.judge.client import Judge
+        from lakeflow.raas.judge.runner import JudgeRunner
+
+        judge = Judge(config.reward)
+        return JudgeRunner(engines[own], judge, sampling, config.batch_groups, config.reward_max_chars, stopping)
     if config.workflow == "agent" and config.environment is not None:
         return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling))
     if config.workflow == "agent" and config.agent is not None:
         # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
         from lakeflow.raas.gateway.runner import GatewayRunner
 
+        name = reward_function(config)
+
         def reward(task: Task) -> RewardFn:
-            return build_reward(task.task_type, config.reward_max_chars, config.reward)
+            return build_reward(task.task_type, config.reward_max_chars, name)
 
         return GatewayRunner(engines[own], config.agent, sampling, own, reward)
     workflow, batches = batched(config.workflow)

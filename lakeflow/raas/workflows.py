@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import call_problem, resolve
@@ -38,11 +39,15 @@ __all__ = [
     "POLICY",
     "WORKFLOWS",
     "BatchWorkflow",
+    "NoRoom",
     "Sampling",
     "Trajectory",
     "Workflow",
     "batched",
     "build_workflow",
+    "completion_trajectory",
+    "error_group",
+    "generate_groups",
     "plays",
     "rlvr",
     "rlvr_groups",
@@ -63,32 +68,56 @@ def rlvr_groups(
 ) -> list[list[Trajectory]]:
     """`rlvr` for many tasks in one engine call per (n_samples, max_tokens) (usually one call): the groups, in
     the order of `tasks`. The service runs it for workflow `rlvr` (`BATCHED`), `batch_groups` tasks at a time."""
-    engine = engines[POLICY]
+    groups = []
+    for task, reward, made in zip(tasks, rewards, generate_groups(tasks, engines[POLICY], sampling), strict=True):
+        if isinstance(made, NoRoom):
+            groups.append(error_group(made, task.n_samples))
+            continue
+        groups.append([completion_trajectory(c, _reward(c, task, reward, sampling), sampling) for c in made])
+    return groups
+
+
+class NoRoom(NamedTuple):
+    """A task whose prompt leaves no room to generate under the engine's max_model_len, and why."""
+
+    prompt_ids: list[int]
+    reason: str
+
+
+def generate_groups(tasks: Sequence[Task], engine: Engine, sampling: Sampling) -> list[list[Completion] | NoRoom]:
+    """The n completions of each task's prompt, in one engine call per (n_samples, max_tokens); `NoRoom` in
+    place of a task that cannot be rolled out (its group becomes `error_group`, so the dataflow moves on)."""
     prompts = [engine.encode_chat(task_messages(t)) for t in tasks]
-    groups: list[list[Trajectory]] = [[] for _ in tasks]
+    groups: list[list[Completion] | NoRoom] = [[] for _ in tasks]
     calls: dict[tuple[int, int], list[int]] = {}  # (n, max_tokens) -> indexes of the tasks it generates
     for i, (task, prompt_ids) in enumerate(zip(tasks, prompts, strict=True)):
         room = engine.max_model_len - len(prompt_ids)
-        if room < 1:  # the task cannot be rolled out: a complete group of errors lets the dataflow move on
-            reason = f"prompt of {len(prompt_ids)} tokens leaves no room under {engine.max_model_len}"
-            groups[i] = [_error(prompt_ids, reason) for _ in range(task.n_samples)]
+        if room < 1:
+            groups[i] = NoRoom(
+                prompt_ids, f"prompt of {len(prompt_ids)} tokens leaves no room under {engine.max_model_len}"
+            )
         else:
             calls.setdefault((task.n_samples, min(sampling.max_tokens, room)), []).append(i)
     for (n, max_tokens), indexes in calls.items():
         generated = engine.generate([prompts[i] for i in indexes], n, max_tokens, sampling.temperature)
         for i, completions in zip(indexes, generated, strict=True):
-            groups[i] = [_scored(c, tasks[i], rewards[i], sampling) for c in completions]
+            groups[i] = completions
     return groups
 
 
-def _scored(c: Completion, task: Task, reward: RewardFn, sampling: Sampling) -> Trajectory:
+def _reward(c: Completion, task: Task, reward: RewardFn, sampling: Sampling) -> Reward:
     if c.finish_reason == "length" and sampling.truncated_reward is not None:
-        r = Reward(sampling.truncated_reward, "truncated")
-    else:
-        r = reward(c.text, task.answer)
-    extra = {"reward_reason": r.reason, "temperature": sampling.temperature}
+        return Reward(sampling.truncated_reward, "truncated")
+    return reward(c.text, task.answer)
+
+
+def completion_trajectory(
+    c: Completion, r: Reward, sampling: Sampling, extra: Mapping[str, object] | None = None
+) -> Trajectory:
+    """The trajectory of one single-turn completion scored `r` (its reason and extracted answer in `extra`)."""
+    out = {"reward_reason": r.reason, "temperature": sampling.temperature, **(extra or {})}
     if r.extracted:
-        extra["extracted"] = r.extracted
+        out["extracted"] = r.extracted
     return Trajectory(
         role=POLICY,
         episode_id=uuid.uuid4().hex,
@@ -98,12 +127,18 @@ def _scored(c: Completion, task: Task, reward: RewardFn, sampling: Sampling) -> 
         loss_mask=[1] * len(c.token_ids),
         reward=r.value,
         finish_reason=c.finish_reason,
-        extra=extra,
+        extra=out,
     )
 
 
-def _error(prompt_ids: list[int], reason: str) -> Trajectory:
-    return Trajectory(POLICY, uuid.uuid4().hex, prompt_ids, [], [], [], 0.0, "error", {"reward_reason": reason})
+def error_group(no_room: NoRoom, n: int) -> list[Trajectory]:
+    """The group of a task that could not be rolled out: n samples of no response tokens, finish 'error',
+    reward 0 (no tokens are trained)."""
+    prompt, reason = no_room
+    return [
+        Trajectory(POLICY, uuid.uuid4().hex, prompt, [], [], [], 0.0, "error", {"reward_reason": reason})
+        for _ in range(n)
+    ]
 
 
 WORKFLOWS: dict[str, Workflow] = {

@@ -6,11 +6,11 @@
 of a model's dataset that no reward scores, in a pool with no explicit `reward`; a config that contradicts
 a model that can be read here (vocabulary, positions, no chat template). `check_run_here` (`lakeflow run`
 only: a launched run's nodes are not this machine) adds what this machine lacks: models that are neither
-directories nor cached nor on a hub that answers, devices it does not have; `check_run_speed` warns of
-settings that will run but slowly here (bf16 on a CPU without bf16 instructions); `check_run_tools` of
-tool-using pools whose chat template drops the tools (the model would never see them). The processes check
-their own configs again when they start (a name must resolve there too: import paths and entry
-points do; a registration made only in the launching process does not).
+directories nor cached nor on a hub that answers, devices it does not have, a judge's API key variable;
+`check_run_speed` warns of settings that will run but slowly here (bf16 on a CPU without bf16
+instructions); `check_run_tools` of tool-using pools whose chat template drops the tools (the model would
+never see them). The processes check their own configs again when they start (a name must resolve there
+too: import paths and entry points do; a registration made only in the launching process does not).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from lakeflow.raas.check import (
     tool_template_warnings,
 )
 from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.raas.judge import JudgeConfig
+from lakeflow.raas.judge.check import judge_here_problems
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
@@ -66,6 +68,12 @@ def check_run_config(config: RunConfig) -> list[str]:
                     problems.append(problem if key.endswith(".raas.config") else f"{problem} (the pool of {key})")
         if m.eval is not None:  # the eval process scores with the pool's reward unless its section names one
             reward = m.eval.reward if m.eval.reward is not None else m.raas.config.reward
+            if isinstance(reward, JudgeConfig):
+                problems.append(
+                    f"{at}.eval.reward: the pool scores with a judge, which `lakeflow eval` does not call: name the "
+                    "eval's own reward function (e.g. math) or remove the eval section"
+                )
+                reward = None
             section = m.eval.model_copy(update={"reward": reward})
             problems += check_eval_config(section, f"{at}.eval")
             problems += _eval_model_problems(m, at)
@@ -102,7 +110,8 @@ def _eval_model_problems(m: RunModel, at: str) -> list[str]:
 def check_run_here(config: RunConfig) -> list[str]:
     """What this machine lacks to run `config` (empty: nothing), one line each naming its key: a model that is
     not a directory, not in the Hugging Face cache and not on a hub that answers (asked once per model, a few
-    seconds at most); a device (trainer, transformers engines) that does not exist here."""
+    seconds at most); a device (trainer, transformers engines) that does not exist here; a judge's API key
+    variable that is not set here (the run's processes inherit this environment)."""
     problems: list[str] = []
     models: dict[str, str | None] = {}  # reference -> its problem, each looked up once
 
@@ -118,9 +127,11 @@ def check_run_here(config: RunConfig) -> list[str]:
         if (problem := device_problem(m.trainer.device)) is not None:
             problems.append(f"{at}.trainer.device: {problem}")
         problems += engine_device_problems(m.raas.config.engine, f"{at}.raas.config.engine")  # regions share it
-        for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model",))]:
+        for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model", "reward"))]:
             if pool.config.model is not None:
                 model_at(pool.config.model, f"{key}.model")
+            if isinstance(pool.config.reward, JudgeConfig):
+                problems += judge_here_problems(pool.config.reward, f"{key}.reward")
         if m.eval is not None:
             problems += engine_device_problems(m.eval.engine, f"{at}.eval.engine")
     return list(dict.fromkeys(problems))

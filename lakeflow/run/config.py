@@ -7,6 +7,7 @@ validated where it is used; unknown keys are refused with the key and the file n
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from lakeflow.evaluation.config import EvalConfig
 from lakeflow.models.chat import SHIPPED_TEMPLATES
 from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.raas.judge import JudgeConfig
 from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig
@@ -244,9 +246,9 @@ class RunConfig(StrictConfig):
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Parse and validate a run config (YAML or JSON); errors name the key and the file. Relative paths of
-    dataset files, policy files, chat template files and warm-up demonstrations are taken from the config
-    file's folder when the file is there (else from the working directory, as before), so a job runs from
-    any directory."""
+    dataset files, policy files, chat template files, judge rubric files and warm-up demonstrations are taken
+    from the config file's folder when the file is there (else from the working directory, as before), so a
+    job runs from any directory."""
     config = load_config_file(RunConfig, path)
     base = Path(path).resolve().parent
     models = []
@@ -270,19 +272,18 @@ def load_run_config(path: str | Path) -> RunConfig:
 
 
 def _rebased_templates(m: RunModel, section: EvalConfig | None, base: Path) -> dict[str, Any]:
-    """Updates of `m` whose `chat_template` files (of its pool, regions and eval) are taken from `base`."""
+    """Updates of `m` whose `chat_template` files (of its pool, regions and eval) and judge `rubric_file`s
+    (of its pool and regions) are taken from `base`."""
 
     def rebased(setting: str | None) -> str | None:
         return setting if setting is None or setting in SHIPPED_TEMPLATES else _rebase(setting, base)
 
     pool = m.raas.config
-    raas = m.raas.model_copy(update={"config": pool.model_copy(update={"chat_template": rebased(pool.chat_template)})})
-    regions = [
-        r.model_copy(update={"config": {**r.config, "chat_template": rebased(r.config["chat_template"])}})
-        if isinstance(r.config.get("chat_template"), str)
-        else r
-        for r in m.regions
-    ]
+    changes: dict[str, Any] = {"chat_template": rebased(pool.chat_template)}
+    if isinstance(pool.reward, JudgeConfig) and pool.reward.rubric_file is not None:
+        changes["reward"] = pool.reward.model_copy(update={"rubric_file": _rebase(pool.reward.rubric_file, base)})
+    raas = m.raas.model_copy(update={"config": pool.model_copy(update=changes)})
+    regions = [r.model_copy(update={"config": _rebased_region(r.config, base, rebased)}) for r in m.regions]
     update: dict[str, Any] = {"raas": raas, "regions": regions}
     if section is not None:
         update["eval"] = section.model_copy(update={"chat_template": rebased(section.chat_template)})
@@ -301,6 +302,17 @@ def _rebased_warmup(trainer: TrainerConfig, pool_template: str | None, base: Pat
         template = _rebase(template, base)
     section = warmup.model_copy(update={"data": _rebase(warmup.data, base), "chat_template": template})
     return trainer.model_copy(update={"warmup": section})
+
+
+def _rebased_region(config: dict[str, Any], base: Path, rebased: Callable[[str | None], str | None]) -> dict[str, Any]:
+    """A region's config overrides with its chat template and judge rubric files taken from `base`."""
+    out = dict(config)
+    if isinstance(out.get("chat_template"), str):
+        out["chat_template"] = rebased(out["chat_template"])
+    reward = out.get("reward")
+    if isinstance(reward, dict) and isinstance(reward.get("rubric_file"), str):
+        out["reward"] = {**reward, "rubric_file": _rebase(reward["rubric_file"], base)}
+    return out
 
 
 def _rebase(path: str, base: Path) -> str:

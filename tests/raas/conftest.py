@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,50 @@ def untraced_engine_process(monkeypatch: pytest.MonkeyPatch) -> None:
     tests/run/test_run.py), and traced it starts and generates about 1.8x slower on Python 3.11."""
     for name in [k for k in os.environ if k.startswith("COVERAGE_")]:
         monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def judge_server() -> Iterator[Any]:
+    """judge_server(reply=grader, port=0) -> a started stand-in judge (tests/raas/judge_server.py), stopped
+    after the test."""
+    from tests.raas.judge_helpers import grader
+    from tests.raas.judge_server import JudgeServer
+
+    made: list[JudgeServer] = []
+
+    def start(reply: Any = grader, port: int = 0) -> JudgeServer:
+        made.append(JudgeServer(reply, port))
+        return made[-1]
+
+    yield start
+    for server in made:
+        server.close()
+
+
+@pytest.fixture
+def judge_runner() -> Iterator[Any]:
+    """judge_runner(engine, judge_config, sampling=None, batch_groups=1, max_chars=8192, stopping=None) -> a
+    JudgeRunner, closed after the test."""
+    from lakeflow.raas.judge.client import Judge
+    from lakeflow.raas.judge.runner import JudgeRunner
+    from lakeflow.raas.trajectory import Sampling
+
+    made: list[JudgeRunner] = []
+
+    def build(
+        engine: Any,
+        config: Any,
+        sampling: Any = None,
+        batch_groups: int = 1,
+        max_chars: int = 8192,
+        stopping: Any = None,
+    ) -> JudgeRunner:
+        runner = JudgeRunner(
+            engine, Judge(config), sampling or Sampling(64, 1.0), batch_groups, max_chars, stopping or (lambda: False)
+        )
+        made.append(runner)
+        return runner
+
+    yield build
+    for r in made:
+        r.close()
