@@ -10,26 +10,37 @@ from lakeflow.report.figures import colour, date_axis, integer_x, new_figure, no
 
 
 def training_plot(models: Sequence[ModelData], path: Path) -> bool:
-    """Loss, KL(current || behaviour) and token entropy per trainer step, one line per model."""
+    """Loss, KL(current || behaviour) and token entropy per trainer step, one line per model; and the
+    engine-trainer mismatch (mean solid, p99 dashed) where the trainer measured it."""
     drawn = [(i, m) for i, m in enumerate(models) if m.curves.steps]
     if not drawn:
         return nothing_to_draw(path)
-    fig, axes = new_figure(3, 2.6, sharex=True)
+    measured = any(v is not None for _, m in drawn for v in m.curves.mismatch_mean)
+    fig, axes = new_figure(4 if measured else 3, 2.6, sharex=True)
     panels = (
         ("loss", "Loss per step", "loss (token mean)"),
         ("kl", "KL(current || behaviour) per step", "nats per token (k3)"),
         ("entropy", "Token entropy per step", "nats per token"),
     )
-    for ax, (name, title, unit) in zip(axes, panels, strict=True):
+    for ax, (name, title, unit) in zip(axes, panels, strict=False):
         for i, m in drawn:
-            values = [float("nan") if v is None else v for v in getattr(m.curves, name)]
-            ax.plot(m.curves.steps, values, "-", color=colour(i), label=m.model_id)
+            ax.plot(m.curves.steps, _nan(getattr(m.curves, name)), "-", color=colour(i), label=m.model_id)
         ax.set(title=title, ylabel=unit)
+    if measured:
+        for i, m in drawn:
+            axes[3].plot(m.curves.steps, _nan(m.curves.mismatch_mean), "-", color=colour(i), label=m.model_id)
+            axes[3].plot(m.curves.steps, _nan(m.curves.mismatch_p99), "--", color=colour(i))
+        axes[3].set(title="Engine-trainer mismatch per step (mean, p99 dashed)", ylabel="|Δ log p| (nats)")
+    for ax in axes:
         integer_x(ax)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("trainer step")
     axes[0].legend(title="model")
     return save(fig, path)
+
+
+def _nan(values: Sequence[float | None]) -> list[float]:
+    return [float("nan") if v is None else v for v in values]
 
 
 def rollout_plot(models: Sequence[ModelData], path: Path) -> bool:

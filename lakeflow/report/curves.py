@@ -1,5 +1,6 @@
-"""The report's curves from the lake's metric tables (`lakeflow sql` views): trainer loss, KL and entropy
-per step, rollout response lengths and finish reasons per window, held-out eval per version."""
+"""The report's curves from the lake's metric tables (`lakeflow sql` views): trainer loss, KL, entropy and
+the engine-trainer mismatch per step, rollout response lengths and finish reasons per window, held-out eval
+per version."""
 
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ class Curves:
     loss: list[float | None] = field(default_factory=list)
     kl: list[float | None] = field(default_factory=list)
     entropy: list[float | None] = field(default_factory=list)
+    # |trainer - engine| log-probability of the sampled tokens (nats): mean and p99 (None: not measured)
+    mismatch_mean: list[float | None] = field(default_factory=list)
+    mismatch_p99: list[float | None] = field(default_factory=list)
     # rollout windows, by end time: mean response length (tokens) and the share of each finish reason
     window_at: list[datetime] = field(default_factory=list)
     response_len: list[float | None] = field(default_factory=list)
@@ -30,7 +34,8 @@ def curves(lake: LakeQuery) -> dict[str, Curves]:
     out: dict[str, Curves] = {}
     steps = lake.sql(
         "SELECT model_id, step, arg_max(loss, created_at) AS loss, arg_max(kl, created_at) AS kl, "
-        "arg_max(entropy, created_at) AS entropy "
+        "arg_max(entropy, created_at) AS entropy, arg_max(mismatch_mean, created_at) AS mismatch_mean, "
+        "arg_max(mismatch_p99, created_at) AS mismatch_p99 "
         "FROM trainer_steps GROUP BY model_id, step ORDER BY model_id, step"  # a retrained step: its last row
     )
     for r in steps.to_pylist():
@@ -39,6 +44,8 @@ def curves(lake: LakeQuery) -> dict[str, Curves]:
         c.loss.append(r["loss"])
         c.kl.append(r["kl"])
         c.entropy.append(r["entropy"])
+        c.mismatch_mean.append(r["mismatch_mean"])
+        c.mismatch_p99.append(r["mismatch_p99"])
     windows = lake.sql(
         "SELECT model_id, created_at AS window_end, sum(tokens) / nullif(sum(samples), 0) AS len, sum(samples) AS n, "
         "sum(finish_stop) AS stop, sum(finish_length) AS length, sum(finish_other) AS other "

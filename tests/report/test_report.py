@@ -107,7 +107,8 @@ def metric_tables(store: Store) -> None:
     steps = MetricsWriter(store, "trainer_steps", "train-alpha")
     for step in range(len(WAITS)):
         at = T0 + timedelta(minutes=step)
-        steps.add({"created_at": at, "model_id": "alpha", "step": step, "loss": 0.1, "kl": 0.01 * step, "entropy": 2.0})
+        row = {"created_at": at, "model_id": "alpha", "step": step, "loss": 0.1, "kl": 0.01 * step, "entropy": 2.0}
+        steps.add(row | ({"mismatch_mean": 0.01 * step, "mismatch_p99": 0.1} if step else {}))
     steps.flush()
     windows = MetricsWriter(store, "rollout_stats", "raas-1")
     for w in range(3):
@@ -121,6 +122,8 @@ def metric_tables(store: Store) -> None:
     evals.flush()
     data = gather(store).models["alpha"].curves
     assert data.steps == list(range(len(WAITS)))
+    assert data.mismatch_mean == [None] + [0.01 * s for s in range(1, len(WAITS))]  # step 0: not measured
+    assert data.mismatch_p99[0] is None and data.mismatch_p99[1] == 0.1
     assert data.eval == {"held": [(0, 0.0, 0.0), (2, 0.5, 0.5)]}
     assert data.finish_share["length"] == [0.25, 0.25, 0.25] and data.response_len == [2.5, 2.75, 3.0]
 
