@@ -1,5 +1,6 @@
 """`python -m lakeflow.raas.agent.envs NAME --n N --seed S --out FILE [--set key=value ...]`: write an
-environment's tasks as JSONL rows {prompt_id, prompt, answer, task_type} for a `{type: file}` dataset."""
+environment's tasks as JSONL rows {prompt_id, prompt, answer, task_type} for a `{type: file}` dataset;
+with `--demos`, its demonstrations (conversations {messages, tools}) for a trainer's `warmup.data`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from lakeflow.raas.agent.envs import DATASETS
+from lakeflow.raas.agent.envs import DATASETS, DEMOS
 
 
 def _value(text: str) -> object:
@@ -25,7 +26,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed: the same seed writes the same file")
     parser.add_argument("--out", required=True, help="the JSONL file to write ('-': stdout)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a generator option")
+    parser.add_argument("--demos", action="store_true", help=f"write demonstrations ({', '.join(sorted(DEMOS))})")
     args = parser.parse_args(argv)
+    if args.demos and args.name not in DEMOS:
+        parser.error(f"{args.name} ships no demonstrations; these do: {', '.join(sorted(DEMOS))}")
     options = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -33,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set takes KEY=VALUE, got {item!r}")
         options[key] = _value(value)
     try:
-        rows = DATASETS[args.name](args.n, args.seed, **options)
+        rows = (DEMOS if args.demos else DATASETS)[args.name](args.n, args.seed, **options)
     except (TypeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
