@@ -15,11 +15,17 @@ from lakeflow.raas.agent.envs import DATASETS, SHIPPED_ENVIRONMENTS
 from lakeflow.raas.agent.envs.__main__ import main
 from tests.raas.agent.play import play, task_of
 
-ARGS = {"python_math": {"wall_s": 2.0}, "search": {"top_k": 2}, "craft": {}, "lookup": {"call_credit": 0.1}}
+ARGS = {
+    "python_math": {"wall_s": 2.0},
+    "search": {"top_k": 2},
+    "craft": {},
+    "lookup": {"call_credit": 0.1},
+    "calculator": {"max_turns": 4},
+}
 
 
 def test_every_shipped_factory_builds_an_environment_from_config_args() -> None:
-    assert set(SHIPPED_ENVIRONMENTS) == {"python_math", "search", "craft", "lookup"}
+    assert set(SHIPPED_ENVIRONMENTS) == {"python_math", "search", "craft", "lookup", "calculator"}
     for name, factory in SHIPPED_ENVIRONMENTS.items():
         env = factory(**ARGS[name])
         for method in ("reset", "tools", "step", "final_reward"):
@@ -64,6 +70,17 @@ def test_the_tiny_agent_data_is_what_the_generator_writes(tmp_path: Path) -> Non
     assert main(["lookup", "--n", "256", "--seed", "0", "--out", str(out)]) == 0
     assert data.read_bytes() == out.read_bytes()
     assert {json.loads(line)["prompt"] for line in data.read_text().splitlines()} == {"Value?"}
+
+
+@pytest.mark.parametrize(
+    ("file", "args"),
+    [("calculator.jsonl", ["--n", "1000"]), ("calculator-demos.jsonl", ["--demos", "--n", "64"])],
+)
+def test_the_calculator_recipe_data_is_what_the_generator_writes(file: str, args: list[str], tmp_path: Path) -> None:
+    data = Path(__file__).resolve().parents[3] / "jobs" / "examples" / "data" / file
+    out = tmp_path / file
+    assert main(["calculator", *args, "--seed", "0", "--out", str(out)]) == 0
+    assert data.read_bytes() == out.read_bytes()
 
 
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
