@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
@@ -75,13 +75,13 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _count(value: Any) -> bool:
+def _count(value: Any) -> TypeGuard[int]:
     """A non-negative int that fits INTEGER (bool is not one)."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
 def _reward(rewards: list[Any], i: int) -> float | None:
-    value = rewards[i] if i < len(rewards) else None
+    value: Any = rewards[i] if i < len(rewards) else None
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     return float(value) if ok else None
 
