@@ -25,6 +25,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fresh": ("group_id",),
     "replay": ("group_id",),
     "curation": ("prompt_id", "submit"),
+    "advantage": ("sample_id", "turn", "advantage"),
 }
 # What a call falls back to when the configured policy fails at run time (None: an empty answer).
 FALLBACK: dict[str, str | None] = {
@@ -33,6 +34,7 @@ FALLBACK: dict[str, str | None] = {
     "fresh": "fifo",
     "replay": None,
     "curation": "accept_all",
+    "advantage": "episode",
 }
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
@@ -118,6 +120,8 @@ def run_policy(
 def check_answer(con: duckdb.DuckDBPyConnection, policy: Policy, result: pa.Table) -> None:
     """PolicyError when a policy chose something that is not a candidate, or a group twice."""
     column = KINDS[policy.kind][0]
+    if policy.kind == "advantage":
+        return check_advantages(con, policy, result)
     if policy.kind == "staleness":
         return  # it names the groups allowed: an id that is not a candidate matches nothing
     ids = [i for i in result.column(column).to_pylist() if i is not None]
@@ -131,6 +135,42 @@ def check_answer(con: duckdb.DuckDBPyConnection, policy: Policy, result: pa.Tabl
         con.unregister("_answer")
     if strays:
         raise PolicyError(f"{policy.path}: returned {strays} {column}(s) that are not candidates, e.g. {example!r}")
+
+
+# What an advantage policy's answer (`_answer`) must not hold, each as a count and an example sample id.
+_ADVANTAGE_FAULTS = {
+    "sample(s) that are not candidates": "SELECT sample_id FROM _answer ANTI JOIN candidates USING (sample_id)",
+    "NULL, NaN or infinite advantage(s)": (
+        "SELECT sample_id FROM _answer WHERE NOT coalesce(isfinite(advantage), false)"
+    ),
+    "sample(s) answered twice for one turn, or both per turn and as a whole": (
+        "SELECT sample_id FROM _answer GROUP BY sample_id "
+        "HAVING count(*) > count(DISTINCT turn) + (count(*) FILTER (turn IS NULL) = count(*))::INTEGER"
+    ),
+    "turn(s) the sample does not have": (
+        "SELECT sample_id FROM _answer a WHERE turn IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.sample_id = a.sample_id AND t.turn = a.turn)"
+    ),
+}
+ADVANTAGE_ANSWER = pa.schema([("sample_id", pa.string()), ("turn", pa.int32()), ("advantage", pa.float64())])
+
+
+def check_advantages(con: duckdb.DuckDBPyConnection, policy: Policy, result: pa.Table) -> None:
+    """PolicyError unless each answered sample is a candidate with either one row with turn NULL (the
+    whole sample) or at most one row per turn it has, each with a finite advantage."""
+    try:
+        answer = result.select(list(ADVANTAGE_ANSWER.names)).cast(ADVANTAGE_ANSWER)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise PolicyError(f"{policy.path}: returns sample_id, turn, advantage of the wrong types: {e}") from e
+    con.register("_answer", answer)
+    try:
+        for fault, select in _ADVANTAGE_FAULTS.items():
+            row = con.sql(f"SELECT count(*), any_value(sample_id) FROM ({select})").fetchone()
+            count, example = row  # type: ignore[misc]
+            if count:
+                raise PolicyError(f"{policy.path}: returned {count} {fault}, e.g. {example!r}")
+    finally:
+        con.unregister("_answer")
 
 
 def _first_line(error: Exception) -> str:

@@ -3,10 +3,10 @@ mutable state; `lakeflow/lakeview/` is the read-only view of the lake for analys
 
 `Catalog` owns every table operation, one method each: ingest, completing groups, quarantine,
 weights, checkpoints here (the SQL of completing groups in completion.py); the serving pools in
-`catalog.serving` (serving.py) and prompts and tasks in `catalog.tasks` (tasks_table.py), all on one
-connection (statedb.py). Temp tables live only inside a `StateDB.staged` block. Payload never
-enters the catalog: rows point at (shard, row). Checkpoints move tables in and out as Arrow,
-never through DuckDB's file access.
+`catalog.serving` (serving.py), prompts and tasks in `catalog.tasks` (tasks_table.py) and advantage
+policies in `catalog.credit` (credit.py), all on one connection (statedb.py). Temp tables live only
+inside a `StateDB.staged` block. Payload never enters the catalog: rows point at (shard, row).
+Checkpoints move tables in and out as Arrow, never through DuckDB's file access.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from lakeflow.catalog.candidates import GROUP_COLUMNS, GROUP_TABLE, PROMPT_CANDIDATES, example_params, group_candidates
 from lakeflow.catalog.completion import COMPLETE_GROUPS, FOLD_PROMPT_STATS, REFS, STARTS_EPISODE, ZERO_ADV_TOLERANCE
+from lakeflow.catalog.credit import CreditTables
 from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.serving import ServingTables
 from lakeflow.catalog.statedb import StateDB, identifier
@@ -82,6 +83,7 @@ class Catalog:
         self._db = StateDB(path, memory_limit, threads)
         self.serving = ServingTables(self._db)
         self.tasks = TaskTables(self._db)
+        self.credit = CreditTables(self._db)
         self.arrival = self._db.scalar(_NEXT_ARRIVAL)
         self.next_shard = self._db.scalar(_NEXT_SHARD)
 
@@ -255,6 +257,8 @@ class Catalog:
         """Dry-run `policy` with `example_params` against this catalog's `candidates` of its kind (for
         the model 'policy'); PolicyError on any failure, with no fallback."""
         params = example_params(policy.kind)
+        if policy.kind == "advantage":
+            return self.credit.check(policy, params, timeout_s)
         if policy.kind == "filter":
             with self._staged_complete("policy", 1):
                 return self._db.dry_run(policy, params, timeout_s)

@@ -160,5 +160,9 @@ class StateDB:
         """Run a policy against the staged `candidates`, raising PolicyError on any failure (no fallback)."""
         return run_policy(self._con, policy, params, timeout_s)
 
+    def check_answer(self, policy: Policy, result: pa.Table) -> None:
+        """PolicyError when `result` is not a valid answer of `policy` over the staged views."""
+        check_answer(self._con, policy, result)
+
     def close(self) -> None:
         self._con.close()

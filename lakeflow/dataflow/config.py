@@ -99,6 +99,19 @@ class Policies(StrictConfig):
     staleness: str = Field("version_window", description="Which groups are fresh enough for a step.")
     replay: str = Field("none", description="Replay selection, or 'none'.")
     curation: str = Field("accept_all", description="Pre-rollout prompt curation.")
+    advantage: str = Field(
+        "none",
+        description="Credit per sample or per turn, stored in each batch object (e.g. 'turn_return'); "
+        "'none': the trainer computes episode advantages from the group statistics.",
+    )
+
+
+class Credit(StrictConfig):
+    """Parameters of the advantage policies (turn-level credit)."""
+
+    gamma: float = Field(1.0, ge=0, le=1, description="Discount per turn of turn returns ($gamma).")
+    eps: float = Field(1e-6, gt=0, description="Added to standard deviations before dividing ($eps).")
+    step_weight: float = Field(1.0, ge=0, description="Weight of step_group's step advantage ($step_weight).")
 
 
 class Greso(StrictConfig):
@@ -137,6 +150,7 @@ class ModelConfig(StrictConfig):
     )
     policies: Policies = Field(default_factory=Policies)
     greso: Greso = Field(default_factory=Greso)
+    credit: Credit = Field(default_factory=Credit)
     dataset: Dataset | None = Field(
         default_factory=SyntheticDataset,
         description=(

@@ -25,6 +25,7 @@ from lakeflow.dataflow.checkpoint import restore_checkpoint, save_checkpoint
 from lakeflow.dataflow.committer import Committer
 from lakeflow.dataflow.compact import CompactStats
 from lakeflow.dataflow.config import DataflowConfig, ModelConfig
+from lakeflow.dataflow.credit import credit_batch
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.ingest import Ingestor
 from lakeflow.dataflow.issuer import GresoState, TaskIssuer
@@ -81,6 +82,8 @@ class DataflowService:
         self.catalog.policy_timeout_s = config.loop.policy_timeout_s
         self.serving = {m.id: _serving(m) for m in config.models}
         self._filters = {m.id: load_policy("filter", m.policies.filter) for m in config.models}
+        credited = [m for m in config.models if m.policies.advantage != "none"]
+        self._advantages = {m.id: load_policy("advantage", m.policies.advantage) for m in credited}
         check_policies(config)  # a broken policy stops the start, never a running service
         self._last_checkpoint = time.monotonic()
         self._last_balance = 0.0
@@ -257,6 +260,8 @@ class DataflowService:
             if not plan.ready:
                 break
             table = self.catalog.serving.batch_table(model.id, plan)
+            if model.id in self._advantages:
+                table = credit_batch(self.ingestor.reader, self.catalog, model, step, self._advantages[model.id], table)
             meta = {"fresh_groups": len(plan.fresh), "replay_groups": len(plan.replay), "lease_epoch": self.lease.epoch}
             try:
                 write_batch(self.store, model.id, step, table, meta)
@@ -286,6 +291,8 @@ def check_policies(config: DataflowConfig) -> None:
         named = {"filter": p.filter, "staleness": p.staleness, "fresh": p.fresh, "curation": p.curation}
         if p.replay != "none":
             named["replay"] = p.replay
+        if p.advantage != "none":
+            named["advantage"] = p.advantage
         for kind, name in named.items():
             try:
                 check_policy(load_policy(kind, name), config.loop.policy_timeout_s)

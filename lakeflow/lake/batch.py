@@ -3,6 +3,8 @@
 The dataflow process writes `batches/<model>/<step>.parquet` with a create-only write
 before any trainer reads it, so the set of batch objects is the exact record of what was
 consumed: after a crash of any process, the catalog rebuilt from the bucket knows it.
+When an advantage policy ran, each row also carries the advantages the trainer weights its tokens
+by (CREDIT_SCHEMA), so what was trained on and with which credit are both in the lake.
 """
 
 from __future__ import annotations
@@ -34,12 +36,27 @@ BATCH_SCHEMA = pa.schema(
         pa.field("group_size", pa.int32(), nullable=False),
     ]
 )
+# Written only when the model has an advantage policy; a batch without them (every batch before them) is
+# trained with advantages from the group statistics above, as the trainer's `advantages` config says.
+CREDIT_SCHEMA = pa.schema(
+    [
+        # per turn of the row, in turn order; one value: the whole row. NULL: no credit from the policy
+        pa.field("turn_advantages", pa.list_(pa.float64())),
+        # response-token offset after each turn's sampled tokens (turn i spans [ends[i-1], ends[i]), the
+        # last one reaching the row's end); NULL: one value over the whole response
+        pa.field("turn_ends", pa.list_(pa.int32())),
+    ]
+)
 _META = b"lakeflow.batch"
 
 
 def write_batch(store: Store, model_id: str, step: int, table: pa.Table, meta: dict[str, Any]) -> str:
-    """Store batch `step` create-only; FileExistsError if that step already has a batch."""
-    table = table.select(BATCH_SCHEMA.names).cast(BATCH_SCHEMA)
+    """Store batch `step` create-only; FileExistsError if that step already has a batch. The CREDIT_SCHEMA
+    columns are stored when `table` has them."""
+    schema = BATCH_SCHEMA
+    if "turn_advantages" in table.column_names:
+        schema = pa.schema([*BATCH_SCHEMA, *CREDIT_SCHEMA])
+    table = table.select(schema.names).cast(schema)
     info = {"model_id": model_id, "step": step, "created_at": datetime.now(UTC).isoformat(), **meta}
     table = table.replace_schema_metadata({_META: json.dumps(info).encode()})
     buffer = io.BytesIO()

@@ -14,6 +14,7 @@ out of the step with a logged reason instead of stopping the trainer or reaching
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -47,7 +48,7 @@ class StepBatch:
     attention_mask: torch.Tensor  # [B, T] int64, 1 on real tokens
     mask: torch.Tensor  # [B, T] float32, 1.0 on response tokens with loss_mask = 1
     old_logp: torch.Tensor  # [B, T] float32, behaviour logprob of the token at t (0 off-response)
-    advantages: torch.Tensor  # [B] float32
+    advantages: torch.Tensor  # [B] float32; [B, T] per token when the batch object carries turn credit
     rewards: torch.Tensor  # [B] float32
     lengths: torch.Tensor  # [B] int64, real tokens per row
     versions: torch.Tensor  # [B] int64, the weights version that generated the row (policy_version)
@@ -74,7 +75,7 @@ class StepBatch:
             self.attention_mask[index, :width],
             self.mask[index, :width],
             self.old_logp[index, :width],
-            self.advantages[index],
+            self.advantages[index, :width] if self.advantages.dim() == 2 else self.advantages[index],
             self.rewards[index],
             self.lengths[index],
             self.versions[index],
@@ -141,6 +142,10 @@ def read_payload(
     checks = [(v.reason, v.rows) for v in [non_finite_reward(batch)] if v is not None]
     stats = pc.or_(pc.invert(pc.is_finite(batch["group_mean"])), pc.invert(pc.is_finite(batch["group_std"])))
     checks.append(("group statistics are NaN or infinite", np.asarray(pc.fill_null(stats, True), dtype=bool)))
+    if "turn_advantages" in batch.column_names:
+        stored = batch.column("turn_advantages").to_pylist()
+        bad = [v is not None and not all(x is not None and math.isfinite(x) for x in v) for v in stored]
+        checks.append(("stored advantages are NULL, NaN or infinite", np.array(bad, dtype=bool)))
     checks += row_problems(payload, vocab_size)
     for reason, rows in checks:
         for i in np.flatnonzero(rows):
@@ -151,7 +156,8 @@ def read_payload(
 def build_batch(
     batch: pa.Table, payload: pa.Table, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
 ) -> StepBatch:
-    """Pad the payload rows (in batch order) and compute advantages from the batch's group statistics."""
+    """Pad the payload rows (in batch order) and compute advantages from the batch's group statistics,
+    or, for a batch whose rows carry the advantage policy's credit, take them from it ([B, T])."""
     prompts = payload.column("prompt_ids").to_pylist()
     responses = payload.column("response_ids").to_pylist()
     logprobs = payload.column("response_logprobs").to_pylist()
@@ -189,10 +195,34 @@ def build_batch(
     )
     if advantages.batch_norm:
         adv = batch_normalize(adv, advantages.eps)
+    if "turn_advantages" in batch.column_names and batch.column("turn_advantages").null_count < n:
+        adv = stored_advantages(batch, adv, [len(p) for p in prompts], [len(r) for r in responses], width)
     versions = torch.tensor(batch.column("policy_version").to_pylist(), dtype=torch.int64)
     return StepBatch(
         input_ids, attention, mask, old_logp, adv, reward, torch.tensor(lengths, dtype=torch.int64), versions
     )
+
+
+def stored_advantages(
+    batch: pa.Table, computed: torch.Tensor, prompts: list[int], responses: list[int], width: int
+) -> torch.Tensor:
+    """[B, T] per-token advantages from the batch's `turn_advantages` / `turn_ends` (CREDIT_SCHEMA): a
+    turn's value on its response tokens (turn i from turn_ends[i-1], the last to the row's end); a row
+    without them keeps its `computed` [B] advantage on every token. Used as stored: what the batch
+    object records is what the loss weights (no batch_norm on them)."""
+    values = batch.column("turn_advantages").to_pylist()
+    ends = batch.column("turn_ends").to_pylist()
+    out = computed[:, None].expand(len(values), width).clone()
+    for i, (turns, turn_ends) in enumerate(zip(values, ends, strict=True)):
+        if not turns:
+            continue
+        p, r = prompts[i], responses[i]
+        out[i] = float(turns[0])
+        if turn_ends is None or len(turn_ends) != len(turns):  # one value for the whole response
+            continue
+        for value, start in zip(turns[1:], turn_ends[:-1], strict=True):
+            out[i, p + min(max(int(start), 0), r) :] = float(value)  # from this turn's start to the row's end
+    return out
 
 
 def minibatches(rows: int, count: int) -> list[list[int]]:

@@ -38,7 +38,7 @@ class LossInputs:
 
     logp: torch.Tensor  # current policy, with gradient
     old_logp: torch.Tensor  # behaviour policy (the rollout engine's logprobs), no gradient
-    advantages: torch.Tensor  # [B], one per sample
+    advantages: torch.Tensor  # [B], one per sample, or [B, T] per token (turn-level credit from the batch)
     mask: torch.Tensor  # float, 1.0 on trained response tokens
     ref_logp: torch.Tensor | None = None  # frozen reference, no gradient; needed when KL is on
     prox_logp: torch.Tensor | None = None  # proximal: the weights at the step's start, no gradient; for corrections
@@ -82,6 +82,12 @@ def group_advantages(
     """
     centred = reward - group_mean
     return centred / (group_std + eps) if scale_by_std else centred
+
+
+def token_advantages(advantages: torch.Tensor) -> torch.Tensor:
+    """Advantages shaped to multiply [B, T] per-token terms: [B] (one per sample) becomes [B, 1], which
+    broadcasts over tokens; [B, T] (per token, when the batch carries turn-level credit) stays as it is."""
+    return advantages if advantages.dim() == 2 else advantages[:, None]
 
 
 def batch_normalize(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -150,7 +156,7 @@ def grpo_loss(
     `correction`, r = exp(logp - prox_logp) and the term is weighted (or dropped) by `corrected_log_ratio`."""
     high = clip_eps if clip_eps_high is None else clip_eps_high
     keep = inputs.mask > 0
-    adv = inputs.advantages[:, None]  # [B, 1], broadcast over tokens
+    adv = token_advantages(inputs.advantages)  # [B, 1] broadcast over tokens, or [B, T]
     log_r, weights = corrected_log_ratio(inputs, keep, correction)
     ratio = torch.exp(log_r)  # 1.0 off the mask
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
@@ -208,7 +214,7 @@ def m2po_loss(
     contribute 0, and every other token's term is multiplied by its importance weight.
     """
     keep = inputs.mask > 0
-    adv = inputs.advantages[:, None]  # [B, 1]
+    adv = token_advantages(inputs.advantages)  # [B, 1] or [B, T]
     log_r, weights = corrected_log_ratio(inputs, keep, correction)  # 0 off the mask
     ratio = torch.exp(log_r)
     candidates = (log_r.detach() * adv > 0) & (keep if weights is None else weights.kept)

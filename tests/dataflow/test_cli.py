@@ -78,6 +78,17 @@ def test_policy_check_reports_what_is_wrong(tmp_path: Path) -> None:
     assert "no filter policy named" in run("policy", "check", "filter", "nope", code=1)
 
 
+def test_policy_check_accepts_the_shipped_advantage_policies_and_refuses_a_hostile_one(tmp_path: Path) -> None:
+    for name in ("episode", "turn_return", "turn_group_norm", "step_group"):
+        assert run("policy", "check", "advantage", name).startswith("ok: advantage policy")
+    evil = tmp_path / "evil.sql"
+    evil.write_text("SELECT sample_id, NULL AS turn, 1.0 AS advantage FROM read_parquet('/etc/*.parquet')")
+    assert "disabled by configuration" in run("policy", "check", "advantage", str(evil), code=1)
+    stranger = tmp_path / "stranger.sql"
+    stranger.write_text("SELECT 'x' AS sample_id, 0 AS turn, 1.0 AS advantage")
+    assert "not candidates" in run("policy", "check", "advantage", str(stranger), code=1)
+
+
 def test_a_runaway_policy_is_interrupted(tmp_path: Path) -> None:
     slow = tmp_path / "slow.sql"
     slow.write_text("SELECT 'g' AS group_id FROM range(1000000000) a, range(1000000000) b ORDER BY a.range + b.range")

@@ -159,3 +159,27 @@ def test_a_policy_that_fails_at_run_time_falls_back_and_the_service_keeps_servin
     assert service.counters.policy_failures[f"fresh:{policy.stem}"] >= 1
     assert why in caplog.text
     service.close()
+
+
+def test_an_advantage_policy_stores_turn_credit_in_the_batch_object(store: Store) -> None:
+    groups = []
+    for i in range(4):
+        g = group("policy", [1, 0, 1, 0], group_id=f"g{i}")
+        for s in g:  # two turns over the two response tokens; the rewarded episodes earned 0.5 on turn 0
+            s["extra"] = {"turn_ends": [1, 2], "turn_rewards": [0.5 if s["reward"] else 0.0, None]}
+        groups.append(g)
+    write_groups(store, groups)
+    serve(store, policies={"advantage": "turn_group_norm"}, credit={"gamma": 0.5}).close()
+    rows = read_batch(store, "policy", 0)[0].to_pylist()
+    # returns: rewarded turn 0 = 0.5 + 0.5 * 1 = 1, turn 1 = 1; the others 0; normalised per turn index
+    a = 0.5 / (0.5773502691896258 + 1e-6)
+    for r in rows:
+        assert r["turn_ends"] == [1, 2]
+        assert r["turn_advantages"] == pytest.approx([a, a] if r["reward"] else [-a, -a])
+
+
+def test_without_an_advantage_policy_batch_objects_are_as_before(store: Store) -> None:
+    write_groups(store, [group("policy", [1, 0, 1, 0]) for _ in range(4)])
+    serve(store).close()
+    table, _ = read_batch(store, "policy", 0)
+    assert "turn_advantages" not in table.column_names and "turn_ends" not in table.column_names

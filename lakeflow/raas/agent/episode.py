@@ -15,6 +15,8 @@ the whole conversation so far.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -81,6 +83,8 @@ class Episode:
     malformed_calls: int = 0
     tool_seconds: float = 0.0
     turn_rewards: list[float | None] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)  # response offset after each turn's sampled tokens
+    turn_obs: list[str] = field(default_factory=list)  # hash of the observation each turn answered
     done_turns: list[Trajectory] = field(default_factory=list)  # per_turn_samples: one per finished turn
     error: str = ""
 
@@ -100,8 +104,10 @@ class Episode:
         self.end, self.error = end, error
 
     def sampled(self, c: Completion, cut_by_limit: bool) -> None:
-        """Append a sampled turn verbatim (loss_mask 1, its logprobs)."""
+        """Append a sampled turn verbatim (loss_mask 1, its logprobs), with where it ends and what it answered."""
+        self.turn_obs.append(observation_hash(self.messages))
         self.response_ids += c.token_ids
+        self.turn_ends.append(len(self.response_ids))
         self.logprobs += c.logprobs
         self.mask += [1] * len(c.token_ids)
         self.turns += 1
@@ -173,6 +179,8 @@ class Episode:
             "malformed_calls": self.malformed_calls,
             "tool_seconds": round(self.tool_seconds, 6),
             "turn_rewards": self.turn_rewards,
+            "turn_ends": self.turn_ends,
+            "turn_obs": self.turn_obs,
             "end": self.end,
         }
         if self.error:
@@ -217,3 +225,12 @@ def tool_messages(turn: Turn, malformed: Sequence[str]) -> list[ChatMessage]:
     out: list[ChatMessage] = [{"role": "tool", "name": r.call.name, "content": r.content} for r in turn.results]
     out += [{"role": "tool", "name": "invalid", "content": f"error: malformed tool call: {e}"} for e in malformed]
     return out
+
+
+def observation_hash(messages: Sequence[ChatMessage]) -> str:
+    """16 hex digits of SHA-256 over the messages since the last assistant turn (all of them before the
+    first): what the next turn answers. Equal hashes within a group mark the same observation, the anchor
+    states of step-level credit (GiGPO)."""
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    text = json.dumps(list(messages[last + 1 :]), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

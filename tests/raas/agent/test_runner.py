@@ -52,6 +52,9 @@ def test_a_tool_call_is_run_and_its_answer_appended_once_masked(tok: Any) -> Non
     glue = slice(sampled, len(t.response_ids) - len(tail))
     assert set(t.loss_mask[glue]) == {0} and set(t.response_logprobs[glue]) == {0.0}
     assert tok.decode(t.response_ids[glue]) == "\n<|im_start|>tool\n7<|im_end|>\n<|im_start|>assistant\n"
+    # where each turn's sampled tokens end, and a hash of what each turn answered (turn-level credit)
+    assert t.extra["turn_ends"] == [sampled, len(t.response_ids)]
+    assert len(t.extra["turn_obs"]) == 2 and len(set(t.extra["turn_obs"])) == 2
 
 
 def test_malformed_calls_are_answered_and_counted(tok: Any) -> None:
