@@ -17,8 +17,8 @@ from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import ModelConfig
 from lakeflow.errors import LakeflowError
-from lakeflow.lake import LakeReader, SampleRef
-from lakeflow.lake.batch import CREDIT_SCHEMA
+from lakeflow.lake import LakeReader
+from lakeflow.lake.batch import CREDIT_SCHEMA, sample_refs
 from lakeflow.lake.turns import turns_table
 
 log = logging.getLogger("lakeflow.dataflow")
@@ -42,15 +42,7 @@ def credit_batch(
 def read_extras(reader: LakeReader, batch: pa.Table) -> tuple[list[str], list[str]]:
     """Per batch row, its episode id and `extra` JSON; a row whose shard cannot be read gets its sample
     id and '{}' (one turn)."""
-    refs = [
-        SampleRef(shard, row, sid)
-        for shard, row, sid in zip(
-            batch.column("shard").to_pylist(),
-            batch.column("row").to_pylist(),
-            batch.column("sample_id").to_pylist(),
-            strict=True,
-        )
-    ]
+    refs = sample_refs(batch)
     try:
         part = reader.read_samples(refs, columns=["episode_id", "extra"])
         return part.column("episode_id").to_pylist(), part.column("extra").to_pylist()

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.reader import SampleRef
 
 BATCH_SCHEMA = pa.schema(
     [
@@ -88,3 +89,16 @@ def list_batch_steps(store: Store, model_id: str, after: int | None = None) -> l
         if name.isdigit():
             steps.append(int(name))
     return steps
+
+
+def sample_refs(batch: pa.Table) -> list[SampleRef]:
+    """The samples a batch object's rows reference (shard, row, sample_id), in its order."""
+    return [
+        SampleRef(shard, row, sid)
+        for shard, row, sid in zip(
+            batch.column("shard").to_pylist(),
+            batch.column("row").to_pylist(),
+            batch.column("sample_id").to_pylist(),
+            strict=True,
+        )
+    ]

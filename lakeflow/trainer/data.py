@@ -26,8 +26,8 @@ import torch
 
 from lakeflow.errors import CorruptShardError, LakeFormatError
 from lakeflow.io import Store
-from lakeflow.lake import LakeReader, SampleRef
-from lakeflow.lake.batch import read_batch
+from lakeflow.lake import LakeReader
+from lakeflow.lake.batch import read_batch, sample_refs
 from lakeflow.lake.checks import row_problems, schema_problem
 from lakeflow.lake.rules import non_finite_reward
 from lakeflow.lake.schema import SAMPLE_SCHEMA
@@ -103,15 +103,7 @@ def read_payload(
     """The payload rows of `batch` in its order (PAYLOAD_SCHEMA; a refused row is there, empty) and, per
     row, why it is refused (None: it may be trained). Shards are read concurrently, each on its own, so
     one that cannot be read or has another schema refuses only its own rows."""
-    refs = [
-        SampleRef(shard, row, sid)
-        for shard, row, sid in zip(
-            batch.column("shard").to_pylist(),
-            batch.column("row").to_pylist(),
-            batch.column("sample_id").to_pylist(),
-            strict=True,
-        )
-    ]
+    refs = sample_refs(batch)
     by_shard: dict[str, list[int]] = {}
     for i, ref in enumerate(refs):
         by_shard.setdefault(ref.shard, []).append(i)
