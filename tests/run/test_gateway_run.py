@@ -27,6 +27,9 @@ JOB = ROOT / "jobs" / "examples" / "tiny-agent-openai.yaml"
 
 
 # untraced: the gateway runner is measured in process (tests/raas/gateway/), the rest of the run by test_run.py
+# Over 60 s under load (40-60 s idle, 114 s beside a SmolLM2 run): one `lakeflow run` of 3 steps (trainer,
+# dataflow, rollout service with the gateway), the smallest that has every example agent play an episode and
+# the trainer train on what they sampled; its processes untraced (the gateway's own tests trace that code).
 @pytest.mark.usefixtures("untraced_children")
 def test_openai_api_agents_train_through_lakeflow_run(tmp_path: Path) -> None:
     config = yaml.safe_load(JOB.read_text())
