@@ -111,6 +111,9 @@ def build_app(submit: Submit, max_body_bytes: int) -> Starlette:
     return Starlette(routes=routes)
 
 
+KEEP_ALIVE_S = 120  # seconds an idle client connection stays open
+
+
 class GatewayServer:
     """uvicorn serving the app on a thread; `url` is where it listens."""
 
@@ -118,8 +121,14 @@ class GatewayServer:
         self._socket = socket.create_server((host, port))
         bound_host, bound_port = self._socket.getsockname()[:2]
         self.url = f"http://{host if host not in ('0.0.0.0', '::') else socket.gethostname()}:{bound_port}"
+        # Agents run tools between model calls; a keep-alive longer than uvicorn's 5 s default keeps the
+        # server from closing an idle connection just as a client (with retries off) reuses it.
         config = uvicorn.Config(
-            build_app(submit, max_body_bytes), log_level="warning", lifespan="off", access_log=False
+            build_app(submit, max_body_bytes),
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
