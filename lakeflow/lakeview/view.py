@@ -30,6 +30,7 @@ from lakeflow.lake.schema import METADATA_COLUMNS
 from lakeflow.lake.table import SOURCE_ROW, SOURCE_SHARD, read_snapshot
 from lakeflow.lakeview.detokenize import register_detokenize, text_columns
 from lakeflow.lakeview.metrics import create_metric_views
+from lakeflow.lakeview.turns import create_turns_view
 
 _ROWS = pa.schema([("file", pa.string()), ("row", pa.int64())])
 _READ_ONLY = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -130,6 +131,7 @@ def connect_lake(
     con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(tail.ids), pa.string())}))
     _create_views(con, urls, table_files, compacted, bool(tail.ids))
     skipped += create_metric_views(con, store)  # trainer_steps, rollout_stats, dataflow_stats, eval
+    create_turns_view(con)  # one row per turn of each sample, from its extra
     for name, table in (tables or {}).items():
         con.register(name, table)
     _lock(con, urls + table_files)
