@@ -1,6 +1,7 @@
 """A rollout service's engines following the published weights: which version each model's engine holds.
 
-Between groups (never inside one) `refresh()` pulls a newer LATEST of each model and reloads its engine;
+Between groups (or between two rounds of turns, `weights_update: interrupt`) `refresh()` pulls a newer
+LATEST of each model and reloads its engine;
 never back, since LATEST may roll back. A frozen model (the config's `model`) is loaded once as version 0.
 With a far weights source (`weights_url`) a background thread runs `watch()`, which asks the source every
 `weights_poll_s`, and `refresh()` uses what it found, so the source's round trips stay out of the rollout

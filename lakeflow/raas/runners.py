@@ -88,10 +88,13 @@ def build_runner(
     roles: Mapping[str, str],
     own: str,
     stopping: Callable[[], bool] = lambda: False,
+    version: Callable[[], int | None] | None = None,
 ) -> GroupRunner:
     """The runner of the workflow `config` names: `engines` maps each model id to its engine, `roles` each
     role to the model that plays it, `own` is the service's own model (it plays every turn of an agent).
-    `stopping` tells a runner that holds groups (the judge's) that the service is stopping."""
+    `stopping` tells a runner that holds groups (the judge's) that the service is stopping; `version` is the
+    own engine's weights version, stamped on each agent turn when `weights_update` is `interrupt`."""
+    stamp = version if config.weights_update == "interrupt" else None
     by_role = {role: engines[model_id] for role, model_id in roles.items()}
     sampling = Sampling(config.max_new_tokens, config.temperature, config.truncated_reward)
     if isinstance(config.reward, JudgeConfig):
@@ -102,7 +105,7 @@ def build_runner(
         judge = Judge(config.reward)
         return JudgeRunner(engines[own], judge, sampling, config.batch_groups, config.reward_max_chars, stopping)
     if config.workflow == "agent" and config.environment is not None:
-        return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling))
+        return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling, stamp))
     if config.workflow == "agent" and config.agent is not None:
         # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
         from lakeflow.raas.gateway.runner import GatewayRunner
@@ -112,6 +115,6 @@ def build_runner(
         def reward(task: Task) -> RewardFn:
             return build_reward(task.task_type, config.reward_max_chars, name)
 
-        return GatewayRunner(engines[own], config.agent, sampling, own, reward)
+        return GatewayRunner(engines[own], config.agent, sampling, own, reward, stamp)
     workflow, batches = batched(config.workflow)
     return BatchRunner(workflow, by_role, config, sampling, config.batch_groups if batches else 1)

@@ -85,8 +85,9 @@ def task_messages(task: Task) -> list[ChatMessage]:
 def sample_row(
     task: Task, t: Trajectory, model_id: str, versions: Mapping[str, int], raas_id: str, region: str
 ) -> dict[str, Any]:
-    """The sample record of one trajectory of `task`, played by `model_id` with the weights of `versions`."""
-    version = versions[model_id]
+    """The sample record of one trajectory of `task`, played by `model_id` with the weights of `versions`
+    (claimed with; a trajectory whose turns carry their own, `extra.turn_versions`, is stamped with those)."""
+    oldest, newest = turn_versions(t.extra, versions[model_id])
     extra = {**t.extra, "attempt": task.attempt}
     if len(versions) > 1:  # the other roles' weights shaped this sample too
         extra["versions"] = dict(versions)
@@ -98,8 +99,8 @@ def sample_row(
         "task_id": task.task_id,
         "model_id": model_id,
         "role": t.role,
-        "policy_version": version,
-        "max_version": version,
+        "policy_version": oldest,
+        "max_version": newest,
         "prompt_ids": t.prompt_ids,
         "response_ids": t.response_ids,
         "response_logprobs": t.response_logprobs,
@@ -112,3 +113,16 @@ def sample_row(
         "region": region,
         "extra": json.dumps(extra, sort_keys=True),
     }
+
+
+def turn_versions(extra: Mapping[str, Any], claimed: int) -> tuple[int, int]:
+    """The oldest and newest weights version of a trajectory's trained tokens: `claimed` unless its turns
+    were stamped (`turn_versions`, weights_update: interrupt). A per-turn sample (`turn` with `segment`)
+    trains its own turn only, so its turn's version is both."""
+    stamped = extra.get("turn_versions")
+    if not isinstance(stamped, list) or not stamped or not all(isinstance(v, int) for v in stamped):
+        return claimed, claimed
+    turn = extra.get("turn")
+    if "segment" in extra and isinstance(turn, int) and 0 <= turn < len(stamped):
+        return stamped[turn], stamped[turn]
+    return min(stamped), max(stamped)

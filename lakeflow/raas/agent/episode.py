@@ -85,6 +85,7 @@ class Episode:
     turn_rewards: list[float | None] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)  # response offset after each turn's sampled tokens
     turn_obs: list[str] = field(default_factory=list)  # hash of the observation each turn answered
+    turn_versions: list[int] = field(default_factory=list)  # weights version of each turn (weights_update: interrupt)
     done_turns: list[Trajectory] = field(default_factory=list)  # per_turn_samples: one per finished turn
     error: str = ""
 
@@ -103,9 +104,12 @@ class Episode:
     def finish(self, end: str, error: str = "") -> None:
         self.end, self.error = end, error
 
-    def sampled(self, c: Completion, cut_by_limit: bool) -> None:
-        """Append a sampled turn verbatim (loss_mask 1, its logprobs), with where it ends and what it answered."""
+    def sampled(self, c: Completion, cut_by_limit: bool, version: int | None = None) -> None:
+        """Append a sampled turn verbatim (loss_mask 1, its logprobs), with where it ends, what it answered and
+        (when given) the weights version that sampled it."""
         self.turn_obs.append(observation_hash(self.messages))
+        if version is not None:
+            self.turn_versions.append(version)
         self.response_ids += c.token_ids
         self.turn_ends.append(len(self.response_ids))
         self.logprobs += c.logprobs
@@ -183,6 +187,8 @@ class Episode:
             "turn_obs": self.turn_obs,
             "end": self.end,
         }
+        if self.turn_versions:
+            info["turn_versions"] = self.turn_versions
         if self.error:
             info["error"] = self.error
         return info

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -67,8 +67,12 @@ class EpisodeScheduler:
         config: EnvironmentConfig,
         sampling: Sampling,
         parser: ToolParser,
+        version: Callable[[], int | None] | None = None,
     ) -> None:
+        """`version`: the engine's weights version, stamped on each turn (weights that may change between
+        rounds: `weights_update: interrupt`); None stamps nothing."""
         self.engine, self.factory, self.config, self.sampling, self.parser = engine, factory, config, sampling, parser
+        self.version = version
         self._pool = ThreadPoolExecutor(config.max_concurrent_episodes, thread_name_prefix="lakeflow-agent")
         self._groups: dict[Hashable, _Group] = {}
         self._owner: dict[int, _Group] = {}  # id(episode) -> its group
@@ -182,10 +186,12 @@ class EpisodeScheduler:
                 self._ended(e)
             else:
                 budgets.setdefault(room, []).append(e)
+        version = self.version() if self.version is not None else None  # weights change between rounds only
         for max_tokens, batch in budgets.items():
             results = self.engine.generate([e.context() for e in batch], 1, max_tokens, self.sampling.temperature)
             for e, (c, *_) in zip(batch, results, strict=True):
-                e.sampled(c, cut_by_limit=c.finish_reason == "length" and max_tokens < self.sampling.max_tokens)
+                cut = c.finish_reason == "length" and max_tokens < self.sampling.max_tokens
+                e.sampled(c, cut_by_limit=cut, version=version)
                 self._acting[self._pool.submit(self._act, e, c.text)] = e
 
     def _act(self, episode: Episode, text: str) -> _Acted:

@@ -7,7 +7,7 @@ same play for one group at a time, for callers that want a plain workflow (tests
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
@@ -19,10 +19,16 @@ from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory, plays
 
 
-def agent_scheduler(engine: Engine, environment: EnvironmentConfig, sampling: Sampling) -> EpisodeScheduler:
-    """A scheduler for the configured environment and tool parser (both resolved by name)."""
+def agent_scheduler(
+    engine: Engine,
+    environment: EnvironmentConfig,
+    sampling: Sampling,
+    version: Callable[[], int | None] | None = None,
+) -> EpisodeScheduler:
+    """A scheduler for the configured environment and tool parser (both resolved by name); `version`, where
+    weights change between turns, stamps each turn with the engine's version."""
     return EpisodeScheduler(
-        engine, build_environment(environment), environment, sampling, build_tool_parser(environment)
+        engine, build_environment(environment), environment, sampling, build_tool_parser(environment), version
     )
 
 

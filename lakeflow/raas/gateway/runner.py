@@ -86,9 +86,18 @@ class GatewayRunner:
     """Episodes of agent programs in flight, their model calls generated together (module docstring)."""
 
     def __init__(
-        self, engine: Engine, agent: AgentConfig, sampling: Sampling, model: str, reward: Callable[[Task], RewardFn]
+        self,
+        engine: Engine,
+        agent: AgentConfig,
+        sampling: Sampling,
+        model: str,
+        reward: Callable[[Task], RewardFn],
+        version: Callable[[], int | None] | None = None,
     ) -> None:
+        """`version`: the engine's weights version, stamped on each turn where weights change between rounds
+        (`weights_update: interrupt`); None stamps nothing."""
         self.engine, self.agent, self.sampling, self.model, self.reward = engine, agent, sampling, model, reward
+        self.version = version
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
         self.commands = CommandRunner(agent.command) if agent.command else None
@@ -266,7 +275,7 @@ class GatewayRunner:
             text = _CALL_BLOCK.sub("", text).strip()
         shown_calls = [{"function": {"name": k.name, "arguments": k.arguments}} for k in made]
         shown = {"role": "assistant", "content": text, "tool_calls": shown_calls}
-        r.episode.tokens.record(prepared, c, shown)
+        r.episode.tokens.record(prepared, c, shown, self.version() if self.version is not None else None)
         length = c.finish_reason == "length"
         if length and max_tokens < (r.request.max_tokens or self.sampling.max_tokens):
             r.episode.limit = "max_episode_tokens"
@@ -353,6 +362,8 @@ class GatewayRunner:
         for i, s in enumerate(segments):
             finish = "error" if error and i == len(segments) - 1 else s.finish
             info = {**extra, "segment": i, "turns": s.turns}
+            if s.versions:
+                info["turn_versions"] = s.versions
             out.append(
                 Trajectory(
                     POLICY, episode_id, s.prompt_ids, s.response_ids, s.logprobs, s.mask, reward.value, finish, info

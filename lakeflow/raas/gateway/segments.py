@@ -35,6 +35,7 @@ class Segment:
     mask: list[int] = field(default_factory=list)
     turns: int = 0
     finish: str = "stop"
+    versions: list[int] = field(default_factory=list)  # weights version of each turn (weights_update: interrupt)
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.response_ids
@@ -80,9 +81,10 @@ class EpisodeTokens:
         prompt = engine.encode_chat(messages, True, tools)
         return Prepared(Segment(tools, prompt, [], []), True, [], messages)
 
-    def record(self, prepared: Prepared, c: Completion, shown: dict[str, Any]) -> None:
+    def record(self, prepared: Prepared, c: Completion, shown: dict[str, Any], version: int | None = None) -> None:
         """Append a sampled turn: the glue (mask 0) then the tokens verbatim (mask 1, their logprobs). `shown`
-        is the assistant message as the client will send it back (for the next request's comparison)."""
+        is the assistant message as the client will send it back (for the next request's comparison);
+        `version`, when given, the weights version that sampled it."""
         s = prepared.segment
         if prepared.new_segment:
             self.segments.append(s)
@@ -98,6 +100,8 @@ class EpisodeTokens:
         s.seen.append(message_key(shown))
         s.turns += 1
         s.finish = c.finish_reason
+        if version is not None:
+            s.versions.append(version)
 
     @property
     def sampled_tokens(self) -> int:

@@ -22,8 +22,9 @@ from lakeflow.lakeview import connect_lake
 from lakeflow.raas.agent import registry
 from lakeflow.raas.agent.env import Feedback, Turn
 from lakeflow.raas.service import RolloutService
+from lakeflow.raas.trajectory import Trajectory, sample_row
 from lakeflow.weights import State, publish
-from tests.raas.agent.helpers import Calculator, Scripted, call
+from tests.raas.agent.helpers import Calculator, Scripted, call, make_task
 from tests.raas.conftest import perturbed
 from tests.raas.test_service import N, committed, dataflow, raas_config
 
@@ -134,9 +135,10 @@ def test_claims_are_renewed_while_episodes_run(
     service.close()
 
 
-def test_new_weights_wait_until_the_groups_in_flight_end(
-    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _publishing_run(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch, **kw: Any
+) -> tuple[RolloutService, Loaded, Any]:
+    """Six groups of the calculator's three-turn episodes; version 1 is published as the first is admitted."""
     store, v0 = lake
     published: list[bool] = []
     v1 = perturbed(v0)
@@ -152,9 +154,17 @@ def test_new_weights_wait_until_the_groups_in_flight_end(
     flow = dataflow(store, prompts_per_step=4)
     flow.run(iterations=1)
     engine = Loaded(tok, _reply)
-    config = _cfg(tmp_path, env={"name": "publishing", "args": {"slow_s": 0.05}})
+    config = _cfg(tmp_path, env={"name": "publishing", "args": {"slow_s": 0.05}}, **kw)
     service = RolloutService(store, "policy", config, engine=engine)
     assert service.run(max_groups=6).groups == 6
+    return service, engine, flow
+
+
+def test_new_weights_wait_until_the_groups_in_flight_end(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _ = lake
+    service, engine, flow = _publishing_run(lake, tmp_path, tok, monkeypatch)
     assert service.version == 1 and len(engine.loads) == 2
     rows = committed(store).sort_by("created_at").to_pylist()
     by_group: dict[str, set[int]] = {}
@@ -165,3 +175,41 @@ def test_new_weights_wait_until_the_groups_in_flight_end(
     assert versions == [0] * 2 * N + [1] * 4 * N  # the two groups in flight at v0, then v1 only
     flow.close()
     service.close()
+
+
+def test_interrupt_loads_new_weights_between_turns_and_stamps_each_turn(
+    lake: tuple[Store, State], tmp_path: Any, tok: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, _ = lake
+    service, engine, flow = _publishing_run(lake, tmp_path, tok, monkeypatch, weights_update="interrupt")
+    assert service.version == 1 and len(engine.loads) == 2
+    rows = committed(store).to_pylist()
+    assert len(rows) == 6 * N
+    mixed = 0
+    for r in rows:
+        turns = json.loads(r["extra"])["turn_versions"]
+        assert len(turns) == 3 and turns == sorted(turns)  # each turn's version; never back
+        assert (r["policy_version"], r["max_version"]) == (min(turns), max(turns))
+        mixed += min(turns) != max(turns)
+    assert mixed > 0  # episodes in flight went on from their ids on the new weights
+    first = {r["group_id"] for r in rows if r["policy_version"] == 0}
+    assert len(first) <= 2  # only the groups in flight when version 1 came were started on version 0
+    flow.close()
+    service.close()
+
+
+@pytest.mark.parametrize(
+    ("extra", "stamped"),
+    [
+        ({}, (3, 3)),  # not stamped: the claimed version
+        ({"turn_versions": [3, 3, 4]}, (3, 4)),  # one sample of the whole episode: oldest and newest
+        ({"turn_versions": [3, 4, 4], "turn": 1, "segment": 1, "segments": 3}, (4, 4)),  # a per-turn sample
+        ({"turn_versions": [4, 5], "segment": 1, "turns": 2}, (4, 5)),  # a gateway segment: its own turns
+        ({"turn_versions": "garbage"}, (3, 3)),
+    ],
+)
+def test_a_sample_is_stamped_with_its_oldest_and_newest_turn(extra: dict[str, Any], stamped: tuple[int, int]) -> None:
+    task = make_task(1, prompt="Value?", answer="7")
+    trajectory = Trajectory("policy", "e", [1], [2], [-0.1], [1], 1.0, "stop", extra)
+    row = sample_row(task, trajectory, "policy", {"policy": 3}, "raas", "")
+    assert (row["policy_version"], row["max_version"]) == stamped

@@ -8,7 +8,7 @@ from typing import Any
 
 from lakeflow.models.tiny import LOOKUP_CALL
 from lakeflow.raas.gateway.config import AgentConfig, GatewayConfig
-from lakeflow.raas.trajectory import Sampling
+from lakeflow.raas.trajectory import Sampling, sample_row
 from tests.raas.agent.helpers import LOGPROB, Scripted, check_trainer_reproduces, make_task
 
 T = 0.8
@@ -126,3 +126,15 @@ def test_gateway_episodes_of_the_real_engine_match_the_trainer_segments_included
     worst = check_trainer_reproduces(tiny_dir, group.trajectories, T)
     print(f"max |trainer - hf engine| over sampled tokens of gateway segments: {worst:.2e}")
     assert worst <= 1e-3
+
+
+def test_each_turn_is_stamped_with_the_version_that_sampled_it(tok: Any, drive: Any) -> None:
+    engine = lookup_engine(tok)
+    versions = iter([4, 5, 5, 5])  # weights_update: interrupt loaded version 5 after the first round
+
+    driver = drive(engine, AgentConfig(program="lookup_openai:play"), version=lambda: next(versions))
+    driver.add("g", make_task(1, prompt="Value?", answer="7"))
+    (group,) = driver.groups()
+    (t,) = group.trajectories
+    assert t.extra["turn_versions"] == [4, 5] and t.extra["turns"] == 2
+    assert sample_row(make_task(1), t, "policy", {"policy": 5}, "raas", "")["policy_version"] == 4
