@@ -166,7 +166,7 @@ def test_a_model_that_fails_drops_its_groups_and_says_why(
     tiny_dir: str, tmp_path: Path, tok: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = build_reward_model(tmp_path / "small-vocab", tiny_dir, vocab_size=8)  # most token ids are past it
-    runner = RewardModelRunner(Scripted(tok, ["7", "8"]), scorer(broken), Sampling(64, 1.0), 2, 8192)
+    runner = RewardModelRunner(Scripted(tok, ["7", "8", "9"]), scorer(broken), Sampling(64, 1.0), 2, 8192)
     runner.add("a", make_task(1))
     runner.add("b", make_task(1))
     with caplog.at_level(logging.WARNING):
@@ -175,4 +175,8 @@ def test_a_model_that_fails_drops_its_groups_and_says_why(
     assert all(g.dropped.startswith("the reward model failed: IndexError") for g in groups)
     assert "scoring each alone" in caplog.text
     assert caplog.text.count("dropping group") == 2 and "its task is reissued" in caplog.text
+    assert "IndexError" in caplog.records[-1].exc_text  # the traceback is logged
+    runner.add("c", make_task(1))  # alone: dropped at once
+    (group,) = runner.advance(0.0)
+    assert group.key == "c" and group.dropped and not group.trajectories
     runner.close()

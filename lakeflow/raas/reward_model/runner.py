@@ -69,20 +69,13 @@ class RewardModelRunner:
 
     def _score(self, groups: list[Generated]) -> list[list[Reward | Scored]]:
         """Each sample of `groups`: its known reward, else the reward model's score, all in one call of the model."""
-        out: list[list[Reward | Scored]] = []
-        pairs, where = [], []
-        for gi, g in enumerate(groups):
+        known = [[known_reward(c, self.sampling, self.max_chars) for c in g.completions] for g in groups]
+        pairs = []
+        for g, rewards in zip(groups, known, strict=True):
             messages = task_messages(g.task)
-            out.append([])
-            for ci, c in enumerate(g.completions):
-                known = known_reward(c, self.sampling, self.max_chars)
-                out[gi].append(known if known is not None else Reward(0.0, "unscored"))  # replaced below
-                if known is None:
-                    pairs.append((messages, c.text))
-                    where.append((gi, ci))
-        for (gi, ci), scored in zip(where, self.scorer.score(pairs) if pairs else [], strict=True):
-            out[gi][ci] = scored
-        return out
+            pairs += [(messages, c.text) for c, r in zip(g.completions, rewards, strict=True) if r is None]
+        scores = iter(self.scorer.score(pairs) if pairs else [])
+        return [[r if r is not None else next(scores) for r in rewards] for rewards in known]
 
     def _alone(self, g: Generated) -> Group:
         """`g` scored on its own; dropped when the model fails on it."""
