@@ -166,6 +166,16 @@ def model_vocab_size(ref: str) -> int | None:
     return None if info is None else info.vocab_size
 
 
+def read_model_config(ref: str) -> dict[str, Any] | None:
+    """Model `ref`'s config.json as a dict (a local directory's, or the local Hugging Face cache's for a hub
+    id), or None when it cannot be read here; ConfigError for a config.json that is not JSON. The tiny recipe
+    has none (it is built when first used)."""
+    if ref.startswith(TINY_PREFIX):
+        return None
+    find = _finder(ref)
+    return None if find is None else _json(find("config.json"))
+
+
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 TEMPLATE_DIR = "additional_chat_templates"  # transformers' folder of named templates (<name>.jinja)
 

@@ -1,14 +1,15 @@
 """The check of a rollout service's config before it starts: every name it gives resolves to the right shape.
 
-`check_raas_config` imports the workflow, the reward (or checks a judge section, `judge/check.py`), the
-agent environment and a factory engine the config names (shipped names, `package.module:attr`, entry
-points), checks their signatures and that the workflow's declared roles match the pool's `roles`, and
-returns one line per problem, each naming the config key. `lakeflow run`, `lakeflow launch` and `lakeflow
-raas` refuse to start on any. `check_rollout_model` compares the config with the facts of the model it
-rolls out (chat template, positions) where they can be read; `check_raas_here` looks for what this machine
-must have (the engine's device, a frozen `model`'s files, a judge's API key). `tool_template_warnings`
-warns (the pool still starts) when the episodes use tools and the chat template they are rendered with
-drops them, so the model would never see the tools.
+`check_raas_config` imports the workflow, the reward (or checks a judge section, `judge/check.py`, or a
+reward model's, `reward_model/check.py`), the agent environment and a factory engine the config names
+(shipped names, `package.module:attr`, entry points), checks their signatures and that the workflow's
+declared roles match the pool's `roles`, and returns one line per problem, each naming the config key.
+`lakeflow run`, `lakeflow launch` and `lakeflow raas` refuse to start on any. `check_rollout_model`
+compares the config with the facts of the model it rolls out (chat template, positions) where they can be
+read; `check_raas_here` looks for what this machine must have (the engine's device, a frozen `model`'s
+files, a judge's API key, a reward model's files and device). `tool_template_warnings` warns (the pool still
+starts) when the episodes use tools and the chat template they are rendered with drops them, so the model
+would never see the tools.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from lakeflow.raas.engines import engine_factory
 from lakeflow.raas.gateway.config import AgentConfig
 from lakeflow.raas.judge.check import judge_here_problems, judge_problems
 from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.reward_model.check import reward_model_here_problems, reward_model_problems
+from lakeflow.raas.reward_model.config import RewardModelConfig
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import WORKFLOWS, build_workflow, roles_problem
 
@@ -48,6 +51,8 @@ def check_raas_config(config: RaasConfig, key: str = "") -> list[str]:
             problems.append(f"{_at(key, 'roles')}: {problem}")
     if isinstance(config.reward, JudgeConfig):
         problems += judge_problems(config.reward, config.workflow, _at(key, "reward"))
+    elif isinstance(config.reward, RewardModelConfig):
+        problems += reward_model_problems(config.reward, config.workflow, _at(key, "reward"))
     elif config.reward is not None:
         try:
             build_reward("", config.reward_max_chars, config.reward, key=_at(key, "reward"))
@@ -89,7 +94,7 @@ def agent_problems(agent: AgentConfig, key: str) -> list[str]:
     return problems
 
 
-def task_type_problem(task_type: str, reward: str | JudgeConfig | None, key: str) -> str | None:
+def task_type_problem(task_type: str, reward: str | JudgeConfig | RewardModelConfig | None, key: str) -> str | None:
     """The problem of tasks of `task_type` scored by a pool whose explicit reward is `reward` (None: fine)."""
     if reward is not None:
         return None  # the explicit reward scores every task; its own check is check_raas_config's
@@ -132,16 +137,26 @@ def check_rollout_model(config: RaasConfig, ref: str, model_key: str, key: str =
 
 def check_raas_here(config: RaasConfig, key: str = "") -> list[str]:
     """What this machine lacks for `config` (under `key`): the transformers engine's device, a judge's API key,
-    and a frozen `model`'s files and facts (the lake's published weights are checked when they are pulled)."""
+    a reward model's files and device, and a frozen `model`'s files and facts (the lake's published weights
+    are checked when they are pulled)."""
     problems = engine_device_problems(config.engine, _at(key, "engine"))
-    if isinstance(config.reward, JudgeConfig):
-        problems += judge_here_problems(config.reward, _at(key, "reward"))
+    problems += reward_here_problems(config, key)
     if config.model is not None:
         model_key = _at(key, "model")
         if (problem := model_problem(config.model)) is not None:
             problems.append(f"{model_key}: {problem}")
         problems += check_rollout_model(config, config.model, model_key, key)
     return problems
+
+
+def reward_here_problems(config: RaasConfig, key: str = "") -> list[str]:
+    """What this machine lacks for the reward of `config` (under `key`): a judge's API key, a reward model's
+    files and device."""
+    if isinstance(config.reward, JudgeConfig):
+        return judge_here_problems(config.reward, _at(key, "reward"))
+    if isinstance(config.reward, RewardModelConfig):
+        return reward_model_here_problems(config.reward, _at(key, "reward"))
+    return []
 
 
 # Stands in for the tools of MCP servers, which are listed only when episodes start (the check starts no server).

@@ -16,6 +16,7 @@ from lakeflow.errors import ConfigError
 from lakeflow.raas.agent.config import EnvironmentConfig
 from lakeflow.raas.gateway.config import AgentConfig
 from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.reward_model.config import RewardModelConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -76,11 +77,14 @@ def _reward_kind(value: Any) -> str | None:
 
 
 RewardSetting = Annotated[
-    Annotated[str, Tag("function")] | Annotated[JudgeConfig, Tag("judge")],
+    Annotated[str, Tag("function")]
+    | Annotated[JudgeConfig, Tag("judge")]
+    | Annotated[RewardModelConfig, Tag("reward_model")],
     Discriminator(
         _reward_kind,
         custom_error_type="reward_kind",
-        custom_error_message="give a reward function's name, or a section with `type: judge` (docs/judges.md)",
+        custom_error_message="give a reward function's name, or a section with `type: judge` (a judge model behind "
+        "an endpoint) or `type: reward_model` (a sequence classifier run in the service) (docs/judges.md)",
     ),
 ]
 
@@ -109,7 +113,9 @@ class RaasConfig(StrictConfig):
             "The reward of every task: a function `(text, answer) -> Reward` given as a shipped name "
             "(lakeflow.raas.rewards.REWARDS), 'package.module:attr' or a name registered in 'lakeflow.rewards'; "
             "or a section `{type: judge, endpoint, model, rubric, ...}`: a model behind an OpenAI-compatible "
-            "endpoint scores the completions (workflow rlvr; docs/judges.md). None (default): chosen by each "
+            "endpoint scores the completions (workflow rlvr; docs/judges.md); or a section `{type: reward_model, "
+            "model, device, ...}`: a sequence-classification model loaded in the service scores them (workflow "
+            "rlvr; docs/judges.md#reward-models). None (default): chosen by each "
             "task's task_type; a task_type with no reward is refused."
         ),
     )
@@ -251,9 +257,13 @@ class RaasConfig(StrictConfig):
 
 def reward_function(config: RaasConfig) -> str | None:
     """The pool's reward function by name (None: each task's task_type chooses); ConfigError when the pool
-    scores with a judge, which only the judge runner calls."""
+    scores with a judge or a reward model, which only their runners call."""
     if isinstance(config.reward, JudgeConfig):
         raise ConfigError("reward: a judge scores workflow rlvr only (docs/judges.md), not this caller's samples")
+    if isinstance(config.reward, RewardModelConfig):
+        raise ConfigError(
+            "reward: a reward model scores workflow rlvr only (docs/judges.md#reward-models), not this caller's samples"
+        )
     return config.reward
 
 

@@ -27,7 +27,7 @@ class RaasStats:
     samples: int = 0  # samples committed
     tokens: int = 0  # response tokens committed
     abandoned: int = 0  # groups dropped because the claim was lost
-    unscored: int = 0  # groups dropped unwritten because the runner could not score them (a judge's hold_s)
+    unscored: int = 0  # groups dropped unwritten, not scored (a judge past hold_s, a reward model that failed)
     reloads: int = 0  # weight versions loaded into the engine
     pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
     pull_s: float = 0.0  # seconds spent pulling and verifying them

@@ -11,6 +11,8 @@ hands every group it returns to the claim ledger. A runner implements `GroupRunn
   API; each `advance` is one round of the running episodes' requests.
 - `JudgeRunner` (`judge/runner.py`): workflow rlvr scored by a judge model (`reward: {type: judge}`); a
   group is handed on once every sample has a verdict, held while the judge fails.
+- `RewardModelRunner` (`reward_model/runner.py`): workflow rlvr scored by a sequence-classification model
+  loaded in the service (`reward: {type: reward_model}`); a group the model fails on is dropped.
 The workflow and the reward the config names decide the runner (`build_runner`).
 """
 
@@ -27,6 +29,7 @@ from lakeflow.raas.engines import Engine
 from lakeflow.raas.groups import Group, GroupRunner
 from lakeflow.raas.judge import JudgeConfig
 from lakeflow.raas.outcome import RewardFn
+from lakeflow.raas.reward_model import RewardModelConfig
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import Sampling
 from lakeflow.raas.workflows import BatchWorkflow, batched
@@ -104,6 +107,13 @@ def build_runner(
 
         judge = Judge(config.reward)
         return JudgeRunner(engines[own], judge, sampling, config.batch_groups, config.reward_max_chars, stopping)
+    if isinstance(config.reward, RewardModelConfig):
+        # imported here: torch and transformers load only in services that use a reward model
+        from lakeflow.raas.reward_model.runner import RewardModelRunner
+        from lakeflow.raas.reward_model.scorer import RewardModel
+
+        scorer = RewardModel(config.reward)  # loaded once, on its device
+        return RewardModelRunner(engines[own], scorer, sampling, config.batch_groups, config.reward_max_chars)
     if config.workflow == "agent" and config.environment is not None:
         return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling, stamp))
     if config.workflow == "agent" and config.agent is not None:

@@ -16,8 +16,9 @@ oldest, max_version the newest: `trajectory.turn_versions`); multi-policy workfl
 holds every model's). A lost claim means the task was reissued: the group is dropped (abandoned).
 `stop()` (SIGTERM) plays the groups in flight to their end and commits what is pending, then exits; a
 process killed outright leaves its claims to expire, and the dataflow reissues the tasks. A runner may
-also give a group up (a judge that gave no verdict, `judge/runner.py`): the ledger drops it unwritten
-and leaves its claim to expire, so the task is reissued the same way.
+also give a group up (a judge that gave no verdict, `judge/runner.py`; a reward model that failed on it,
+`reward_model/runner.py`): the ledger drops it unwritten and leaves its claim to expire, so the task is
+reissued the same way.
 """
 
 from __future__ import annotations

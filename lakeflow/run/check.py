@@ -6,7 +6,8 @@
 of a model's dataset that no reward scores, in a pool with no explicit `reward`; a config that contradicts
 a model that can be read here (vocabulary, positions, no chat template). `check_run_here` (`lakeflow run`
 only: a launched run's nodes are not this machine) adds what this machine lacks: models that are neither
-directories nor cached nor on a hub that answers, devices it does not have, a judge's API key variable;
+directories nor cached nor on a hub that answers, devices it does not have, a judge's API key variable,
+a reward model's files and device;
 `check_run_speed` warns of settings that will run but slowly here (bf16 on a CPU without bf16
 instructions); `check_run_tools` of tool-using pools whose chat template drops the tools (the model would
 never see them). The processes check their own configs again when they start (a name must resolve there
@@ -27,12 +28,13 @@ from lakeflow.raas.check import (
     check_rollout_model,
     engine_device_problems,
     engine_model_problems,
+    reward_here_problems,
     task_type_problem,
     tool_template_warnings,
 )
 from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
 from lakeflow.raas.judge import JudgeConfig
-from lakeflow.raas.judge.check import judge_here_problems
+from lakeflow.raas.reward_model import RewardModelConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 
@@ -68,9 +70,10 @@ def check_run_config(config: RunConfig) -> list[str]:
                     problems.append(problem if key.endswith(".raas.config") else f"{problem} (the pool of {key})")
         if m.eval is not None:  # the eval process scores with the pool's reward unless its section names one
             reward = m.eval.reward if m.eval.reward is not None else m.raas.config.reward
-            if isinstance(reward, JudgeConfig):
+            if isinstance(reward, JudgeConfig | RewardModelConfig):
+                what = "a judge" if isinstance(reward, JudgeConfig) else "a reward model"
                 problems.append(
-                    f"{at}.eval.reward: the pool scores with a judge, which `lakeflow eval` does not call: name the "
+                    f"{at}.eval.reward: the pool scores with {what}, which `lakeflow eval` does not call: name the "
                     "eval's own reward function (e.g. math) or remove the eval section"
                 )
                 reward = None
@@ -111,7 +114,8 @@ def check_run_here(config: RunConfig) -> list[str]:
     """What this machine lacks to run `config` (empty: nothing), one line each naming its key: a model that is
     not a directory, not in the Hugging Face cache and not on a hub that answers (asked once per model, a few
     seconds at most); a device (trainer, transformers engines) that does not exist here; a judge's API key
-    variable that is not set here (the run's processes inherit this environment)."""
+    variable that is not set here (the run's processes inherit this environment); a reward model's files and
+    device."""
     problems: list[str] = []
     models: dict[str, str | None] = {}  # reference -> its problem, each looked up once
 
@@ -130,8 +134,7 @@ def check_run_here(config: RunConfig) -> list[str]:
         for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model", "reward"))]:
             if pool.config.model is not None:
                 model_at(pool.config.model, f"{key}.model")
-            if isinstance(pool.config.reward, JudgeConfig):
-                problems += judge_here_problems(pool.config.reward, f"{key}.reward")
+            problems += reward_here_problems(pool.config, key)
         if m.eval is not None:
             problems += engine_device_problems(m.eval.engine, f"{at}.eval.engine")
     return list(dict.fromkeys(problems))

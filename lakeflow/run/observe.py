@@ -19,7 +19,7 @@ def eval_specs(config: RunConfig) -> list[ProcessSpec]:
         if m.eval is None:
             continue
         section = m.eval if m.eval.engine is not None else m.eval.model_copy(update={"engine": m.raas.config.engine})
-        if section.reward is None and isinstance(m.raas.config.reward, str):  # a judge is not the eval's (check)
+        if section.reward is None and isinstance(m.raas.config.reward, str):  # a judge, a reward model: not the eval's
             section = section.model_copy(update={"reward": m.raas.config.reward})
         if section.chat_template is None:
             section = section.model_copy(update={"chat_template": m.raas.config.chat_template})

@@ -121,3 +121,11 @@ def judge_runner() -> Iterator[Any]:
     yield build
     for r in made:
         r.close()
+
+
+@pytest.fixture(scope="session")
+def reward_model_dir(tiny_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny sequence-classification model (one output) with the tiny tokenizer, built once per session."""
+    from tests.raas.reward_model_helpers import build_reward_model
+
+    return build_reward_model(tmp_path_factory.mktemp("reward-model"), tiny_dir)

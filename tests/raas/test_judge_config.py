@@ -45,7 +45,7 @@ def test_a_judge_section_parses_and_is_not_a_function() -> None:
         (JUDGE | {"mode": "pairwise"}, "reward.judge.mode"),
         (JUDGE | {"temprature": 0.5}, "reward.judge.temprature: Extra inputs are not permitted"),
         (JUDGE | {"backoff_s": 10, "backoff_max_s": 1}, "backoff_max_s 1 is below backoff_s 10"),
-        ({"type": "reward_model"}, "give a reward function's name, or a section with `type: judge`"),
+        ({"type": "classifier"}, "give a reward function's name, or a section with `type: judge`"),
         ({"endpoint": "http://x/v1"}, "give a reward function's name, or a section with `type: judge`"),
     ],
 )

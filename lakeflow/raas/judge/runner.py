@@ -27,8 +27,8 @@ from lakeflow.raas.groups import Group
 from lakeflow.raas.judge.client import Judge, Verdict
 from lakeflow.raas.judge.config import JudgeConfig
 from lakeflow.raas.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
+from lakeflow.raas.scored import generate_admitted
 from lakeflow.raas.trajectory import Sampling
-from lakeflow.raas.workflows import NoRoom, error_group, generate_groups
 
 log = logging.getLogger(__name__)
 
@@ -81,15 +81,10 @@ class JudgeRunner:
 
     def _generate(self) -> None:
         queued, self._queued = self._queued, []
-        tasks = [t for _, t in queued]
-        started = time.monotonic()
-        made = generate_groups(tasks, self.engine, self.sampling)
-        share = (time.monotonic() - started) / len(tasks)  # each group's share of the call
-        for (key, task), completions in zip(queued, made, strict=True):
-            if isinstance(completions, NoRoom):
-                self._done.append(Group(key, error_group(completions, task.n_samples), share))
-            else:
-                self._groups.append(start_group(key, task, completions, share, self.sampling, self.max_chars))
+        done, generated = generate_admitted(queued, self.engine, self.sampling)
+        self._done += done
+        for g in generated:
+            self._groups.append(start_group(g.key, g.task, g.completions, g.seconds, self.sampling, self.max_chars))
 
     def _send_due(self) -> None:
         """Send the requests of every group due for a round: new ones, and held ones whose backoff has passed

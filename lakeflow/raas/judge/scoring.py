@@ -1,8 +1,9 @@
 """One generated group on its way to the judge: the rewards known without it, the requests it needs, the
 verdicts put on its samples, and its trajectories once every sample has one.
 
-Known without the judge (never sent): a completion cut off by max_new_tokens when `truncated_reward` is set
-(reason 'truncated'), an empty one (0, 'empty'), one over `reward_max_chars` (0, 'overlong'). Every other
+Known without the judge (never sent, `scored.known_reward`): a completion cut off by max_new_tokens when
+`truncated_reward` is set (reason 'truncated'), an empty one (0, 'empty'), one over `reward_max_chars` (0,
+'overlong'). Every other
 sample's reward is a verdict's score (reason 'judged'); its `extra.judge` holds the prompt's sha256, the
 prompt and the reply (each cut to `stored_chars`), the score, attempts and the reasons of failed ones.
 """
@@ -19,8 +20,8 @@ from lakeflow.raas.judge.client import Verdict
 from lakeflow.raas.judge.config import JudgeConfig
 from lakeflow.raas.judge.prompts import Messages, groupwise_messages, messages_sha256, pointwise_messages, shorten
 from lakeflow.raas.outcome import Reward
+from lakeflow.raas.scored import known_reward, scored_trajectories
 from lakeflow.raas.trajectory import Sampling, Trajectory, task_messages
-from lakeflow.raas.workflows import completion_trajectory
 
 _FAILURES_KEPT = 3  # reasons of failed attempts kept per sample, the latest
 _REASON_CHARS = 200
@@ -61,18 +62,8 @@ def start_group(
     key: str, task: Task, completions: list[Completion], generated_s: float, sampling: Sampling, max_chars: int
 ) -> JudgedGroup:
     """A generated group, with the rewards that need no judge already set."""
-    rewards = [_without_judge(c, sampling, max_chars) for c in completions]
+    rewards = [known_reward(c, sampling, max_chars) for c in completions]
     return JudgedGroup(key, task, completions, generated_s, rewards, [{} for _ in completions])
-
-
-def _without_judge(c: Completion, sampling: Sampling, max_chars: int) -> Reward | None:
-    if c.finish_reason == "length" and sampling.truncated_reward is not None:
-        return Reward(sampling.truncated_reward, "truncated")
-    if not c.text.strip():
-        return Reward(0.0, "empty")
-    if len(c.text) > max_chars:
-        return Reward(0.0, "overlong")
-    return None
 
 
 def task_text(task: Task) -> str:
@@ -121,9 +112,7 @@ def apply(group: JudgedGroup, ask: Ask, verdict: Verdict, config: JudgeConfig) -
 
 def trajectories(group: JudgedGroup, sampling: Sampling) -> list[Trajectory]:
     """The group's trajectories: every sample has its reward (`missing` is empty)."""
-    out = []
-    for c, r, record in zip(group.completions, group.rewards, group.records, strict=True):
-        if r is None:
-            raise ValueError(f"group {group.key} still lacks verdicts: {group.missing}")
-        out.append(completion_trajectory(c, r, sampling, {"judge": record} if record else None))
-    return out
+    if group.missing:
+        raise ValueError(f"group {group.key} still lacks verdicts: {group.missing}")
+    rewards = [r for r in group.rewards if r is not None]
+    return scored_trajectories(group.completions, rewards, group.records, sampling, "judge")
