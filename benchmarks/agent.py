@@ -124,15 +124,16 @@ def teach_tool_calls(model_dir: str, out_dir: str, turns: int = 3, steps: int = 
     return out_dir
 
 
-def _issue(store: Any, episodes: int, tag: str) -> None:
+def issue(store: Any, episodes: int, tag: str, prompt: str = PROMPT, answers: Sequence[str] = ()) -> None:
+    """`episodes` one-episode agent tasks for model 'policy' (the i-th answer `answers[i]`, else empty)."""
     now = datetime.now(UTC)
     for i in range(episodes):
         task = Task(
             task_id=f"{tag}{i:05d}",
             model_id="policy",
             prompt_id=f"p{i}",
-            prompt=PROMPT,
-            answer="",
+            prompt=prompt,
+            answer=answers[i] if answers else "",
             n_samples=1,
             task_type="agent",
             issued_at=now,
@@ -185,7 +186,7 @@ def _run(
     engine = None
     for setting, width in settings:
         store = open_store(str(work / f"lake-{setting}-{width}"))
-        _issue(store, episodes, f"{setting[0]}{width}-")
+        issue(store, episodes, f"{setting[0]}{width}-")
         section: dict[str, Any]
         if setting == "environment":
             section = {

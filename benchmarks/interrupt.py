@@ -32,10 +32,9 @@ from typing import Any
 import click
 import numpy as np
 
-from benchmarks.agent import Waiting, teach_tool_calls
+from benchmarks.agent import Waiting, issue, teach_tool_calls
 from lakeflow.bench import machine
 from lakeflow.io import Store, open_store
-from lakeflow.lake import tasks as lake_tasks
 from lakeflow.lake.tasks import Task
 
 SETTINGS = ("drain", "interrupt")
@@ -205,19 +204,7 @@ def _setting(
     from lakeflow.raas.service import RolloutService
 
     store = open_store(str(path))
-    now = datetime.now(UTC)
-    for i, n in enumerate(calls):
-        task = Task(
-            task_id=f"t{i:05d}",
-            model_id="policy",
-            prompt_id=f"p{i}",
-            prompt="Wait.",
-            answer=str(n),
-            n_samples=1,
-            task_type="agent",
-            issued_at=now,
-        )
-        lake_tasks.write_task(store, task)
+    issue(store, len(calls), "t", answers=[str(n) for n in calls])
     publisher = Publisher(store, *weights, period_s)
     service = RolloutService(store, "policy", config, engine=engine)
     publisher.start()

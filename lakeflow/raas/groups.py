@@ -21,6 +21,26 @@ class Group:
     dropped: str = ""
 
 
+class Admitted:
+    """The tasks admitted since the last `advance`, at most `room` of them: the admission half of the runners
+    that generate what was admitted in one engine call (`BatchRunner`, `RewardModelRunner`)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+        self._queued: list[tuple[str, Task]] = []
+
+    def can_admit(self, n_samples: int) -> bool:
+        return len(self._queued) < self.room
+
+    def add(self, key: str, task: Task) -> None:
+        self._queued.append((key, task))
+
+    def take(self) -> list[tuple[str, Task]]:
+        """The admitted tasks (key, task), emptying the queue."""
+        queued, self._queued = self._queued, []
+        return queued
+
+
 class GroupRunner(Protocol):
     def can_admit(self, n_samples: int) -> bool:
         """Room for one more group of `n_samples` episodes (always, when nothing is in flight)."""

@@ -26,7 +26,7 @@ from lakeflow.raas.agent.scheduler import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig, reward_function
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.groups import Group, GroupRunner
+from lakeflow.raas.groups import Admitted, Group, GroupRunner
 from lakeflow.raas.judge import JudgeConfig
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.reward_model import RewardModelConfig
@@ -35,25 +35,19 @@ from lakeflow.raas.trajectory import Sampling
 from lakeflow.raas.workflows import BatchWorkflow, batched
 
 
-class BatchRunner:
+class BatchRunner(Admitted):
     """Runs a batched workflow over the groups admitted since the last `advance`, all in one call."""
 
     def __init__(
         self, workflow: BatchWorkflow, engines: Mapping[str, Engine], config: RaasConfig, sampling: Sampling, room: int
     ):
-        self.workflow, self.engines, self.config, self.sampling, self.room = workflow, engines, config, sampling, room
-        self._queued: list[tuple[str, Task]] = []
-
-    def can_admit(self, n_samples: int) -> bool:
-        return len(self._queued) < self.room
-
-    def add(self, key: str, task: Task) -> None:
-        self._queued.append((key, task))
+        super().__init__(room)
+        self.workflow, self.engines, self.config, self.sampling = workflow, engines, config, sampling
 
     def advance(self, wait_s: float) -> list[Group]:
-        if not self._queued:
+        queued = self.take()
+        if not queued:
             return []
-        queued, self._queued = self._queued, []
         tasks = [t for _, t in queued]
         name = reward_function(self.config)
         rewards = [build_reward(t.task_type, self.config.reward_max_chars, name) for t in tasks]
@@ -63,7 +57,7 @@ class BatchRunner:
         return [Group(key, trajectories, seconds) for (key, _), trajectories in zip(queued, groups, strict=True)]
 
     def close(self) -> None:
-        self._queued = []
+        self.take()
 
 
 class EpisodeRunner:

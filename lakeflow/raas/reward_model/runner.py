@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import time
 
-from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.groups import Group
+from lakeflow.raas.groups import Admitted, Group
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.reward_model.scorer import RewardModel, Scored
 from lakeflow.raas.scored import Generated, generate_admitted, known_reward, scored_trajectories
@@ -29,24 +28,17 @@ log = logging.getLogger(__name__)
 REASON = "reward_model"  # extra.reward_reason of a sample the model scored, and the key of its record in extra
 
 
-class RewardModelRunner:
+class RewardModelRunner(Admitted):
     """Generates rlvr groups and has the reward model score them; see the module docstring for failures."""
 
     def __init__(self, engine: Engine, scorer: RewardModel, sampling: Sampling, batch_groups: int, max_chars: int):
-        self.engine, self.scorer, self.sampling = engine, scorer, sampling
-        self.room, self.max_chars = batch_groups, max_chars
-        self._queued: list[tuple[str, Task]] = []
-
-    def can_admit(self, n_samples: int) -> bool:
-        return len(self._queued) < self.room
-
-    def add(self, key: str, task: Task) -> None:
-        self._queued.append((key, task))
+        super().__init__(batch_groups)
+        self.engine, self.scorer, self.sampling, self.max_chars = engine, scorer, sampling, max_chars
 
     def advance(self, wait_s: float) -> list[Group]:
-        if not self._queued:
+        queued = self.take()
+        if not queued:
             return []
-        queued, self._queued = self._queued, []
         done, generated = generate_admitted(queued, self.engine, self.sampling)
         if not generated:
             return done
@@ -63,7 +55,7 @@ class RewardModelRunner:
 
     def close(self) -> None:
         self.scorer.close()
-        self._queued = []
+        self.take()
 
     # --- scoring ---------------------------------------------------------------------------
 
