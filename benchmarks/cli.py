@@ -35,7 +35,7 @@ SUMMARIES = {
     "step": "The trainer's scoring pass: every position vs the response only, fp32 vs bf16 autocast.",
     "loop": "The tiny job through the launcher beside a synchronous loop; the lake's share at paper scale.",
     "agent": "Episodes/s of one rollout service whose tool sleeps: many in flight vs one at a time.",
-    "interrupt": "weights_update drain vs interrupt: long-tailed agent episodes, a new version every period.",
+    "interrupt": "weights_update drain vs interrupt (whole turns, chunks): long-tailed agent episodes.",
     "autoscale": "The tiny job, rollout-bound, on a fixed small, fixed large and autoscaled pool.",
     "window": "The tiny job once per rollout commit window: shards per step against staleness.",
     "remote": "The tiny job with a far pool pulling from a mirror behind a shaped link.",

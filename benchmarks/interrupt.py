@@ -8,7 +8,8 @@ real `RolloutService` (workflow `agent`, weights followed from the lake) on its 
 tasks; a thread publishes the same weights plus noise too small to change a sample (a real new version
 every `period_s`, through the real publish and pull). With `drain` the service admits nothing once a newer
 version exists until the episodes in flight end; with `interrupt` it loads the version between two rounds
-and the episodes go on.
+and the episodes go on; `interrupt-chunks` is `interrupt` with `interrupt_chunk_tokens`, turns sampled
+`chunk_tokens` at a time, so a version can take over in the middle of a turn (the cost: more engine calls).
 
 Reported per setting: wall time, episodes/s, sampled tokens/s (every token the engine returned), the
 engine's busy fraction (time inside `generate` over the wall time), versions loaded, and the staleness of
@@ -37,7 +38,7 @@ from lakeflow.bench import machine
 from lakeflow.io import Store, open_store
 from lakeflow.lake.tasks import Task
 
-SETTINGS = ("drain", "interrupt")
+SETTINGS = ("drain", "interrupt", "interrupt-chunks")
 
 
 class LongTail(Waiting):
@@ -118,11 +119,12 @@ def run(
     alpha: float = 1.2,
     cap: int = 16,
     engine_type: str = "hf",
+    chunk_tokens: int = 8,
 ) -> dict[str, Any]:
-    """Both settings on the same tasks and engine (loaded once); see the module docstring."""
+    """The three settings on the same tasks and engine (loaded once); see the module docstring."""
     work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-interrupt-"))
     try:
-        return _run(work, episodes, concurrent, period_s, tool_s, alpha, cap, engine_type)
+        return _run(work, episodes, concurrent, period_s, tool_s, alpha, cap, engine_type, chunk_tokens)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -136,6 +138,7 @@ def _run(
     alpha: float,
     cap: int,
     engine_type: str,
+    chunk_tokens: int,
 ) -> dict[str, Any]:
     from lakeflow.models import resolve_model
     from lakeflow.raas.config import RaasConfig
@@ -162,7 +165,8 @@ def _run(
                 "seed": 0,
                 "commit_window_s": 0,
                 "cache_dir": str(work / f"cache-{setting}"),
-                "weights_update": setting,
+                "weights_update": setting.removesuffix("-chunks"),
+                "interrupt_chunk_tokens": chunk_tokens if setting.endswith("-chunks") else None,
                 "environment": {
                     "name": f"{__name__}:LongTail",
                     "args": {"tool_s": tool_s},
@@ -178,17 +182,19 @@ def _run(
     close = getattr(engine, "close", None)
     if close is not None:
         close()
-    drain, interrupt = results
+    drain, interrupt, chunks = results
     return {
         "engine": engine_type,
         "episodes": episodes,
         "concurrent": concurrent,
         "period_s": period_s,
         "tool_s": tool_s,
+        "chunk_tokens": chunk_tokens,
         "calls": {"alpha": alpha, "cap": cap, "mean": round(float(np.mean(calls)), 2), "max": max(calls)},
         "results": results,
         "interrupt_vs_drain_tokens_per_s": round(interrupt["tokens_per_s"] / drain["tokens_per_s"], 2),
         "interrupt_vs_drain_episodes_per_s": round(interrupt["episodes_per_s"] / drain["episodes_per_s"], 2),
+        "chunks_vs_interrupt_tokens_per_s": round(chunks["tokens_per_s"] / interrupt["tokens_per_s"], 2),
     }
 
 
@@ -268,7 +274,8 @@ def render(result: dict[str, Any]) -> str:
     )
     ratio = (
         f"interrupt / drain: tokens/s {result['interrupt_vs_drain_tokens_per_s']}x, "
-        f"episodes/s {result['interrupt_vs_drain_episodes_per_s']}x"
+        f"episodes/s {result['interrupt_vs_drain_episodes_per_s']}x; interrupt-chunks ({result['chunk_tokens']} "
+        f"tokens) / interrupt: tokens/s {result['chunks_vs_interrupt_tokens_per_s']}x"
     )
     return "\n".join([title, *text_table(head, rows, rule=True), ratio])
 
@@ -283,6 +290,9 @@ def render(result: dict[str, Any]) -> str:
 @click.option("--alpha", type=click.FloatRange(min=0.1), default=1.2, show_default=True, help="Pareto tail index.")
 @click.option("--cap", type=click.IntRange(min=1), default=16, show_default=True, help="Most calls per episode.")
 @click.option("--engine", type=click.Choice(["hf", "vllm"]), default="hf", show_default=True)
+@click.option(
+    "--chunk-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="interrupt-chunks' chunk size."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_interrupt(
     episodes: int,
@@ -292,10 +302,11 @@ def bench_interrupt(
     alpha: float,
     cap: int,
     engine: str,
+    chunk_tokens: int,
     as_json: bool,
 ) -> None:
-    """`weights_update: drain` beside `interrupt`: a long-tailed agent workload on the tiny model taught to
-    call a sleeping tool, a new weights version every `--period-s`, in one run."""
-    result = run(episodes, concurrent, period_s, tool_s, alpha, cap, engine)
+    """`weights_update: drain` beside `interrupt` (whole turns, and in chunks): a long-tailed agent workload on
+    the tiny model taught to call a sleeping tool, a new weights version every `--period-s`, in one run."""
+    result = run(episodes, concurrent, period_s, tool_s, alpha, cap, engine, chunk_tokens)
     result["machine"] = machine()
     click.echo(json.dumps(result, indent=1) if as_json else render(result))

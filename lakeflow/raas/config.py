@@ -205,6 +205,17 @@ class RaasConfig(StrictConfig):
             "(max_version its newest). Single-turn workflows generate whole groups in one step and never wait."
         ),
     )
+    interrupt_chunk_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "With weights_update: interrupt, an environment's episodes sample at most this many tokens of a turn "
+            "per round, so a newer version takes over in the middle of a turn, at a token boundary: the rest of "
+            "the turn is generated from its ids on the new weights, and `extra.token_versions` holds which "
+            "version sampled which tokens. Each chunk costs the engine one more prefill of the context. "
+            "None (default): versions change between turns only."
+        ),
+    )
     weights_options: dict[str, Any] = Field(
         default_factory=dict,
         description="fsspec storage options of weights_url, e.g. {endpoint_url: https://s3.eu-west-1.amazonaws.com}.",
@@ -243,6 +254,16 @@ class RaasConfig(StrictConfig):
             "OpenAI API) through the rollout service's gateway, instead of an `environment` (docs/gateway.md)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _chunks_interrupt(self) -> RaasConfig:
+        if self.interrupt_chunk_tokens is not None and (self.weights_update != "interrupt" or self.environment is None):
+            raise ValueError(
+                "interrupt_chunk_tokens splits the turns of an environment's episodes so that a new version can take "
+                "over mid-turn: it needs weights_update: interrupt and an `environment` section (leave it out "
+                "otherwise)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _agent_has_environment(self) -> RaasConfig:

@@ -109,7 +109,8 @@ def build_runner(
         scorer = RewardModel(config.reward)  # loaded once, on its device
         return RewardModelRunner(engines[own], scorer, sampling, config.batch_groups, config.reward_max_chars)
     if config.workflow == "agent" and config.environment is not None:
-        return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling, stamp))
+        chunk = config.interrupt_chunk_tokens
+        return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling, stamp, chunk))
     if config.workflow == "agent" and config.agent is not None:
         # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
         from lakeflow.raas.gateway.runner import GatewayRunner

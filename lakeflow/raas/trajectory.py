@@ -116,9 +116,12 @@ def sample_row(
 
 
 def turn_versions(extra: Mapping[str, Any], claimed: int) -> tuple[int, int]:
-    """The oldest and newest weights version of a trajectory's trained tokens: `claimed` unless its turns
-    were stamped (`turn_versions`, weights_update: interrupt). A per-turn sample (`turn` with `segment`)
-    trains its own turn only, so its turn's version is both."""
+    """The oldest and newest weights version of a trajectory's trained tokens: `claimed` unless its tokens
+    were stamped (weights_update: interrupt): the runs of `token_versions` (its own tokens, per-turn samples
+    included), else `turn_versions`, of which a per-turn sample (`turn` with `segment`) trains its own turn."""
+    runs = extra.get("token_versions")
+    if isinstance(runs, list) and runs and all(_is_run(r) for r in runs):
+        return min(r[1] for r in runs), max(r[1] for r in runs)
     stamped = extra.get("turn_versions")
     if not isinstance(stamped, list) or not stamped or not all(isinstance(v, int) for v in stamped):
         return claimed, claimed
@@ -126,3 +129,8 @@ def turn_versions(extra: Mapping[str, Any], claimed: int) -> tuple[int, int]:
     if "segment" in extra and isinstance(turn, int) and 0 <= turn < len(stamped):
         return stamped[turn], stamped[turn]
     return min(stamped), max(stamped)
+
+
+def _is_run(run: object) -> bool:
+    """[response offset, version]: two ints (bools are not)."""
+    return isinstance(run, list) and len(run) == 2 and all(type(x) is int for x in run)

@@ -180,6 +180,17 @@ class TrainerConfig(StrictConfig):
     max_tokens_per_microbatch: int = Field(
         8192, ge=1, description="Padded tokens (rows x longest row) per forward/backward; gradients accumulate."
     )
+    mismatch_versions: int = Field(
+        1,
+        ge=0,
+        le=8,
+        description=(
+            "Past versions whose weights the trainer keeps (one copy of the parameters each, in memory) to measure "
+            "the engine-trainer mismatch of rows they generated: one forward without gradient over the first "
+            "microbatch's rows of each, per step. 0: only rows of the weights the step starts from are measured "
+            "(free; none at all in a run whose batches are always a version behind). Not under torchrun."
+        ),
+    )
     overlap_io: bool = Field(
         True,
         description="Read the next batch while training, and hand each version's writes to the writer (else both "

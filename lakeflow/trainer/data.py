@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,7 +37,7 @@ from lakeflow.trainer.losses import batch_normalize, group_advantages
 
 log = logging.getLogger("lakeflow.trainer.data")
 
-PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask"]
+PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask", "max_version"]
 PAYLOAD_SCHEMA = pa.schema([SAMPLE_SCHEMA.field(n) for n in PAYLOAD])
 
 
@@ -51,7 +52,8 @@ class StepBatch:
     advantages: torch.Tensor  # [B] float32; [B, T] per token when the batch object carries turn credit
     rewards: torch.Tensor  # [B] float32
     lengths: torch.Tensor  # [B] int64, real tokens per row
-    versions: torch.Tensor  # [B] int64, the weights version that generated the row (policy_version)
+    versions: torch.Tensor  # [B] int64, the weights version that generated the row (policy_version: its oldest)
+    max_versions: torch.Tensor  # [B] int64, the newest version that sampled a token of the row (max_version)
 
     @property
     def rows(self) -> int:
@@ -79,6 +81,7 @@ class StepBatch:
             self.rewards[index],
             self.lengths[index],
             self.versions[index],
+            self.max_versions[index],
         )
 
 
@@ -122,7 +125,7 @@ def read_payload(
             if isinstance(part, str):
                 for i in positions:
                     refused[i] = part
-                empty = {n: pa.array([[]] * len(positions), PAYLOAD_SCHEMA.field(n).type) for n in PAYLOAD}
+                empty = {n: _empty(PAYLOAD_SCHEMA.field(n).type, len(positions)) for n in PAYLOAD}
                 part = pa.table(empty, schema=PAYLOAD_SCHEMA)
             parts.append(part)
             order += positions
@@ -143,6 +146,12 @@ def read_payload(
         for i in np.flatnonzero(rows):
             refused[i] = refused[i] or reason
     return payload, refused
+
+
+def _empty(kind: pa.DataType, rows: int) -> pa.Array:
+    """Placeholder values of a refused row: empty lists, zeros."""
+    values: list[Any] = [[]] * rows if pa.types.is_list(kind) else [0] * rows
+    return pa.array(values, kind)
 
 
 def build_batch(
@@ -190,8 +199,17 @@ def build_batch(
     if "turn_advantages" in batch.column_names and batch.column("turn_advantages").null_count < n:
         adv = stored_advantages(batch, adv, [len(p) for p in prompts], [len(r) for r in responses], width)
     versions = torch.tensor(batch.column("policy_version").to_pylist(), dtype=torch.int64)
+    newest = payload.column("max_version").to_pylist() if "max_version" in payload.column_names else versions.tolist()
     return StepBatch(
-        input_ids, attention, mask, old_logp, adv, reward, torch.tensor(lengths, dtype=torch.int64), versions
+        input_ids,
+        attention,
+        mask,
+        old_logp,
+        adv,
+        reward,
+        torch.tensor(lengths, dtype=torch.int64),
+        versions,
+        torch.tensor(newest, dtype=torch.int64),
     )
 
 

@@ -31,6 +31,7 @@ from lakeflow.trainer.data import StepBatch, load_batch
 from lakeflow.trainer.lease import TrainerLease
 from lakeflow.trainer.losses import build_loss
 from lakeflow.trainer.memory import StepMemory
+from lakeflow.trainer.mismatch import PastWeights
 from lakeflow.trainer.model import (
     checkpoint_activations,
     config_dtype,
@@ -138,7 +139,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=c.lr, betas=c.betas, weight_decay=c.weight_decay)
         reference = self._load_reference() if c.kl.coef > 0 else None
         objective = build_loss(c.loss, c.kl)
-        self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world)
+        past = PastWeights(c.mismatch_versions) if self.world is None else None  # (FSDP2: not kept)
+        self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world, past)
         if self.version == 0:  # fresh moments are version 0's: a checkpoint like any other
             fresh = self._checkpoint_state()  # under torchrun a collective: every rank takes part
             if self.lead:

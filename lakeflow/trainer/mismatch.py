@@ -6,13 +6,19 @@ differently (bf16 kernels against an fp32 forward, another attention kernel, ano
 ratio pi_theta / pi_behaviour is off even on tokens the policy never moved, and the update trains that
 noise as if it were a policy change. It is measured for free on the rows of a batch that were generated
 with the weights the step starts from (`policy_version` equal to the trainer's version): the step's first
-forward, before any optimizer update, is then the behaviour policy's own. Rows of older versions would need
-a forward with the old weights, which the trainer does not keep: they are not counted.
+forward, before any optimizer update, is then the behaviour policy's own. Rows of older versions (an
+asynchronous run trains on rows one or more versions behind) are measured with the weights of their version,
+which the trainer keeps for its last `mismatch_versions` versions (`PastWeights`: one copy of the parameters
+each), by one extra forward without gradient over the first microbatch's rows of those versions. A row whose
+tokens were sampled by more than one version (weights_update: interrupt) is not counted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -49,3 +55,37 @@ class Mismatch:
         out["mismatch_p99"] = tops[1]
         out.update({name: over / sums[0] for name, over in zip(THRESHOLDS, sums[2:], strict=True)})
         return out
+
+
+class PastWeights:
+    """Copies of the parameters the trainer held at its last `keep` versions, on their device."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._by_version: dict[int, dict[str, torch.Tensor]] = {}
+
+    @property
+    def versions(self) -> list[int]:
+        return sorted(self._by_version)
+
+    def remember(self, model: Any, version: int) -> None:
+        """Copy the parameters `model` holds as weights `version`, forgetting all but the newest `keep`."""
+        if self.keep < 1 or version in self._by_version:
+            return
+        with torch.no_grad():
+            self._by_version[version] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        for old in self.versions[: -self.keep]:
+            del self._by_version[old]
+
+    @contextlib.contextmanager
+    def holding(self, model: Any, version: int) -> Iterator[None]:
+        """`model` computes with the parameters of `version` inside the block (its own are put back after)."""
+        params = dict(model.named_parameters())
+        own = {n: p.data for n, p in params.items()}
+        try:
+            for n, p in params.items():
+                p.data = self._by_version[version][n]
+            yield
+        finally:
+            for n, p in params.items():
+                p.data = own[n]

@@ -19,7 +19,7 @@ from lakeflow.trainer.config import TrainerConfig, loss_correction
 from lakeflow.trainer.data import StepBatch, microbatches, minibatches
 from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, Objective, diagnostics
-from lakeflow.trainer.mismatch import Mismatch
+from lakeflow.trainer.mismatch import Mismatch, PastWeights
 from lakeflow.trainer.model import compute_precision, first_scored, token_logprobs, token_logprobs_entropy
 
 
@@ -38,6 +38,7 @@ class StepParts:
     device: str = "cpu"
     reference: Any = None  # frozen version 0 for the KL term, or None
     world: distributed.World | None = None  # set under torchrun
+    past: PastWeights | None = None  # the weights of past versions, for the mismatch of off-policy rows
 
 
 def train_step(
@@ -52,9 +53,10 @@ def train_step(
     `should_stop` is asked before each minibatch (Stopped: the step is abandoned, with the weights of
     the minibatches already stepped; the caller discards them). `before_update` runs right before each
     optimizer step: the publisher waits there for its copy of the previous version's state. `version`: the
-    weights version the model holds, whose rows' engine-trainer mismatch the first minibatch measures
-    (`mismatch.py`; None: not measured). Returns the loss, the largest gradient norm, the token means of the
-    objective's sums and the mismatch.
+    weights version the model holds, whose rows' engine-trainer mismatch the first minibatch measures, with
+    the rows of the past versions `parts.past` keeps in its first microbatch (`mismatch.py`; None: not
+    measured). Returns the loss, the largest gradient norm, the token means of the objective's sums and the
+    mismatch.
 
     A loss with a mismatch correction gets the proximal logprobs, those of the weights the step starts from:
     with one minibatch the forward that trains it is before the update and gives them; with more, every
@@ -70,6 +72,9 @@ def train_step(
     groups = minibatches(batch.rows, c.minibatches)
     correcting = loss_correction(c.loss).type != "none"
     prox = _proximal(parts, batch, groups) if correcting and len(groups) > 1 else None
+    if version is not None and parts.past is not None and world is None and groups:
+        _past_mismatch(parts, batch, groups[0], mismatch, version)
+        parts.past.remember(parts.model, version)  # before this step's update: the weights of `version`
     for i, rows in enumerate(groups):
         stop = should_stop()
         if distributed.any_rank(stop) if world else stop:
@@ -116,6 +121,24 @@ def _accumulate(
         for name, value in {**out.sums, **diagnostics(inputs, entropy)}.items():
             sums[name] = sums.get(name, 0.0) + value * weight
     return total
+
+
+def _past_mismatch(parts: StepParts, batch: StepBatch, rows: list[int], mismatch: Mismatch, version: int) -> None:
+    """The mismatch of the rows of the first microbatch of `rows` that a past version kept in `parts.past`
+    generated whole: one forward without gradient per version, under that version's weights."""
+    assert parts.past is not None
+    c = parts.config
+    first, *_ = microbatches(batch, rows, c.max_tokens_per_microbatch)
+    part = batch.select(first)
+    for v in parts.past.versions:
+        whole = (part.versions == v) & (part.max_versions == v)
+        if v == version or not whole.any():
+            continue
+        sub = part.select(torch.nonzero(whole).flatten().tolist()).to(parts.device)
+        start = first_scored(sub.mask)
+        with torch.no_grad(), parts.past.holding(parts.model, v), compute_precision(parts.device, c.autocast):
+            logp = token_logprobs(parts.model, sub.input_ids, sub.attention_mask, c.temperature, start)
+        mismatch.add(logp, sub.old_logp, sub.mask, torch.ones(sub.rows, dtype=torch.bool))
 
 
 def _share(parts: StepParts, batch: StepBatch, rows: list[int]) -> Iterator[tuple[list[int], float]]:

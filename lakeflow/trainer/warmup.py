@@ -59,7 +59,7 @@ def pad(rows: Sequence[tuple[list[int], list[int]]], pad_id: int) -> StepBatch:
     zeros = torch.zeros(len(rows), dtype=torch.float32)
     lengths = torch.tensor([len(ids) for ids, _ in rows], dtype=torch.int64)
     versions = torch.full((len(rows),), -1, dtype=torch.int64)
-    return StepBatch(input_ids, attention, mask, torch.zeros_like(mask), zeros, zeros, lengths, versions)
+    return StepBatch(input_ids, attention, mask, torch.zeros_like(mask), zeros, zeros, lengths, versions, versions)
 
 
 def warm_up(model: Any, tokenizer: Any, config: TrainerConfig, device: str) -> list[float]:

@@ -15,13 +15,13 @@ def test_call_counts_are_heavy_tailed_and_capped() -> None:
 
 
 @pytest.mark.slow
-def test_both_settings_run_and_only_interrupt_mixes_versions() -> None:
-    result = run(episodes=3, concurrent=2, period_s=0.2, tool_s=0.0, cap=3)
-    drain, interrupt = result["results"]
-    assert (drain["setting"], interrupt["setting"]) == ("drain", "interrupt")
-    for r in (drain, interrupt):
+def test_every_setting_runs_and_only_interrupt_mixes_versions() -> None:
+    result = run(episodes=3, concurrent=2, period_s=0.2, tool_s=0.0, cap=3, chunk_tokens=4)
+    drain, interrupt, chunks = result["results"]
+    assert [r["setting"] for r in result["results"]] == ["drain", "interrupt", "interrupt-chunks"]
+    for r in (drain, interrupt, chunks):
         assert r["episodes"] == r["samples"] == 3 and r["tokens_per_s"] > 0 and 0 < r["engine_busy"] <= 1
         assert sum(r["staleness"].values()) == 3 and r["versions_published"] >= 1
     assert drain["mixed_samples"] == 0  # drain never changes weights under an episode
-    assert result["interrupt_vs_drain_tokens_per_s"] > 0
+    assert result["interrupt_vs_drain_tokens_per_s"] > 0 and result["chunks_vs_interrupt_tokens_per_s"] > 0
     assert "interrupt / drain" in render(result)

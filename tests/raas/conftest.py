@@ -21,6 +21,24 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return resolve_model("tiny:raas-test", tmp_path_factory.mktemp("models"))
 
 
+@pytest.fixture(scope="session")
+def tiny_v1_dir(tiny_dir: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiny model with noise on every weight, same config: a newer version engines reload in place."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path_factory.mktemp("tiny-v1")
+    shutil.copytree(tiny_dir, out, dirs_exist_ok=True)
+    generator = torch.Generator().manual_seed(1)
+    for path in out.glob("*.safetensors"):
+        state = load_file(path)
+        noisy = {k: v + 0.05 * torch.randn(v.shape, generator=generator).to(v.dtype) for k, v in state.items()}
+        save_file(noisy, path, metadata={"format": "pt"})
+    return str(out)
+
+
 def publish_dir(store: Store, model_id: str, path: str) -> State:
     """What `lakeflow weights publish --model M PATH` does; returns the published state."""
     state, files = read_source(path)

@@ -14,6 +14,7 @@ import torch
 from lakeflow.trainer.config import TrainerConfig
 from lakeflow.trainer.data import StepBatch
 from lakeflow.trainer.losses import LossInputs, build_loss
+from lakeflow.trainer.mismatch import PastWeights
 from lakeflow.trainer.model import first_scored, token_logprobs
 from lakeflow.trainer.step import StepParts, Stopped, train_step
 
@@ -43,7 +44,8 @@ def batch(advantages: torch.Tensor | None = None, rows: int = 6, width: int = 9)
     if advantages is None:
         advantages = torch.randn(rows, generator=g)
     versions = torch.zeros(rows, dtype=torch.int64)
-    return StepBatch(ids, attention, mask, old_logp, advantages, torch.rand(rows, generator=g), lengths, versions)
+    rewards = torch.rand(rows, generator=g)
+    return StepBatch(ids, attention, mask, old_logp, advantages, rewards, lengths, versions, versions.clone())
 
 
 def parts(reference: bool = False, **config: Any) -> StepParts:
@@ -120,6 +122,31 @@ def test_the_first_minibatch_measures_the_engine_trainer_mismatch_of_its_on_poli
     assert (metrics["mismatch_over_0_1"], metrics["mismatch_over_1"]) == (1.0, 0.0)
     assert not any(k.startswith("mismatch") for k in train_step(parts(), batch(), version=7))  # no row of 7
     assert not any(k.startswith("mismatch") for k in train_step(parts(), batch()))  # not asked
+
+
+def test_rows_of_a_past_version_are_measured_under_that_versions_weights() -> None:
+    """An asynchronous run trains rows a version behind: the trainer keeps version 3's weights and measures
+    its rows under them at step 4; a row that version 4 also sampled (interrupt) is not counted."""
+    p = parts()
+    p.past = PastWeights(1)
+    b = batch()
+    with torch.no_grad():
+        v3 = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    b.old_logp = (v3 - 0.25) * b.mask  # the engine's logprobs under version 3: 0.25 nats below the trainer's
+    b.versions = b.max_versions = torch.full((6,), 3)
+    train_step(p, b, version=3)  # on-policy; remembers version 3, then moves the weights
+    with torch.no_grad():
+        v4 = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    assert float((v4 - v3).abs().max()) > 1e-2  # the current weights would measure something else
+    b.max_versions = torch.tensor([3, 3, 3, 3, 3, 4])  # row 5: begun by version 3, finished by version 4
+    own = [q.data_ptr() for q in p.model.parameters()]
+    metrics = train_step(p, b, version=4)
+    assert metrics["mismatch_tokens"] == float(b.mask[:5].sum())
+    assert abs(metrics["mismatch_mean"] - 0.25) < 1e-4 and abs(metrics["mismatch_max"] - 0.25) < 1e-4
+    assert [q.data_ptr() for q in p.model.parameters()] == own  # the model trained its own weights, put back
+    assert p.past.versions == [4]  # the newest kept
+    p.past = PastWeights(0)
+    assert not any(k.startswith("mismatch") for k in train_step(p, b, version=5))  # none kept: not measured
 
 
 def _recording(p: StepParts) -> list[LossInputs]:

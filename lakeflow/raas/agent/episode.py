@@ -11,6 +11,10 @@ next turn is generated from the ids. A template that rewrites earlier turns (the
 ends the episode with the reason `template_rewrites_history`: such templates need
 `per_turn_samples`, where each turn is its own sample whose prompt is the template's rendering of
 the whole conversation so far.
+
+A turn may be sampled in chunks (`weights_update: interrupt` with `interrupt_chunk_tokens`): each chunk
+is appended to the turn in progress, and the next chunk is generated from the ids so far, perhaps on
+newer weights. `token_versions` records, as runs, which weights version sampled which tokens.
 """
 
 from __future__ import annotations
@@ -85,7 +89,10 @@ class Episode:
     turn_rewards: list[float | None] = field(default_factory=list)
     turn_ends: list[int] = field(default_factory=list)  # response offset after each turn's sampled tokens
     turn_obs: list[str] = field(default_factory=list)  # hash of the observation each turn answered
-    turn_versions: list[int] = field(default_factory=list)  # weights version of each turn (weights_update: interrupt)
+    turn_versions: list[int] = field(default_factory=list)  # version of each turn's first token (interrupt)
+    token_versions: list[list[int]] = field(default_factory=list)  # [response offset, version] where each run starts
+    partial_ids: list[int] = field(default_factory=list)  # the turn being sampled in chunks: its tokens so far
+    partial_logprobs: list[float] = field(default_factory=list)
     done_turns: list[Trajectory] = field(default_factory=list)  # per_turn_samples: one per finished turn
     error: str = ""
 
@@ -94,29 +101,39 @@ class Episode:
         return [t.schema() for t in self.tools] or None
 
     def context(self) -> list[int]:
-        """The ids the next turn is generated from."""
-        return self.prompt_ids + self.response_ids
+        """The ids the next turn (or the next chunk of this one) is generated from."""
+        return self.prompt_ids + self.response_ids + self.partial_ids
 
     def room(self, max_new_tokens: int) -> int:
-        """Tokens the next turn may sample (< 1: none)."""
-        return min(max_new_tokens, self.limit - len(self.context()))
+        """Tokens the turn in progress may still sample (< 1: none)."""
+        return min(max_new_tokens - len(self.partial_ids), self.limit - len(self.context()))
 
     def finish(self, end: str, error: str = "") -> None:
         self.end, self.error = end, error
 
-    def sampled(self, c: Completion, cut_by_limit: bool, version: int | None = None) -> None:
-        """Append a sampled turn verbatim (loss_mask 1, its logprobs), with where it ends, what it answered and
-        (when given) the weights version that sampled it."""
-        self.turn_obs.append(observation_hash(self.messages))
+    def add_chunk(self, c: Completion, version: int | None = None) -> None:
+        """Append sampled tokens verbatim to the turn in progress, with (when given) the weights version that
+        sampled them."""
         if version is not None:
-            self.turn_versions.append(version)
-        self.response_ids += c.token_ids
+            if not self.partial_ids:
+                self.turn_versions.append(version)
+            if not self.token_versions or self.token_versions[-1][1] != version:
+                self.token_versions.append([len(self.response_ids) + len(self.partial_ids), version])
+        self.partial_ids += c.token_ids
+        self.partial_logprobs += c.logprobs
+
+    def end_turn(self, text: str, finish_reason: str, cut_by_limit: bool) -> None:
+        """Close the turn in progress (loss_mask 1 on its tokens, their logprobs), with where it ends, what it
+        answered, its decoded `text` and why sampling stopped."""
+        self.turn_obs.append(observation_hash(self.messages))
+        self.response_ids += self.partial_ids
         self.turn_ends.append(len(self.response_ids))
-        self.logprobs += c.logprobs
-        self.mask += [1] * len(c.token_ids)
+        self.logprobs += self.partial_logprobs
+        self.mask += [1] * len(self.partial_ids)
+        self.partial_ids, self.partial_logprobs = [], []
         self.turns += 1
-        self.turn_finish = c.finish_reason
-        self.messages.append({"role": "assistant", "content": c.text})
+        self.turn_finish = finish_reason
+        self.messages.append({"role": "assistant", "content": text})
         if cut_by_limit:
             self.finish(self.limit_reason)
 
@@ -155,6 +172,7 @@ class Episode:
             if len(prompt) >= self.limit:
                 return self.finish(self.limit_reason)
             self.prompt_ids, self.response_ids, self.logprobs, self.mask = prompt, [], [], []
+            self.token_versions = []  # the next turn's runs start over with its response
             return None
         glue = glue_tokens(engine, history, text, sampled, new, self.schemas)
         if glue is None:
@@ -167,7 +185,9 @@ class Episode:
         return None
 
     def _turn_sample(self, sampling: Sampling) -> Trajectory:
-        info = {"turn": self.turns - 1, "temperature": sampling.temperature}
+        info: dict[str, Any] = {"turn": self.turns - 1, "temperature": sampling.temperature}
+        if self.token_versions:
+            info["token_versions"] = [list(run) for run in self.token_versions]
         ids, lps, mask = list(self.response_ids), list(self.logprobs), list(self.mask)
         return Trajectory(POLICY, "", list(self.prompt_ids), ids, lps, mask, 0.0, self.turn_finish, info)
 
@@ -189,6 +209,7 @@ class Episode:
         }
         if self.turn_versions:
             info["turn_versions"] = self.turn_versions
+            info["token_versions"] = self.token_versions
         if self.error:
             info["error"] = self.error
         return info
@@ -209,6 +230,8 @@ class Episode:
         for i, t in enumerate(self.done_turns):
             last = i == len(self.done_turns) - 1
             turn_extra = {**extra, "turn": i, "segment": i, "segments": len(self.done_turns)}
+            if "token_versions" in t.extra:  # the runs of its own turn
+                turn_extra["token_versions"] = t.extra["token_versions"]
             out.append(
                 Trajectory(
                     POLICY,

@@ -7,6 +7,11 @@ tool calls and the environment's answer then run in a thread pool, so tools of d
 overlap and an episode whose tool is slow holds no other; when nothing waits for the engine, the
 round waits for the first tools to finish. The tokens of observations are built on the calling
 thread (tokenizers are not shared across threads). A group is returned when all its episodes ended.
+
+With `chunk_tokens` (`weights_update: interrupt` with `interrupt_chunk_tokens`), a round samples at
+most that many tokens of each turn; a turn that has room left goes on in the next round from its ids,
+so weights loaded between two rounds take over in the middle of a turn (at a token boundary), and
+each chunk is stamped with the version that sampled it.
 """
 
 from __future__ import annotations
@@ -68,11 +73,13 @@ class EpisodeScheduler:
         sampling: Sampling,
         parser: ToolParser,
         version: Callable[[], int | None] | None = None,
+        chunk_tokens: int | None = None,
     ) -> None:
-        """`version`: the engine's weights version, stamped on each turn (weights that may change between
-        rounds: `weights_update: interrupt`); None stamps nothing."""
+        """`version`: the engine's weights version, stamped on each chunk of each turn (weights that may change
+        between rounds: `weights_update: interrupt`); None stamps nothing. `chunk_tokens`: most tokens of a
+        turn sampled in one round (None: whole turns)."""
         self.engine, self.factory, self.config, self.sampling, self.parser = engine, factory, config, sampling, parser
-        self.version = version
+        self.version, self.chunk_tokens = version, chunk_tokens
         self._pool = ThreadPoolExecutor(config.max_concurrent_episodes, thread_name_prefix="lakeflow-agent")
         self._groups: dict[Hashable, _Group] = {}
         self._owner: dict[int, _Group] = {}  # id(episode) -> its group
@@ -185,14 +192,20 @@ class EpisodeScheduler:
                 e.finish(e.limit_reason)
                 self._ended(e)
             else:
-                budgets.setdefault(room, []).append(e)
+                budgets.setdefault(min(room, self.chunk_tokens or room), []).append(e)
         version = self.version() if self.version is not None else None  # weights change between rounds only
         for max_tokens, batch in budgets.items():
             results = self.engine.generate([e.context() for e in batch], 1, max_tokens, self.sampling.temperature)
             for e, (c, *_) in zip(batch, results, strict=True):
-                cut = c.finish_reason == "length" and max_tokens < self.sampling.max_tokens
-                e.sampled(c, cut_by_limit=cut, version=version)
-                self._acting[self._pool.submit(self._act, e, c.text)] = e
+                whole = len(e.partial_ids) == 0  # the turn is this one chunk so far
+                e.add_chunk(c, version)
+                if c.finish_reason == "length" and e.room(self.sampling.max_tokens) >= 1:
+                    self._ready.append(e)  # a chunk ended, not the turn: it goes on next round
+                    continue
+                sampled = len(e.partial_ids)
+                text = c.text if whole else self.engine.decode(e.partial_ids)
+                e.end_turn(text, c.finish_reason, c.finish_reason == "length" and sampled < self.sampling.max_tokens)
+                self._acting[self._pool.submit(self._act, e, text)] = e
 
     def _act(self, episode: Episode, text: str) -> _Acted:
         """On a pool thread: parse the turn's calls, run them within their limits, let the environment answer."""

@@ -24,11 +24,14 @@ def agent_scheduler(
     environment: EnvironmentConfig,
     sampling: Sampling,
     version: Callable[[], int | None] | None = None,
+    chunk_tokens: int | None = None,
 ) -> EpisodeScheduler:
     """A scheduler for the configured environment and tool parser (both resolved by name); `version`, where
-    weights change between turns, stamps each turn with the engine's version."""
+    weights change between rounds, stamps each turn's tokens with the engine's version; `chunk_tokens`
+    bounds the tokens of a turn sampled in one round (None: whole turns)."""
+    parser = build_tool_parser(environment)
     return EpisodeScheduler(
-        engine, build_environment(environment), environment, sampling, build_tool_parser(environment), version
+        engine, build_environment(environment), environment, sampling, parser, version, chunk_tokens
     )
 
 

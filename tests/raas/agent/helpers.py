@@ -152,26 +152,73 @@ class Chatter:
         return Reward(0.5, "played")
 
 
+def play_across_versions(
+    engine: Any, v1_dir: str, sampling: Any, chunk_tokens: int, switch_after: int = 2
+) -> list[Any]:
+    """A group of three `Chatter` episodes on `engine` (holding version 0) whose turns are sampled in chunks
+    of `chunk_tokens`; after `switch_after` rounds the engine loads `v1_dir` as version 1, between two
+    rounds, as a rollout service with `weights_update: interrupt` does. Returns the group's trajectories."""
+    from lakeflow.raas.agent.config import EnvironmentConfig
+    from lakeflow.raas.agent.workflow import agent_scheduler
+
+    version = [0]
+    config = EnvironmentConfig(name="tests.raas.agent.helpers:Chatter", args={"turns": 3})
+    scheduler = agent_scheduler(engine, config, sampling, lambda: version[0], chunk_tokens)
+    try:
+        scheduler.add("g", make_task(3))
+        finished, rounds = [], 0
+        while not finished:
+            finished += scheduler.advance()
+            rounds += 1
+            if rounds == switch_after:
+                engine.load(v1_dir)
+                version[0] = 1
+    finally:
+        scheduler.close()
+    return finished[0].trajectories
+
+
+def switched_mid_turn(t: Any) -> bool:
+    """Whether a version took over in the middle of a turn: a run starts right after a sampled token."""
+    return any(start > 0 and t.loss_mask[start - 1] == 1 for start, _ in t.extra["token_versions"][1:])
+
+
 def check_trainer_reproduces(
-    model_dir: str, trajectories: Sequence[Any], temperature: float, observations: bool = True
+    model_dir: str | Mapping[int, str], trajectories: Sequence[Any], temperature: float, observations: bool = True
 ) -> float:
     """The trainer's forward over each stored context reproduces the engine's logprob of every sampled
     token (fp32); every token the model did not sample has loss_mask 0 and logprob 0.0 (`observations`:
-    each trajectory must have some). Returns the largest absolute difference."""
+    each trajectory must have some). `model_dir` may map weights versions to directories: each token is
+    then scored by the version its sample's `extra.token_versions` says sampled it. Returns the largest
+    absolute difference."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from lakeflow.trainer.model import token_logprobs
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    dirs = dict(model_dir) if isinstance(model_dir, Mapping) else {-1: model_dir}
+    models = {v: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval() for v, d in dirs.items()}
     worst = 0.0
     for t in trajectories:
         ids = torch.tensor([t.prompt_ids + t.response_ids])
-        with torch.inference_mode():
-            lp = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(t.prompt_ids) :]
         mask = torch.tensor(t.loss_mask, dtype=torch.bool)
         stored = torch.tensor(t.response_logprobs)
         assert mask.any() and ((~mask).any() or not observations)  # sampled turns (and observations) present
         assert (stored[~mask] == 0.0).all()
-        worst = max(worst, float((lp[mask] - stored[mask]).abs().max()))
+        owner = torch.tensor(token_owners(t.extra, len(t.response_ids)) if -1 not in dirs else [-1] * len(mask))
+        assert set(owner[mask].tolist()) <= set(models), "a token was sampled by a version not given"
+        for version, model in models.items():
+            scored = mask & (owner == version)
+            if scored.any():
+                with torch.inference_mode():
+                    lp = token_logprobs(model, ids, torch.ones_like(ids), temperature)[0, len(t.prompt_ids) :]
+                worst = max(worst, float((lp[scored] - stored[scored]).abs().max()))
     return worst
+
+
+def token_owners(extra: Mapping[str, Any], n: int) -> list[int]:
+    """The weights version of each of a sample's `n` response positions, from its `token_versions` runs."""
+    runs = extra["token_versions"]
+    assert runs[0][0] == 0 and [r[0] for r in runs] == sorted(r[0] for r in runs)
+    ends = [r[0] for r in runs[1:]] + [n]
+    return [v for (start, v), end in zip(runs, ends, strict=True) for _ in range(end - start)]

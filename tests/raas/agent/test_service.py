@@ -198,6 +198,21 @@ def test_interrupt_loads_new_weights_between_turns_and_stamps_each_turn(
     service.close()
 
 
+def test_interrupt_chunks_reach_the_scheduler_and_need_interrupt_and_an_environment(
+    tmp_path: Any, tok: Any, lake: tuple[Store, State]
+) -> None:
+    store, _ = lake
+    config = _cfg(tmp_path, weights_update="interrupt", interrupt_chunk_tokens=16)
+    service = RolloutService(store, "policy", config, engine=Loaded(tok, _reply))
+    assert service.runner.scheduler.chunk_tokens == 16  # type: ignore[attr-defined]
+    service.close()
+    for bad in ({}, {"weights_update": "drain"}):
+        with pytest.raises(ValueError, match=r"interrupt_chunk_tokens .* needs weights_update: interrupt"):
+            _cfg(tmp_path, interrupt_chunk_tokens=16, **bad)
+    with pytest.raises(ValueError, match="an `environment` section"):
+        raas_config(tmp_path, weights_update="interrupt", interrupt_chunk_tokens=16)
+
+
 @pytest.mark.parametrize(
     ("extra", "stamped"),
     [
@@ -206,6 +221,9 @@ def test_interrupt_loads_new_weights_between_turns_and_stamps_each_turn(
         ({"turn_versions": [3, 4, 4], "turn": 1, "segment": 1, "segments": 3}, (4, 4)),  # a per-turn sample
         ({"turn_versions": [4, 5], "segment": 1, "turns": 2}, (4, 5)),  # a gateway segment: its own turns
         ({"turn_versions": "garbage"}, (3, 3)),
+        ({"turn_versions": [3, 4], "token_versions": [[0, 3], [5, 4]]}, (3, 4)),  # runs of tokens
+        ({"turn_versions": [3, 4, 4], "turn": 1, "segment": 1, "token_versions": [[0, 3], [2, 4]]}, (3, 4)),
+        ({"turn_versions": [3, 4], "token_versions": [[0, True]]}, (3, 4)),  # bad runs: the turns'
     ],
 )
 def test_a_sample_is_stamped_with_its_oldest_and_newest_turn(extra: dict[str, Any], stamped: tuple[int, int]) -> None:
