@@ -5,8 +5,9 @@ from the run's lake.
 The recipe file is the one users run; only what the device needs changes (the model reference, the
 trainer's device, vLLM on CUDA sharing the GPU, fewer steps and held-out prompts). The CPU dry run
 (`--tiny`) runs the same path with the tiny model and the transformers engine. Read back: the eval
-table's pass@1 per evaluated version, the trainer_steps table's reward and step times, and the
-published version. A model that is not on this host (`lakeflow.models.check.model_problem`) skips
+table's pass@1 per evaluated version, the trainer_steps table's reward, step times and engine-trainer
+mismatch (vLLM's behaviour logprobs against the trainer's forward under the same version's weights:
+`trainer/mismatch.py`), and the published version. A model that is not on this host (`lakeflow.models.check.model_problem`) skips
 the section with the reason.
 """
 
@@ -27,6 +28,7 @@ RECIPE = Path("jobs") / "examples" / "smollm2-add.yaml"
 MODEL_DIR = Path("models") / "smollm2-135m-instruct"  # where the recipe's comment converts the model to
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MODEL_ID = "policy"
+MISMATCH = ("mismatch_tokens", "mismatch_mean", "mismatch_p99", "mismatch_max")  # trainer_steps columns
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,8 @@ def _tail(path: Path, lines: int = 12) -> str:
 
 
 def read_results(lake: Path) -> dict[str, Any]:
-    """Held-out pass@1 per evaluated version, reward and step times per trained step, the version published."""
+    """Held-out pass@1 per evaluated version, reward, step times and mismatch per trained step, the version
+    published."""
     from lakeflow.io import open_store
     from lakeflow.lake.metrics import read_metrics
     from lakeflow.weights.manifest import latest_version
@@ -137,7 +140,13 @@ def read_results(lake: Path) -> dict[str, Any]:
     )
     trained = sorted(
         (
-            {"step": r["step"], "reward_mean": r["reward_mean"], "step_s": r["step_s"], "wait_s": r["wait_s"]}
+            {
+                "step": r["step"],
+                "reward_mean": r["reward_mean"],
+                "step_s": r["step_s"],
+                "wait_s": r["wait_s"],
+                **{k: r.get(k) for k in MISMATCH},
+            }
             for r in steps
         ),
         key=lambda r: r["step"],
@@ -219,6 +228,21 @@ def render_realmodel(s: dict[str, Any]) -> list[str]:
         rewards = ", ".join(f"{r['reward_mean']:.2f}" for r in steps)
         median = sorted(r["step_s"] for r in steps)[len(steps) // 2]
         lines.append(f"training reward per step: {rewards}; median step {median:.2f} s")
+        lines.append(mismatch_line(steps))
     if s.get("log_tail"):
         lines += ["lakeflow run's log ends:", *("  " + line for line in s["log_tail"].splitlines())]
     return lines
+
+
+def mismatch_line(steps: list[dict[str, Any]]) -> str:
+    """The engine-trainer mismatch over the steps that measured it: tokens, the range of the per-step means,
+    the largest p99 and max."""
+    measured = [r for r in steps if r.get("mismatch_tokens")]
+    if not measured:
+        return "engine-trainer mismatch: not measured (no step had rows of its own or a kept past version)"
+    means = [r["mismatch_mean"] for r in measured]
+    return (
+        f"engine-trainer mismatch over {sum(r['mismatch_tokens'] for r in measured):,.0f} sampled tokens of "
+        f"{len(measured)} steps: mean {min(means):.4f}-{max(means):.4f} nats per step, p99 up to "
+        f"{max(r['mismatch_p99'] for r in measured):.3f}, max {max(r['mismatch_max'] for r in measured):.3f}"
+    )

@@ -64,11 +64,11 @@ _TIMINGS = [
     ("io_block_s", "Lake I/O on the trainer's critical path, seconds (see StepStats in trainer/stats.py)."),
 ]
 
-_MISMATCH = [  # trainer/mismatch.py: over the sampled tokens of rows generated with the weights the step started from
+_MISMATCH = [  # trainer/mismatch.py: over the sampled tokens of rows whose version's weights the trainer holds or kept
     (
         "mismatch_tokens",
-        "Sampled tokens whose engine-trainer mismatch was measured (rows of the step's own version "
-        "in its first minibatch); null when there were none.",
+        "Sampled tokens whose engine-trainer mismatch was measured (rows of the step's own version in its first "
+        "minibatch, rows of a kept past version in its first microbatch); null when there were none.",
     ),
     ("mismatch_mean", "Mean |trainer logprob - engine logprob| of those tokens, nats: numerics, not policy change."),
     ("mismatch_p99", "99th percentile of that |delta| (under torchrun: the largest rank's)."),

@@ -70,6 +70,7 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     assert len(real["held_out"]) >= 2 and real["held_out"][0]["version"] == 0
     assert [r["step"] for r in real["steps"]] == list(range(real["plan"]["steps"]))
     assert "== losses" in text and "held-out pass@1" in text
+    assert any(r["mismatch_tokens"] for r in real["steps"]) and "engine-trainer mismatch over" in text
 
     engine = report["sections"]["engine"]
     assert engine["status"] == "ok" and engine["passed"] is True
