@@ -7,8 +7,8 @@ trainer's device, vLLM on CUDA sharing the GPU, fewer steps and held-out prompts
 (`--tiny`) runs the same path with the tiny model and the transformers engine. Read back: the eval
 table's pass@1 per evaluated version, the trainer_steps table's reward, step times and engine-trainer
 mismatch (vLLM's behaviour logprobs against the trainer's forward under the same version's weights:
-`trainer/mismatch.py`), and the published version. A model that is not on this host (`lakeflow.models.check.model_problem`) skips
-the section with the reason.
+`trainer/mismatch.py`), and the published version. A model that is not on this host
+(`lakeflow.models.check.model_problem`) skips the section with the reason.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from lakeflow.cli.command import Command
 from lakeflow.cli.common import open_service_lake, outage_option, refuse, tracker_options
 from lakeflow.run import Launcher, load_run_config
-from lakeflow.run.check import check_run_config, check_run_here, check_run_speed, check_run_tools
+from lakeflow.run.check import check_run_config, check_run_here, check_run_precision, check_run_speed, check_run_tools
 from lakeflow.run.config import AutoscaleConfig, RunConfig
 from lakeflow.run.observe import with_tracker
 from lakeflow.tracking.config import parse_tracker
@@ -28,7 +28,7 @@ def load_job(config_path: str, engine: str | None) -> RunConfig:
     config = load_run_config(config_path)
     config = config if engine is None else config.with_engine(engine)
     refuse(check_run_config(config) + check_run_here(config))
-    for note in check_run_speed(config) + check_run_tools(config):
+    for note in check_run_speed(config) + check_run_precision(config) + check_run_tools(config):
         click.echo(f"Warning: {note}", err=True)
     return config
 

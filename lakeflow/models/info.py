@@ -61,6 +61,18 @@ def _finder(ref: str) -> Callable[[str], Path | None] | None:
     return cached if cached("config.json") is not None else None
 
 
+def read_model_dtype(ref: str) -> str | None:
+    """The dtype a model's config.json names (`dtype`, or `torch_dtype` before transformers 5) where its files
+    are here (a directory, the Hugging Face cache); None when they are not, or it names none."""
+    find = _finder(ref)
+    try:
+        config = _json(find("config.json")) if find is not None else {}
+    except ConfigError:
+        return None
+    found = config.get("dtype") or config.get("torch_dtype")
+    return found if isinstance(found, str) else None
+
+
 def _json(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file
+from lakeflow.models.host import fastest_dtype
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -250,11 +251,13 @@ class TrainerConfig(StrictConfig):
         description="Recompute each decoder layer's activations in the backward pass instead of keeping them: "
         "less memory per token, about one more forward pass of compute.",
     )
-    publish_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+    publish_dtype: Literal["float32", "bfloat16", "float16", "fastest"] | None = Field(
         None,
         description="Dtype of the weights published and served (each version's config.json says it); default: "
-        "the base model's own (its config.json), else `dtype`. Below `dtype`, training keeps its master weights "
-        "and checkpoints them beside the optimizer state. Every version of a model has the same.",
+        "the base model's own (its config.json), else `dtype`; 'fastest': bfloat16 where the trainer's device "
+        "computes it natively, else `dtype`, as `autocast: fastest` picks (a trainer that computes in float32 "
+        "then serves the weights it computes with). Below `dtype`, training keeps its master weights and "
+        "checkpoints them beside the optimizer state. Every version of a model has the same.",
     )
     warmup: WarmupConfig | None = Field(
         None, description="Supervised warm-up on demonstrations before version 0 is published (a fresh start only)."
@@ -277,3 +280,12 @@ class TrainerConfig(StrictConfig):
 def load_config(path: str | Path) -> TrainerConfig:
     """Parse and validate a YAML or JSON config; errors name the key and the file."""
     return load_config_file(TrainerConfig, path)
+
+
+def publish_dtype_for(config: TrainerConfig, model_dtype: str | None) -> str:
+    """The dtype a new model's versions are published in: the config's `publish_dtype` (`fastest`: bfloat16
+    where the trainer's device computes it natively, else the master weights' `dtype`); unset, the base
+    model's own (`model_dtype`, its config.json's), else `dtype`."""
+    if config.publish_dtype == "fastest":
+        return "bfloat16" if fastest_dtype(config.device) == "bfloat16" else config.dtype
+    return config.publish_dtype or model_dtype or config.dtype

@@ -26,7 +26,7 @@ from lakeflow.lake import layout
 from lakeflow.models import resolve_model
 from lakeflow.trainer import distributed, resume
 from lakeflow.trainer.background import Prefetch
-from lakeflow.trainer.config import TrainerConfig
+from lakeflow.trainer.config import TrainerConfig, publish_dtype_for
 from lakeflow.trainer.data import StepBatch, load_batch
 from lakeflow.trainer.lease import TrainerLease
 from lakeflow.trainer.losses import build_loss
@@ -64,7 +64,7 @@ class Trainer:
         self.version = -1  # weights version held in memory (= the next step), -1 before start()
         self.world: distributed.World | None = None  # set by start() under torchrun
         self.device = config.device
-        self.publish_dtype: str = config.publish_dtype or config.dtype  # set by start() from the model or the lake
+        self.publish_dtype: str = publish_dtype_for(config, None)  # set by start() from the model or the lake too
         self.model: Any = None
         self.optimizer: torch.optim.AdamW | None = None
         self.parts: StepParts | None = None  # what train_step trains
@@ -110,7 +110,7 @@ class Trainer:
 
                 warm_up(self.model, AutoTokenizer.from_pretrained(source), c, self.device)
             files = side_files(source)
-            self.publish_dtype = c.publish_dtype or config_dtype(files) or c.dtype
+            self.publish_dtype = publish_dtype_for(c, config_dtype(files))
             publisher = Publisher(self.store, self.model_id, c.full_every)
             publisher.lease = self.lease
             base = to_state(self._published(distributed.full_tensors(self.model)))

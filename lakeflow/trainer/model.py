@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from lakeflow.errors import ConfigError, MissingExtraError, WeightsFormatError
 from lakeflow.models.host import fastest_autocast
-from lakeflow.trainer.config import TrainerConfig
+from lakeflow.trainer.config import TrainerConfig, publish_dtype_for
 from lakeflow.weights import State, raw_tensor
 from lakeflow.weights.publish import read_side_files
 
@@ -112,10 +112,12 @@ def published_dtype(directory: str, config: TrainerConfig) -> str:
                 kinds = {f.get_slice(k).get_dtype() for k in f.keys()}  # noqa: SIM118  (not a dict)
             found = next((d for code, d in _STORED.items() if code in kinds), None)
     found = found or config.dtype
-    if config.publish_dtype is not None and config.publish_dtype != found:
+    wanted = publish_dtype_for(config, None) if config.publish_dtype is not None else found
+    if wanted != found:
+        named = config.publish_dtype if wanted == config.publish_dtype else f"{config.publish_dtype} ({wanted} here)"
         raise ConfigError(
-            f"publish_dtype: {config.publish_dtype} differs from the published versions' {found}; every version "
-            f"of a model has one dtype (leave publish_dtype out, or train a new model id)"
+            f"publish_dtype: {named} differs from the published versions' {found}; every version of a model has "
+            "one dtype (leave publish_dtype out, or train a new model id)"
         )
     return found
 

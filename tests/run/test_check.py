@@ -139,3 +139,33 @@ def test_a_template_file_is_found_beside_the_config_and_reaches_the_eval(tmp_pat
     model["raas"] = {"config": {"chat_template": "chatml-tools"}}
     path.write_text(json.dumps({"name": "c", "steps": 1, "models": [model]}))
     assert load_run_config(path).models[0].raas.config.chat_template == "chatml-tools"
+
+
+@pytest.mark.parametrize("host", ["bfloat16", "float32"])
+def test_a_trainer_that_computes_in_float32_and_publishes_bfloat16_is_warned_of(
+    tmp_path: Path, host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine would sample rounded weights the trainer never scores; `fastest` is read for this host."""
+    from lakeflow.run import check
+    from lakeflow.trainer import config as trainer_config
+
+    monkeypatch.setattr(check, "fastest_autocast", lambda device: "bfloat16" if host == "bfloat16" else None)
+    monkeypatch.setattr(trainer_config, "fastest_dtype", lambda device: host)
+    ref = smol_model(tmp_path / "smol")
+    config_json = tmp_path / "smol" / "config.json"
+    config_json.write_text(json.dumps({**json.loads(config_json.read_text()), "dtype": "bfloat16"}))
+
+    def notes(**trainer: Any) -> list[str]:
+        return check.check_run_precision(run(trainer={"model": ref, **trainer}))
+
+    warned = [
+        "models[0].trainer.publish_dtype: the trainer computes in float32 but publishes bfloat16, so the engine "
+        "samples rounded weights the trainer never scores and the two drift apart with every version: set "
+        "publish_dtype: float32 (or fastest, with autocast: fastest), or autocast: bfloat16"
+    ]
+    assert notes() == warned  # the model's own bfloat16, computed in float32
+    assert notes(autocast="bfloat16") == notes(publish_dtype="float32") == []
+    assert notes(autocast="fastest") == ([] if host == "bfloat16" else warned)
+    assert notes(autocast="fastest", publish_dtype="fastest") == []  # both follow the host
+    assert notes(publish_dtype="fastest") == (warned if host == "bfloat16" else [])
+    assert check.check_run_precision(run()) == []  # the tiny model is float32

@@ -47,3 +47,27 @@ def test_a_decay_without_its_length_is_refused(tmp_path: Path) -> None:
     path.write_text("model: tiny:trainer\nlr_schedule: {decay: cosine}\n")
     with pytest.raises(ConfigError, match="decay_steps"):
         load_config(path)
+
+
+@pytest.mark.parametrize("host", ["bfloat16", "float32"])
+def test_publish_dtype_fastest_follows_the_host_and_must_match_what_is_published(
+    tmp_path: Path, host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from lakeflow.errors import ConfigError
+    from lakeflow.trainer import config as trainer_config
+    from lakeflow.trainer.config import TrainerConfig, publish_dtype_for
+    from lakeflow.trainer.model import published_dtype
+
+    monkeypatch.setattr(trainer_config, "fastest_dtype", lambda device: host)
+    fastest = TrainerConfig(model="tiny:x", publish_dtype="fastest")
+    assert publish_dtype_for(fastest, "bfloat16") == host  # bfloat16 where native, else the master weights'
+    assert publish_dtype_for(TrainerConfig(model="tiny:x"), "bfloat16") == "bfloat16"  # unset: the model's own
+    save_file({"w": torch.zeros(2, dtype=torch.bfloat16)}, str(tmp_path / "model.safetensors"))
+    if host == "bfloat16":
+        assert published_dtype(str(tmp_path), fastest) == "bfloat16"
+    else:
+        with pytest.raises(ConfigError, match=r"publish_dtype: fastest \(float32 here\) differs from the published"):
+            published_dtype(str(tmp_path), fastest)
