@@ -179,8 +179,8 @@ def check_run_precision(config: RunConfig) -> list[str]:
         autocast = fastest_autocast(t.device) if t.autocast == "fastest" else t.autocast
         if autocast is not None or t.dtype != "float32":
             continue
-        info = read_model_dtype(t.model) if t.publish_dtype is None else None
-        published = publish_dtype_for(t, info)
+        model_dtype = read_model_dtype(t.model) if t.publish_dtype is None else None
+        published = publish_dtype_for(t, model_dtype)
         if published != "float32":
             notes.append(
                 f"models[{i}].trainer.publish_dtype: the trainer computes in float32 but publishes {published}, so "

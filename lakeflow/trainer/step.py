@@ -73,7 +73,7 @@ def train_step(
     correcting = loss_correction(c.loss).type != "none"
     prox = _proximal(parts, batch, groups) if correcting and len(groups) > 1 else None
     if version is not None and parts.past is not None and world is None and groups:
-        _past_mismatch(parts, batch, groups[0], mismatch, version)
+        _past_mismatch(parts, parts.past, batch, groups[0], mismatch, version)
         parts.past.remember(parts.model, version)  # before this step's update: the weights of `version`
     for i, rows in enumerate(groups):
         stop = should_stop()
@@ -123,20 +123,21 @@ def _accumulate(
     return total
 
 
-def _past_mismatch(parts: StepParts, batch: StepBatch, rows: list[int], mismatch: Mismatch, version: int) -> None:
-    """The mismatch of the rows of the first microbatch of `rows` that a past version kept in `parts.past`
-    generated whole: one forward without gradient per version, under that version's weights."""
-    assert parts.past is not None
+def _past_mismatch(
+    parts: StepParts, past: PastWeights, batch: StepBatch, rows: list[int], mismatch: Mismatch, version: int
+) -> None:
+    """The mismatch of the rows of the first microbatch of `rows` that a version kept in `past` generated
+    whole: one forward without gradient per version, under that version's weights."""
     c = parts.config
     first, *_ = microbatches(batch, rows, c.max_tokens_per_microbatch)
     part = batch.select(first)
-    for v in parts.past.versions:
+    for v in past.versions:
         whole = (part.versions == v) & (part.max_versions == v)
         if v == version or not whole.any():
             continue
         sub = part.select(torch.nonzero(whole).flatten().tolist()).to(parts.device)
         start = first_scored(sub.mask)
-        with torch.no_grad(), parts.past.holding(parts.model, v), compute_precision(parts.device, c.autocast):
+        with torch.no_grad(), past.holding(parts.model, v), compute_precision(parts.device, c.autocast):
             logp = token_logprobs(parts.model, sub.input_ids, sub.attention_mask, c.temperature, start)
         mismatch.add(logp, sub.old_logp, sub.mask, torch.ones(sub.rows, dtype=torch.bool))
 
