@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,7 +20,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 @pytest.fixture(params=["local", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return open_store(str(tmp_path / "lake") if request.param == "local" else f"memory://metrics-{id(tmp_path)}")
+    # a fresh name each time: id(tmp_path) was reused once tmp_path was freed, so a test read an earlier one's rows
+    return open_store(str(tmp_path / "lake") if request.param == "local" else f"memory://metrics-{uuid.uuid4().hex}")
 
 
 def test_rows_are_visible_after_their_commit_and_in_sql(store: Store) -> None:
