@@ -1,5 +1,5 @@
-"""`python -m benchmarks agent --gateway`: the three settings run end to end at the smallest size (one
-episode each), and the gateway's row and ratio are reported. No timing assertions."""
+"""`python -m benchmarks agent --gateway`: the four settings run end to end at the smallest size (one
+episode each), and the gateway rows and ratios are reported. No timing assertions."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ def test_the_gateway_setting_runs_beside_the_environment() -> None:
         ("environment", 1),
         ("environment", 2),
         ("gateway", 2),
+        ("gateway-shared", 2),
     ]
     for r in rows:
         assert r["episodes"] == 1 and r["seconds"] > 0 and r["episodes_per_s"] > 0
         assert r["turns_per_episode"] >= 1 and 0 <= r["tool_calls_per_episode"] <= r["turns_per_episode"]
-    assert result["gateway_vs_environment"] > 0
-    assert "gateway / environment" in render(result)
+    assert [r["setting"] for r in rows if r.get("vs_environment", 0) > 0] == ["gateway", "gateway-shared"]
+    assert "gateway-shared / environment" in render(result)
