@@ -136,6 +136,22 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         *(MetricColumn(name, _F, doc) for name, doc in _TIMINGS),
         MetricColumn("extra", _S, "Other numbers the objective reported, as a JSON object."),
     ),
+    "mismatch": (  # trainer/mismatch.py: the trainer_steps mismatch columns, apart per version and service
+        *_common("step"),
+        MetricColumn("step", _I, "Training step whose first minibatch (a microbatch, for a past version) measured it."),
+        MetricColumn("version", _I, "Weight version that sampled the tokens (their behaviour policy)."),
+        MetricColumn(
+            "raas_id",
+            _S,
+            "Rollout service that wrote the rows: its engine is rollout_stats.engine of the same raas_id.",
+        ),
+        MetricColumn("tokens", _I, "Sampled tokens measured."),
+        MetricColumn("mean", _F, "Mean |trainer logprob - engine logprob| of those tokens, nats."),
+        MetricColumn("p99", _F, "99th percentile of that |delta|."),
+        MetricColumn("max", _F, "Largest |delta|."),
+        MetricColumn("over_0_1", _F, "Share of those tokens with |delta| > 0.1 nats."),
+        MetricColumn("over_1", _F, "Share of those tokens with |delta| > 1 nat."),
+    ),
     "rollout_stats": (
         *_common("window"),
         MetricColumn("window_start", _TS, "When the window started."),

@@ -17,7 +17,7 @@ import logging
 import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ from lakeflow.trainer.losses import batch_normalize, group_advantages
 
 log = logging.getLogger("lakeflow.trainer.data")
 
-PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask", "max_version"]
+PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask", "max_version", "raas_id"]
 PAYLOAD_SCHEMA = pa.schema([SAMPLE_SCHEMA.field(n) for n in PAYLOAD])
 
 
@@ -54,6 +54,7 @@ class StepBatch:
     lengths: torch.Tensor  # [B] int64, real tokens per row
     versions: torch.Tensor  # [B] int64, the weights version that generated the row (policy_version: its oldest)
     max_versions: torch.Tensor  # [B] int64, the newest version that sampled a token of the row (max_version)
+    raas_ids: list[str] = field(default_factory=list)  # the rollout service that wrote each row ([] unknown)
 
     @property
     def rows(self) -> int:
@@ -66,7 +67,8 @@ class StepBatch:
 
     def to(self, device: str) -> StepBatch:
         """The same rows on `device` (a no-op on the device they are on)."""
-        return StepBatch(*(getattr(self, f.name).to(device) for f in fields(self)))
+        tensors = (getattr(self, f.name).to(device) for f in fields(self) if f.name != "raas_ids")
+        return StepBatch(*tensors, raas_ids=self.raas_ids)
 
     def select(self, rows: list[int]) -> StepBatch:
         """These rows, trimmed to their longest row."""
@@ -82,6 +84,7 @@ class StepBatch:
             self.lengths[index],
             self.versions[index],
             self.max_versions[index],
+            [self.raas_ids[i] for i in rows] if self.raas_ids else [],
         )
 
 
@@ -150,7 +153,7 @@ def read_payload(
 
 def _empty(kind: pa.DataType, rows: int) -> pa.Array:
     """Placeholder values of a refused row: empty lists, zeros."""
-    values: list[Any] = [[]] * rows if pa.types.is_list(kind) else [0] * rows
+    values: list[Any] = [[]] * rows if pa.types.is_list(kind) else ([""] if pa.types.is_string(kind) else [0]) * rows
     return pa.array(values, kind)
 
 
@@ -210,6 +213,7 @@ def build_batch(
         torch.tensor(lengths, dtype=torch.int64),
         versions,
         torch.tensor(newest, dtype=torch.int64),
+        payload.column("raas_id").to_pylist() if "raas_id" in payload.column_names else [],
     )
 
 

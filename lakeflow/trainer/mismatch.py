@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -28,33 +28,67 @@ THRESHOLDS = {"mismatch_over_0_1": 0.1, "mismatch_over_1": 1.0}  # share of toke
 
 
 class Mismatch:
-    """|trainer logprob - engine logprob| over the sampled tokens of on-policy rows, collected per microbatch."""
+    """|trainer logprob - engine logprob| over the sampled tokens of on-policy rows, collected per microbatch
+    and kept apart per (behaviour version, rollout service) for the `mismatch` table."""
 
     def __init__(self) -> None:
-        self._deltas: list[torch.Tensor] = []
+        self._deltas: dict[tuple[int, str], list[torch.Tensor]] = {}
 
-    def add(self, logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> None:
-        """Add the [B, T] token logprobs of one microbatch; `rows` ([B] bool) marks the on-policy rows."""
+    def add(
+        self,
+        logp: torch.Tensor,
+        old_logp: torch.Tensor,
+        mask: torch.Tensor,
+        rows: torch.Tensor,
+        versions: torch.Tensor,
+        sources: Sequence[str] = (),
+    ) -> None:
+        """Add the [B, T] token logprobs of one microbatch; `rows` ([B] bool) marks the on-policy rows,
+        `versions` ([B]) the weights that sampled each row and `sources` its rollout service ('' unknown)."""
         keep = (mask > 0) & rows[:, None].to(mask.device)
-        if keep.any():
-            self._deltas.append((logp.detach().float() - old_logp.float())[keep].abs().cpu())
+        if not keep.any():
+            return
+        deltas = (logp.detach().float() - old_logp.float()).abs().cpu()
+        keep = keep.cpu()
+        for i in torch.nonzero(keep.any(dim=1)).flatten().tolist():
+            key = (int(versions[i]), sources[i] if i < len(sources) else "")
+            self._deltas.setdefault(key, []).append(deltas[i][keep[i]])
 
     def metrics(self, world: distributed.World | None = None) -> dict[str, float]:
         """`mismatch_tokens`, `_mean`, `_p99`, `_max` and the share over each threshold; {} when no token
         was on-policy. Under torchrun the counts and sums are over ranks and p99 is the largest rank's."""
-        deltas = torch.cat(self._deltas) if self._deltas else torch.zeros(0)
-        n = float(deltas.numel())
-        sums = [n, float(deltas.sum()), *(float((deltas > t).sum()) for t in THRESHOLDS.values())]
-        p99 = float(torch.kthvalue(deltas, max(1, math.ceil(0.99 * n))).values) if n else 0.0  # any size
-        tops = [float(deltas.max()) if n else 0.0, p99]
+        sums, tops = _summary([d for parts in self._deltas.values() for d in parts])
         if world:
             sums, tops = distributed.total(sums), distributed.largest(tops)
-        if not sums[0]:
-            return {}
-        out = {"mismatch_tokens": sums[0], "mismatch_mean": sums[1] / sums[0], "mismatch_max": tops[0]}
-        out["mismatch_p99"] = tops[1]
-        out.update({name: over / sums[0] for name, over in zip(THRESHOLDS, sums[2:], strict=True)})
+        return _named(sums, tops, "mismatch_")
+
+    def by_source(self) -> list[dict[str, Any]]:
+        """One row per (behaviour version, rollout service) of this process's tokens: `version`, `raas_id`,
+        `tokens`, `mean`, `p99`, `max`, `over_0_1`, `over_1` (the `mismatch` table's columns)."""
+        out = []
+        for (version, source), parts in sorted(self._deltas.items()):
+            sums, tops = _summary(parts)
+            out.append({"version": version, "raas_id": source, **_named(sums, tops, ""), "tokens": int(sums[0])})
         return out
+
+
+def _summary(parts: list[torch.Tensor]) -> tuple[list[float], list[float]]:
+    """[count, sum, count over each threshold] and [max, p99] of the |deltas| in `parts`."""
+    deltas = torch.cat(parts) if parts else torch.zeros(0)
+    n = float(deltas.numel())
+    sums = [n, float(deltas.sum()), *(float((deltas > t).sum()) for t in THRESHOLDS.values())]
+    p99 = float(torch.kthvalue(deltas, max(1, math.ceil(0.99 * n))).values) if n else 0.0  # any size
+    return sums, [float(deltas.max()) if n else 0.0, p99]
+
+
+def _named(sums: list[float], tops: list[float], prefix: str) -> dict[str, float]:
+    if not sums[0]:
+        return {}
+    out = {f"{prefix}tokens": sums[0], f"{prefix}mean": sums[1] / sums[0], f"{prefix}max": tops[0]}
+    out[f"{prefix}p99"] = tops[1]
+    shares = {name.removeprefix("mismatch_"): over / sums[0] for name, over in zip(THRESHOLDS, sums[2:], strict=True)}
+    out.update({f"{prefix}{name}": share for name, share in shares.items()})
+    return out
 
 
 class PastWeights:

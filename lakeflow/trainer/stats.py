@@ -21,7 +21,8 @@ _RENAMED = {
     "is_truncated_mean": "is_truncated",
     "is_masked_mean": "is_masked",
 }
-_DROPPED = {"batch", "trained_from", "at"}  # always equal to `step`; `at` becomes `created_at`
+# always equal to `step`; `at` becomes `created_at`; the mismatch per version and service is its own table
+_DROPPED = {"batch", "trained_from", "at", "mismatch_by"}
 
 
 @dataclass(frozen=True)

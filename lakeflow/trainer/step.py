@@ -88,7 +88,9 @@ def train_step(
             optimizer.step()
             norms.append(norm)
             losses.append(loss)
-    return {**_metrics(batch, losses, norms, sums, guard, world), **mismatch.metrics(world)}
+    apart = mismatch.by_source() if world is None or world.lead else []
+    by_source = {"mismatch_by": apart} if apart else {}
+    return {**_metrics(batch, losses, norms, sums, guard, world), **mismatch.metrics(world), **by_source}
 
 
 def _accumulate(
@@ -113,7 +115,8 @@ def _accumulate(
         if prox is not False:
             inputs.prox_logp = prox[j] if isinstance(prox, list) else inputs.logp.detach()
         if version is not None:
-            mismatch.add(inputs.logp, inputs.old_logp, inputs.mask, part.versions == version)
+            on_policy = part.versions == version
+            mismatch.add(inputs.logp, inputs.old_logp, inputs.mask, on_policy, part.versions, part.raas_ids)
         out = parts.objective(inputs)
         loss = out.per_token.sum() * (weight / tokens)
         (loss * scale).backward()  # type: ignore[no-untyped-call]
@@ -139,7 +142,7 @@ def _past_mismatch(
         start = first_scored(sub.mask)
         with torch.no_grad(), past.holding(parts.model, v), compute_precision(parts.device, c.autocast):
             logp = token_logprobs(parts.model, sub.input_ids, sub.attention_mask, c.temperature, start)
-        mismatch.add(logp, sub.old_logp, sub.mask, torch.ones(sub.rows, dtype=torch.bool))
+        mismatch.add(logp, sub.old_logp, sub.mask, torch.ones(sub.rows, dtype=torch.bool), sub.versions, sub.raas_ids)
 
 
 def _share(parts: StepParts, batch: StepBatch, rows: list[int]) -> Iterator[tuple[list[int], float]]:

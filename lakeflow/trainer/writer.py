@@ -25,6 +25,7 @@ from typing import Any
 
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.metrics import MetricsWriter
 from lakeflow.tracking import MetricSink
 from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Reply, Step, Stop, Stopped
 from lakeflow.trainer.publisher import Publisher
@@ -71,8 +72,10 @@ class VersionWriter:
         self.publisher.resumed(spec.base_version, self._slot(spec.base_slot, spec.layout).state())
         self.last_job_s = 0.0
         self.metrics: MetricSink | None = None
+        self.mismatch: MetricsWriter | None = None
         if spec.metrics is not None:
             m = spec.metrics
+            self.mismatch = MetricsWriter(spec.store, "mismatch", f"train-{spec.model_id}", flush_s=m["flush_s"])
             self.metrics = MetricSink(
                 spec.store,
                 "trainer_steps",
@@ -110,6 +113,9 @@ class VersionWriter:
             replies.append(Checkpointed(request.version, request.checkpoint.slot))
         if self.metrics is not None:
             self.metrics.add(stats.row(model))
+        if self.mismatch is not None:
+            for row in stats.metrics.get("mismatch_by", []):
+                self.mismatch.add({"model_id": model, "step": stats.step, **row})
         self.last_job_s = time.monotonic() - started
         return replies
 
@@ -136,6 +142,9 @@ class VersionWriter:
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
+        if self.mismatch is not None:
+            self.mismatch.close()
+            self.mismatch = None
         self.publisher.base = {}
         for slot in self.slots.values():
             slot.close()

@@ -23,6 +23,7 @@ from tests.raas.agent.helpers import check_trainer_reproduces
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 JOB = ROOT / "jobs" / "examples" / "tiny-agent-openai.yaml"
 
 
@@ -65,6 +66,11 @@ def test_openai_api_agents_train_through_lakeflow_run(tmp_path: Path) -> None:
     # the trainer measured the same on its on-policy rows (fp32 engine, fp32 trainer): trainer_steps' mismatch
     row = view.sql("SELECT sum(mismatch_tokens) AS n, max(mismatch_max) AS worst FROM trainer_steps").to_pylist()[0]
     assert row["n"] > 0 and row["worst"] <= 1e-3, row
+    # and apart per version and engine: the `mismatch` table joined to the services' engines (docs/metrics.md)
+    query = (DOCS / "metrics.md").read_text().split("```sql\n")[1].split("```")[0]
+    apart = view.sql(query).to_pylist()
+    assert {r["engine"] for r in apart} == {"hf"} and sum(r["tokens"] for r in apart) == row["n"], apart
+    assert all(r["max"] <= 1e-3 for r in apart) and [r["version"] for r in apart] == sorted(r["version"] for r in apart)
 
 
 class _Stored:

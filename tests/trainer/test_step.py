@@ -124,6 +124,26 @@ def test_the_first_minibatch_measures_the_engine_trainer_mismatch_of_its_on_poli
     assert not any(k.startswith("mismatch") for k in train_step(parts(), batch()))  # not asked
 
 
+def test_the_mismatch_is_kept_apart_per_version_and_rollout_service() -> None:
+    """Rows of two services whose engines differ from the trainer by 0.5 and 0.05 nats: one row each in the
+    `mismatch` table's rows, beside the step's overall numbers."""
+    p = parts()
+    b = batch()
+    with torch.no_grad():
+        own = token_logprobs(p.model, b.input_ids, b.attention_mask, p.config.temperature, first_scored(b.mask))
+    b.raas_ids = ["raas-a", "raas-b"] * 3
+    off = torch.tensor([0.5, 0.05] * 3)[:, None]
+    b.old_logp = (own - off) * b.mask
+    b.versions = b.max_versions = torch.full((6,), 2)
+    metrics = train_step(p, b, version=2)
+    rows = metrics["mismatch_by"]
+    assert [(r["version"], r["raas_id"]) for r in rows] == [(2, "raas-a"), (2, "raas-b")]
+    for r, delta, mine in zip(rows, (0.5, 0.05), (b.mask[0::2], b.mask[1::2]), strict=True):
+        assert r["tokens"] == int(mine.sum()) and abs(r["mean"] - delta) < 1e-4 and abs(r["max"] - delta) < 1e-4
+        assert (r["over_0_1"], r["over_1"]) == (float(delta > 0.1), 0.0)
+    assert metrics["mismatch_tokens"] == sum(r["tokens"] for r in rows)
+
+
 def test_rows_of_a_past_version_are_measured_under_that_versions_weights() -> None:
     """An asynchronous run trains rows a version behind: the trainer keeps version 3's weights and measures
     its rows under them at step 4; a row that version 4 also sampled (interrupt) is not counted."""
@@ -143,6 +163,9 @@ def test_rows_of_a_past_version_are_measured_under_that_versions_weights() -> No
     metrics = train_step(p, b, version=4)
     assert metrics["mismatch_tokens"] == float(b.mask[:5].sum())
     assert abs(metrics["mismatch_mean"] - 0.25) < 1e-4 and abs(metrics["mismatch_max"] - 0.25) < 1e-4
+    assert [(r["version"], r["raas_id"], r["tokens"]) for r in metrics["mismatch_by"]] == [
+        (3, "", int(b.mask[:5].sum()))
+    ]
     assert [q.data_ptr() for q in p.model.parameters()] == own  # the model trained its own weights, put back
     assert p.past.versions == [4]  # the newest kept
     p.past = PastWeights(0)
