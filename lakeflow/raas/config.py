@@ -209,11 +209,11 @@ class RaasConfig(StrictConfig):
         None,
         ge=1,
         description=(
-            "With weights_update: interrupt, an environment's episodes sample at most this many tokens of a turn "
-            "per round, so a newer version takes over in the middle of a turn, at a token boundary: the rest of "
-            "the turn is generated from its ids on the new weights, and `extra.token_versions` holds which "
-            "version sampled which tokens. Each chunk costs the engine one more prefill of the context. "
-            "None (default): versions change between turns only."
+            "With weights_update: interrupt, agent episodes (an environment's, or the gateway's requests) sample "
+            "at most this many tokens of a turn per round, so a newer version takes over in the middle of a turn, "
+            "at a token boundary: the rest of the turn is generated from its ids on the new weights, and "
+            "`extra.token_versions` holds which version sampled which tokens. Each chunk costs the engine one more "
+            "prefill of the context. None (default): versions change between turns only."
         ),
     )
     weights_options: dict[str, Any] = Field(
@@ -257,11 +257,12 @@ class RaasConfig(StrictConfig):
 
     @model_validator(mode="after")
     def _chunks_interrupt(self) -> RaasConfig:
-        if self.interrupt_chunk_tokens is not None and (self.weights_update != "interrupt" or self.environment is None):
+        episodes = self.environment is not None or self.agent is not None
+        if self.interrupt_chunk_tokens is not None and (self.weights_update != "interrupt" or not episodes):
             raise ValueError(
-                "interrupt_chunk_tokens splits the turns of an environment's episodes so that a new version can take "
-                "over mid-turn: it needs weights_update: interrupt and an `environment` section (leave it out "
-                "otherwise)"
+                "interrupt_chunk_tokens splits the turns of agent episodes so that a new version can take over "
+                "mid-turn: it needs weights_update: interrupt and an `environment` or `agent` section (leave it "
+                "out otherwise)"
             )
         return self
 

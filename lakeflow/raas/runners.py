@@ -120,6 +120,7 @@ def build_runner(
         def reward(task: Task) -> RewardFn:
             return build_reward(task.task_type, config.reward_max_chars, name)
 
-        return GatewayRunner(engines[own], config.agent, sampling, own, reward, stamp)
+        chunk = config.interrupt_chunk_tokens
+        return GatewayRunner(engines[own], config.agent, sampling, own, reward, stamp, chunk)
     workflow, batches = batched(config.workflow)
     return BatchRunner(workflow, by_role, config, sampling, config.batch_groups if batches else 1)

@@ -17,7 +17,7 @@ import logging
 import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -67,8 +67,7 @@ class StepBatch:
 
     def to(self, device: str) -> StepBatch:
         """The same rows on `device` (a no-op on the device they are on)."""
-        tensors = (getattr(self, f.name).to(device) for f in fields(self) if f.name != "raas_ids")
-        return StepBatch(*tensors, raas_ids=self.raas_ids)
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "raas_ids"})
 
     def select(self, rows: list[int]) -> StepBatch:
         """These rows, trimmed to their longest row."""

@@ -73,6 +73,11 @@ class _Request:
     kind: str  # chat | responses
     request: ChatRequest
     future: Future[Answer]
+    prepared: Prepared | None = None  # the ids it is generated from, once prepared
+    budget: int = 0  # most tokens of its turn
+    sampled: list[int] = field(default_factory=list)  # the turn so far, when it is sampled in chunks
+    logprobs: list[float] = field(default_factory=list)
+    runs: list[list[int]] = field(default_factory=list)  # [offset in the turn, version] where each version began
 
 
 @dataclass
@@ -93,11 +98,14 @@ class GatewayRunner:
         model: str,
         reward: Callable[[Task], RewardFn],
         version: Callable[[], int | None] | None = None,
+        chunk_tokens: int | None = None,
     ) -> None:
-        """`version`: the engine's weights version, stamped on each turn where weights change between rounds
-        (`weights_update: interrupt`); None stamps nothing."""
+        """`version`: the engine's weights version, stamped on the tokens it samples where weights change
+        between rounds (`weights_update: interrupt`); None stamps nothing. `chunk_tokens`: most tokens of a
+        turn per round (the rest next round, from its ids: a new version takes over mid-turn); None: whole."""
         self.engine, self.agent, self.sampling, self.model, self.reward = engine, agent, sampling, model, reward
-        self.version = version
+        self.version, self.chunk_tokens = version, chunk_tokens
+        self._carried: list[_Request] = []  # turns sampled in chunks that go on next round
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
         self.commands = CommandRunner(agent.command) if agent.command else None
@@ -196,26 +204,33 @@ class GatewayRunner:
         with self._lock:
             self._ended.extend(self._episodes)
             self._episodes.clear()
+        pending, self._carried = list(self._carried), []
         while True:
             try:
                 event = self._events.get_nowait()
             except queue.Empty:
                 break
             if isinstance(event, _Request):
-                event.future.set_result(refuse(503, "the rollout service is stopping"))
+                pending.append(event)
+        for r in pending:
+            r.future.set_result(refuse(503, "the rollout service is stopping"))
         self._groups.clear()
 
     # --- rounds ---------------------------------------------------------------------------------
 
     def _gather(self, wait_s: float) -> list[_Request]:
-        """The requests of this round: the first (waiting at most `wait_s`), then the other running
-        episodes' for at most gather_s. Programs that ended meanwhile are folded in."""
-        requests: list[_Request] = []
-        deadline: float | None = None
-        timeout = wait_s
+        """The requests of this round: the turns carried over from the last round, the first new request
+        (waiting at most `wait_s` when none was carried), then the other running episodes' for at most
+        gather_s. Programs that ended meanwhile are folded in."""
+        requests, self._carried = self._carried, []
+        deadline = time.monotonic() + self.agent.gateway.gather_s if requests else None
         while True:
+            running = [e for g in self._groups.values() for e in g.episodes if e.end is None]
+            if deadline is not None and all(e.busy for e in running) and len(requests) >= len(running):
+                return requests
+            timeout = wait_s if deadline is None else deadline - time.monotonic()
             try:
-                event = self._events.get(timeout=max(timeout, 0.0)) if timeout > 0 else self._events.get_nowait()
+                event = self._events.get(timeout=timeout) if timeout > 0 else self._events.get_nowait()
             except queue.Empty:
                 return requests
             if isinstance(event, _Request):
@@ -224,31 +239,49 @@ class GatewayRunner:
                 self._end(*event)
             if deadline is None:
                 deadline = time.monotonic() + self.agent.gateway.gather_s
-            running = [e for g in self._groups.values() for e in g.episodes if e.end is None]
-            if all(e.busy for e in running) and len(requests) >= sum(e.busy for e in running):
-                return requests
-            timeout = deadline - time.monotonic()
 
     def _answer(self, requests: list[_Request]) -> None:
-        """Prepare, generate (one call per token budget) and answer the round's requests."""
-        budgets: dict[int, list[tuple[_Request, Prepared]]] = {}
+        """Prepare, generate (one call per token budget) and answer the round's requests; a turn sampled in
+        chunks whose chunk ended before the turn is carried to the next round."""
+        budgets: dict[int, list[_Request]] = {}
         for r in requests:
-            prepared = self._prepare(r)
-            if isinstance(prepared, Answer):
-                self._reply(r, prepared)
-            else:
-                budgets.setdefault(prepared[1], []).append((r, prepared[0]))
+            if r.episode.end is not None:  # it ran out of time while its turn was carried
+                self._reply(r, refuse(410, "this episode has ended"))
+                continue
+            if r.prepared is None:
+                prepared = self._prepare(r)
+                if isinstance(prepared, Answer):
+                    self._reply(r, prepared)
+                    continue
+                r.prepared, r.budget = prepared
+            left = r.budget - len(r.sampled)
+            budgets.setdefault(min(left, self.chunk_tokens or left), []).append(r)
+        version = self.version() if self.version is not None and budgets else None  # changes between rounds only
         for max_tokens, batch in budgets.items():
+            contexts = [r.prepared.context() + r.sampled for r in batch if r.prepared is not None]
             try:
-                results = self.engine.generate(
-                    [p.context() for _, p in batch], 1, max_tokens, self.sampling.temperature
-                )
+                results = self.engine.generate(contexts, 1, max_tokens, self.sampling.temperature)
             except Exception:
-                for r, _ in batch:
+                for r in batch:
                     self._reply(r, refuse(500, "the engine failed; the rollout service is stopping"))
                 raise
-            for (r, p), (c, *_) in zip(batch, results, strict=True):
-                self._reply(r, self._sampled(r, p, c, max_tokens))
+            for r, (c, *_) in zip(batch, results, strict=True):
+                self._add_chunk(r, c, version)
+
+    def _add_chunk(self, r: _Request, c: Completion, version: int | None) -> None:
+        """Append sampled tokens to the request's turn; answer it when the turn has ended."""
+        assert r.prepared is not None
+        if version is not None and (not r.runs or r.runs[-1][1] != version):
+            r.runs.append([len(r.sampled), version])
+        whole = not r.sampled  # the turn is this one chunk
+        r.sampled += c.token_ids
+        r.logprobs += c.logprobs
+        if c.finish_reason == "length" and len(r.sampled) < r.budget:
+            self._carried.append(r)
+            return
+        text = c.text if whole else self.engine.decode(r.sampled)
+        turn = Completion(r.prepared.context(), r.sampled, r.logprobs, c.finish_reason, text)
+        self._reply(r, self._sampled(r, r.prepared, turn, r.budget))
 
     def _prepare(self, r: _Request) -> tuple[Prepared, int] | Answer:
         episode = r.episode
@@ -275,7 +308,7 @@ class GatewayRunner:
             text = _CALL_BLOCK.sub("", text).strip()
         shown_calls = [{"function": {"name": k.name, "arguments": k.arguments}} for k in made]
         shown = {"role": "assistant", "content": text, "tool_calls": shown_calls}
-        r.episode.tokens.record(prepared, c, shown, self.version() if self.version is not None else None)
+        r.episode.tokens.record(prepared, c, shown, r.runs)
         length = c.finish_reason == "length"
         if length and max_tokens < (r.request.max_tokens or self.sampling.max_tokens):
             r.episode.limit = "max_episode_tokens"
@@ -364,6 +397,7 @@ class GatewayRunner:
             info = {**extra, "segment": i, "turns": s.turns}
             if s.versions:
                 info["turn_versions"] = s.versions
+                info["token_versions"] = s.token_versions
             out.append(
                 Trajectory(
                     POLICY, episode_id, s.prompt_ids, s.response_ids, s.logprobs, s.mask, reward.value, finish, info

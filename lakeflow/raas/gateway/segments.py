@@ -14,6 +14,7 @@ rendering of the request; what the earlier segment sampled is kept as it was, ne
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,8 @@ class Segment:
     mask: list[int] = field(default_factory=list)
     turns: int = 0
     finish: str = "stop"
-    versions: list[int] = field(default_factory=list)  # weights version of each turn (weights_update: interrupt)
+    versions: list[int] = field(default_factory=list)  # version of each turn's first token (weights_update: interrupt)
+    token_versions: list[list[int]] = field(default_factory=list)  # [response offset, version] where each run starts
 
     def context(self) -> list[int]:
         return self.prompt_ids + self.response_ids
@@ -81,10 +83,12 @@ class EpisodeTokens:
         prompt = engine.encode_chat(messages, True, tools)
         return Prepared(Segment(tools, prompt, [], []), True, [], messages)
 
-    def record(self, prepared: Prepared, c: Completion, shown: dict[str, Any], version: int | None = None) -> None:
+    def record(
+        self, prepared: Prepared, c: Completion, shown: dict[str, Any], runs: Sequence[Sequence[int]] = ()
+    ) -> None:
         """Append a sampled turn: the glue (mask 0) then the tokens verbatim (mask 1, their logprobs). `shown`
-        is the assistant message as the client will send it back (for the next request's comparison);
-        `version`, when given, the weights version that sampled it."""
+        is the assistant message as the client will send it back (for the next request's comparison); `runs`,
+        when given, [offset in the turn, version] where each weights version that sampled it began."""
         s = prepared.segment
         if prepared.new_segment:
             self.segments.append(s)
@@ -93,6 +97,7 @@ class EpisodeTokens:
         else:
             s.rendered += prepared.messages[len(s.seen) :]
             s.seen += [message_key(m) for m in prepared.messages[len(s.seen) :]]
+        start = len(s.response_ids) + len(prepared.glue)
         s.response_ids += prepared.glue + c.token_ids
         s.logprobs += [0.0] * len(prepared.glue) + c.logprobs
         s.mask += [0] * len(prepared.glue) + [1] * len(c.token_ids)
@@ -100,8 +105,12 @@ class EpisodeTokens:
         s.seen.append(message_key(shown))
         s.turns += 1
         s.finish = c.finish_reason
-        if version is not None:
-            s.versions.append(version)
+        kept = [(offset, v) for offset, v in runs if offset < len(c.token_ids)]  # a stop string may cut the turn
+        if kept:
+            s.versions.append(kept[0][1])
+        for offset, v in kept:
+            if not s.token_versions or s.token_versions[-1][1] != v:
+                s.token_versions.append([start + offset, v])
 
     @property
     def sampled_tokens(self) -> int:

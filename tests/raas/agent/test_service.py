@@ -209,7 +209,7 @@ def test_interrupt_chunks_reach_the_scheduler_and_need_interrupt_and_an_environm
     for bad in ({}, {"weights_update": "drain"}):
         with pytest.raises(ValueError, match=r"interrupt_chunk_tokens .* needs weights_update: interrupt"):
             _cfg(tmp_path, interrupt_chunk_tokens=16, **bad)
-    with pytest.raises(ValueError, match="an `environment` section"):
+    with pytest.raises(ValueError, match="an `environment` or `agent` section"):
         raas_config(tmp_path, weights_update="interrupt", interrupt_chunk_tokens=16)
 
 

@@ -28,8 +28,11 @@ def example_agents(monkeypatch: pytest.MonkeyPatch) -> None:
 class Driver:
     """A GatewayRunner advanced on a thread until closed; `groups()` waits for finished groups."""
 
-    def __init__(self, engine: Any, config: AgentConfig, sampling: Sampling, version: Any = None) -> None:
-        self.runner = GatewayRunner(engine, config, sampling, "policy", lambda task: build_reward("math"), version)
+    def __init__(
+        self, engine: Any, config: AgentConfig, sampling: Sampling, version: Any = None, chunk_tokens: int | None = None
+    ) -> None:
+        reward = lambda task: build_reward("math")  # noqa: E731
+        self.runner = GatewayRunner(engine, config, sampling, "policy", reward, version, chunk_tokens)
         self.finished: list[Group] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -61,11 +64,17 @@ class Driver:
 
 @pytest.fixture
 def drive() -> Iterator[Any]:
-    """drive(engine, agent_config, sampling, version) -> a started Driver, closed after the test."""
+    """drive(engine, agent_config, sampling, version, chunk_tokens) -> a started Driver, closed after the test."""
     made: list[Driver] = []
 
-    def start(engine: Any, config: AgentConfig, sampling: Sampling | None = None, version: Any = None) -> Driver:
-        made.append(Driver(engine, config, sampling or Sampling(16, 1.0), version))
+    def start(
+        engine: Any,
+        config: AgentConfig,
+        sampling: Sampling | None = None,
+        version: Any = None,
+        chunk_tokens: Any = None,
+    ) -> Driver:
+        made.append(Driver(engine, config, sampling or Sampling(16, 1.0), version, chunk_tokens))
         return made[-1]
 
     yield start

@@ -7,9 +7,11 @@ import sys
 from typing import Any
 
 from lakeflow.models.tiny import LOOKUP_CALL
+from lakeflow.raas.config import HFEngineConfig
+from lakeflow.raas.engines import HFEngine
 from lakeflow.raas.gateway.config import AgentConfig, GatewayConfig
 from lakeflow.raas.trajectory import Sampling, sample_row
-from tests.raas.agent.helpers import LOGPROB, Scripted, check_trainer_reproduces, make_task
+from tests.raas.agent.helpers import LOGPROB, Scripted, check_trainer_reproduces, make_task, switched_mid_turn
 
 T = 0.8
 
@@ -137,4 +139,37 @@ def test_each_turn_is_stamped_with_the_version_that_sampled_it(tok: Any, drive: 
     (group,) = driver.groups()
     (t,) = group.trajectories
     assert t.extra["turn_versions"] == [4, 5] and t.extra["turns"] == 2
+    second = t.loss_mask.index(1, t.loss_mask.index(0))  # the first token of the second turn
+    assert t.extra["token_versions"] == [[0, 4], [second, 5]]
     assert sample_row(make_task(1), t, "policy", {"policy": 5}, "raas", "")["policy_version"] == 4
+
+
+def test_requests_sampled_in_chunks_continue_on_a_new_version_mid_turn(
+    tiny_dir: str, tiny_v1_dir: str, drive: Any
+) -> None:
+    """weights_update: interrupt with interrupt_chunk_tokens through the gateway: turns are sampled 3 tokens a
+    round, version 1 is loaded before the second round (the first turn's second chunk), and every stored
+    logprob is the trainer's under the version that sampled that token (and not under the other)."""
+    engine = HFEngine(HFEngineConfig(), seed=0)
+    engine.load(tiny_dir)
+    rounds = [0]
+
+    def version() -> int:  # asked once per round that generates, before it generates
+        rounds[0] += 1
+        if rounds[0] == 2:
+            engine.load(tiny_v1_dir)
+        return int(rounds[0] >= 2)
+
+    config = AgentConfig(program="tests.raas.gateway.programs:chat_turns", args={"turns": 3})
+    driver = drive(engine, config, Sampling(8, T), version=version, chunk_tokens=3)
+    driver.add("c", make_task(3))
+    (group,) = driver.groups()
+    assert all(t.extra["turns"] == 3 and t.extra["segments"] == 1 for t in group.trajectories)
+    assert any(switched_mid_turn(t) for t in group.trajectories)
+    for t in group.trajectories:
+        row = sample_row(make_task(3), t, "policy", {"policy": 1}, "raas", "")
+        assert (row["policy_version"], row["max_version"]) == (0, 1)
+    worst = check_trainer_reproduces({0: tiny_dir, 1: tiny_v1_dir}, group.trajectories, T)
+    swapped = check_trainer_reproduces({0: tiny_v1_dir, 1: tiny_dir}, group.trajectories, T)
+    print(f"max |trainer - hf engine| per token version through the gateway: {worst:.2e} (swapped: {swapped:.2e})")
+    assert worst <= 1e-3 < swapped
