@@ -37,7 +37,7 @@ def test_rows_are_visible_after_their_commit_and_in_sql(store: Store) -> None:
     lake = connect_lake(store)
     rows = lake.sql("SELECT step, kl, entropy FROM trainer_steps ORDER BY step").to_pylist()
     assert rows == [{"step": s, "kl": pytest.approx(0.01 * s), "entropy": 2.0 - s} for s in range(3)]
-    for name in ("rollout_stats", "dataflow_stats", "eval"):  # every table is a view, empty or not
+    for name in ("rollout_stats", "dataflow_stats", "eval", "mismatch"):  # every table is a view, empty or not
         assert lake.sql(f"SELECT count(*) AS n FROM {name}").to_pylist() == [{"n": 0}]
 
 
