@@ -8,7 +8,9 @@ trainer's step N trains from version N), so the tables line up on one axis in ev
 - rollout_stats: run `rollout_stats/<raas_id>`, step = the window's weights_version,
   tags `rollout/<model>/<task_type>/<column>`;
 - dataflow_stats: run `dataflow_stats/<model>`, step = the model's trainer_version, tags `dataflow/<model>/<column>`;
-- eval: run `eval/<model>`, step = policy_version, tags `eval/<dataset>/<column>`.
+- eval: run `eval/<model>`, step = policy_version, tags `eval/<dataset>/<column>`;
+- mismatch: run `mismatch/<model>`, step = training step, tags `mismatch/<raas_id>/lag<step - version>/<column>`
+  (lag 0: the rows of the step's own version; 1: one version behind).
 Only numeric, non-null columns become scalars; ids and timestamps name the run and the step.
 """
 
@@ -60,4 +62,8 @@ def row_scalars(table: str, row: Mapping[str, Any]) -> Scalars:
     if table == "eval":
         prefix = f"eval/{row.get('dataset') or 'heldout'}"
         return Scalars(f"eval/{model}", int(row.get("policy_version") or 0), wall, _numbers(row, prefix))
+    if table == "mismatch":
+        step = int(row.get("step") or 0)
+        prefix = f"mismatch/{row.get('raas_id') or 'unknown'}/lag{step - int(row.get('version') or 0)}"
+        return Scalars(f"mismatch/{model}", step, wall, _numbers(row, prefix))
     raise ValueError(f"unknown metric table {table!r}")

@@ -262,6 +262,10 @@ def test_scalars_are_numbers_only_and_stepped_by_version() -> None:
     s = row_scalars("rollout_stats", row)
     assert (s.run, s.step) == ("rollout_stats/r1", 7)
     assert s.values == {"rollout/m/math/groups": 2.0, "rollout/m/math/weights_version": 7.0}
+    row = {"created_at": T0, "model_id": "m", "step": 5, "version": 4, "raas_id": "r1", "tokens": 9, "mean": 0.5}
+    s = row_scalars("mismatch", row)
+    assert (s.run, s.step) == ("mismatch/m", 5)
+    assert s.values == {"mismatch/r1/lag1/tokens": 9.0, "mismatch/r1/lag1/mean": 0.5}
 
 
 def test_run_manifest_round_trip_and_malformed(tmp_path: Path) -> None:

@@ -160,7 +160,8 @@ def test_requests_sampled_in_chunks_continue_on_a_new_version_mid_turn(
             engine.load(tiny_v1_dir)
         return int(rounds[0] >= 2)
 
-    config = AgentConfig(program="tests.raas.gateway.programs:chat_turns", args={"turns": 3})
+    gateway = GatewayConfig(gather_s=10)  # the first round waits for all three episodes' requests
+    config = AgentConfig(program="tests.raas.gateway.programs:chat_turns", args={"turns": 3}, gateway=gateway)
     driver = drive(engine, config, Sampling(8, T), version=version, chunk_tokens=3)
     driver.add("c", make_task(3))
     (group,) = driver.groups()
