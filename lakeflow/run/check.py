@@ -21,7 +21,7 @@ from lakeflow.dataflow.datasets import task_types
 from lakeflow.errors import ConfigError
 from lakeflow.evaluation.check import check_eval_config
 from lakeflow.models.check import chat_template_problem, device_problem, model_problem
-from lakeflow.models.host import fastest_autocast, gpu_driver_present, slow_bf16_note
+from lakeflow.models.host import fastest_autocast, fastest_dtype, gpu_driver_present, slow_bf16_note
 from lakeflow.models.info import read_model_dtype, read_model_info
 from lakeflow.raas.check import (
     check_raas_config,
@@ -187,7 +187,28 @@ def check_run_precision(config: RunConfig) -> list[str]:
                 "the engine samples rounded weights the trainer never scores and the two drift apart with every "
                 "version: set publish_dtype: float32 (or fastest, with autocast: fastest), or autocast: bfloat16"
             )
+            continue
+        for key, pool in [(f"models[{i}].raas.config", m.raas), *_region_pools(m, f"models[{i}]", ("engine",))]:
+            narrow = _engine_dtype(pool.config.engine)
+            if narrow in ("bfloat16", "float16") and pool.config.model is None:
+                notes.append(
+                    f"{key}.engine.dtype: the engine computes in {narrow} but the trainer in float32, so the engine "
+                    "samples rounded weights the trainer never scores and the two drift apart with every version "
+                    "(the mismatch table shows it): set the engine's dtype to float32, or the trainer's autocast "
+                    "to bfloat16 (or fastest)"
+                )
     return notes
+
+
+def _engine_dtype(engine: EngineConfig) -> str | None:
+    """The dtype a local engine computes in, where the config says it (None: the model's own, or a plugin's)."""
+    if isinstance(engine, HFEngineConfig):
+        return fastest_dtype(engine.device) if engine.dtype == "fastest" else engine.dtype
+    if isinstance(engine, VLLMEngineConfig) and engine.dtype not in (None, "auto", "fastest"):
+        return engine.dtype
+    if isinstance(engine, VLLMEngineConfig) and engine.dtype == "fastest" and not gpu_driver_present():
+        return fastest_dtype("cpu")  # on a GPU vLLM's fastest is the model's own dtype
+    return None
 
 
 def check_run_tools(config: RunConfig) -> list[str]:
