@@ -25,14 +25,17 @@ def example_agents(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
 
 
+def _math_reward(task: Task) -> Any:
+    return build_reward("math")
+
+
 class Driver:
     """A GatewayRunner advanced on a thread until closed; `groups()` waits for finished groups."""
 
     def __init__(
         self, engine: Any, config: AgentConfig, sampling: Sampling, version: Any = None, chunk_tokens: int | None = None
     ) -> None:
-        reward = lambda task: build_reward("math")  # noqa: E731
-        self.runner = GatewayRunner(engine, config, sampling, "policy", reward, version, chunk_tokens)
+        self.runner = GatewayRunner(engine, config, sampling, "policy", _math_reward, version, chunk_tokens)
         self.finished: list[Group] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
