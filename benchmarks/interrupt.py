@@ -14,7 +14,12 @@ and the episodes go on; `interrupt-chunks` is `interrupt` with `interrupt_chunk_
 Reported per setting: wall time, episodes/s, sampled tokens/s (every token the engine returned), the
 engine's busy fraction (time inside `generate` over the wall time), versions loaded, and the staleness of
 the committed samples: per sample, the newest version published when it was committed minus its
-`policy_version` (its oldest turn's version), as a histogram, plus how many samples mix versions.
+`policy_version` (its oldest turn's version), as a histogram, plus how many samples mix versions. "Usable"
+tokens/s is the share of tokens/s in samples within `max_staleness` of the newest version when they were
+committed (by their trained tokens): what a `version_window` policy with that bound could still train, so
+the two settings are compared at the same `max_staleness`. With `repeats` the settings run in turn that
+many times (drain, interrupt, chunks, drain, ...) and the ratios are the median of the repeats', with their
+range.
 """
 
 from __future__ import annotations
@@ -120,13 +125,17 @@ def run(
     cap: int = 16,
     engine_type: str = "hf",
     chunk_tokens: int = 8,
+    repeats: int = 1,
+    max_staleness: int = 1,
 ) -> dict[str, Any]:
-    """The three settings on the same tasks and engine (loaded once); see the module docstring."""
+    """The three settings on the same tasks and engine (loaded once), `repeats` times in turn; see the
+    module docstring."""
     work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-interrupt-"))
     try:
-        return _run(work, episodes, concurrent, period_s, tool_s, alpha, cap, engine_type, chunk_tokens)
+        result = _run(work, episodes, concurrent, period_s, tool_s, alpha, cap, engine_type, chunk_tokens, repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return summarize(result, max_staleness)
 
 
 def _run(
@@ -139,6 +148,7 @@ def _run(
     cap: int,
     engine_type: str,
     chunk_tokens: int,
+    repeats: int,
 ) -> dict[str, Any]:
     from lakeflow.models import resolve_model
     from lakeflow.raas.config import RaasConfig
@@ -154,7 +164,7 @@ def _run(
         engine_config |= {"max_model_len": 1024, "enforce_eager": True}
     engine: Any = None
     results = []
-    for setting in SETTINGS:
+    for repeat, setting in ((r, s) for r in range(repeats) for s in SETTINGS):
         config = RaasConfig.model_validate(
             {
                 "engine": engine_config,
@@ -164,7 +174,7 @@ def _run(
                 "poll_s": 0.05,
                 "seed": 0,
                 "commit_window_s": 0,
-                "cache_dir": str(work / f"cache-{setting}"),
+                "cache_dir": str(work / f"cache-{setting}-{repeat}"),
                 "weights_update": setting.removesuffix("-chunks"),
                 "interrupt_chunk_tokens": chunk_tokens if setting.endswith("-chunks") else None,
                 "environment": {
@@ -178,11 +188,11 @@ def _run(
         )
         engine = engine or build_engine(config.engine, seed=0)
         timed = TimedEngine(engine)
-        results.append(_setting(work / f"lake-{setting}", setting, config, timed, (state, files), calls, period_s))
+        lake = work / f"lake-{setting}-{repeat}"
+        results.append(_setting(lake, setting, config, timed, (state, files), calls, period_s) | {"repeat": repeat})
     close = getattr(engine, "close", None)
     if close is not None:
         close()
-    drain, interrupt, chunks = results
     return {
         "engine": engine_type,
         "episodes": episodes,
@@ -191,11 +201,33 @@ def _run(
         "tool_s": tool_s,
         "chunk_tokens": chunk_tokens,
         "calls": {"alpha": alpha, "cap": cap, "mean": round(float(np.mean(calls)), 2), "max": max(calls)},
+        "repeats": repeats,
         "results": results,
-        "interrupt_vs_drain_tokens_per_s": round(interrupt["tokens_per_s"] / drain["tokens_per_s"], 2),
-        "interrupt_vs_drain_episodes_per_s": round(interrupt["episodes_per_s"] / drain["episodes_per_s"], 2),
-        "chunks_vs_interrupt_tokens_per_s": round(chunks["tokens_per_s"] / interrupt["tokens_per_s"], 2),
     }
+
+
+RATIOS = {  # name: (numerator setting, denominator setting, the per-setting figure)
+    "interrupt_vs_drain_tokens_per_s": ("interrupt", "drain", "tokens_per_s"),
+    "interrupt_vs_drain_usable_tokens_per_s": ("interrupt", "drain", "usable_tokens_per_s"),
+    "interrupt_vs_drain_episodes_per_s": ("interrupt", "drain", "episodes_per_s"),
+    "chunks_vs_interrupt_tokens_per_s": ("interrupt-chunks", "interrupt", "tokens_per_s"),
+}
+
+
+def summarize(result: dict[str, Any], max_staleness: int) -> dict[str, Any]:
+    """Adds each setting's usable tokens/s (samples within `max_staleness`) and the ratios: per repeat,
+    then their median and range."""
+    for r in result["results"]:
+        by_staleness = r.pop("tokens_by_staleness")
+        usable = sum(n for stale, n in by_staleness.items() if stale <= max_staleness)
+        r["usable_tokens_per_s"] = round(r["tokens_per_s"] * usable / max(sum(by_staleness.values()), 1), 1)
+    result["max_staleness"] = max_staleness
+    by_repeat = [{r["setting"]: r for r in result["results"] if r["repeat"] == k} for k in range(result["repeats"])]
+    for name, (top, bottom, figure) in RATIOS.items():
+        ratios = [round(rs[top][figure] / rs[bottom][figure], 2) if rs[bottom][figure] else 0.0 for rs in by_repeat]
+        result[name] = float(np.median(ratios))
+        result[name + "_range"] = [min(ratios), max(ratios)]
+    return result
 
 
 def _setting(
@@ -221,7 +253,7 @@ def _setting(
         seconds = time.perf_counter() - started
         publisher.stop()
         service.close()
-    staleness, mixed, samples = _staleness(store, publisher)
+    staleness, tokens, mixed, samples = _staleness(store, publisher)
     return {
         "setting": setting,
         "episodes": stats.groups,
@@ -235,49 +267,63 @@ def _setting(
         "mixed_samples": mixed,
         "staleness": {str(k): v for k, v in sorted(staleness.items())},
         "mean_staleness": round(sum(k * v for k, v in staleness.items()) / max(samples, 1), 3),
+        "tokens_by_staleness": dict(tokens),
     }
 
 
-def _staleness(store: Store, publisher: Publisher) -> tuple[Counter[int], int, int]:
-    """Per committed sample: the newest version published when it was written minus its policy_version."""
+def _staleness(store: Store, publisher: Publisher) -> tuple[Counter[int], Counter[int], int, int]:
+    """Per committed sample: the newest version published when it was written minus its policy_version.
+    Returns samples and sampled tokens (loss_mask) by that staleness, samples mixing versions, samples."""
     from lakeflow.lake import LakeReader
 
     reader = LakeReader(store)
     histogram: Counter[int] = Counter()
+    tokens: Counter[int] = Counter()
     mixed = samples = 0
+    columns = ["policy_version", "max_version", "created_at", "loss_mask"]
     for _, record in reader.poll().commits:
-        for row in reader.read_shard(record, ["policy_version", "max_version", "created_at"]).to_pylist():
+        for row in reader.read_shard(record, columns).to_pylist():
             created = row["created_at"]
             when = created if isinstance(created, datetime) else datetime.fromisoformat(str(created))
-            histogram[publisher.newest_at(when.astimezone(UTC)) - row["policy_version"]] += 1
+            stale = publisher.newest_at(when.astimezone(UTC)) - row["policy_version"]
+            histogram[stale] += 1
+            tokens[stale] += sum(row["loss_mask"])
             mixed += row["max_version"] != row["policy_version"]
             samples += 1
-    return histogram, mixed, samples
+    return histogram, tokens, mixed, samples
 
 
 def render(result: dict[str, Any]) -> str:
     from lakeflow.text import text_table
 
-    keys = ("episodes", "seconds", "episodes_per_s", "tokens_per_s", "engine_busy", "versions_loaded")
-    keys2 = ("mixed_samples", "mean_staleness")
+    keys = ["repeat", "episodes", "seconds", "episodes_per_s", "tokens_per_s", "usable_tokens_per_s"]
+    keys += ["engine_busy", "versions_loaded", "mixed_samples", "mean_staleness"]
     rows = [
-        [r["setting"], *(str(r[k]) for k in keys + keys2), " ".join(f"{k}:{v}" for k, v in r["staleness"].items())]
+        [r["setting"], *(str(r[k]) for k in keys), " ".join(f"{k}:{v}" for k, v in r["staleness"].items())]
         for r in result["results"]
     ]
-    head = ["weights_update", "episodes", "s", "episodes/s", "tokens/s", "engine busy", "loads", "mixed", "staleness"]
-    head += ["staleness: samples"]
+    head = ["weights_update", "repeat", "episodes", "s", "episodes/s", "tokens/s", "usable tokens/s"]
+    head += ["engine busy", "loads", "mixed", "staleness", "staleness: samples"]
     c = result["calls"]
     title = (
         f"engine {result['engine']}, {result['concurrent']} episodes in flight, a new version every "
         f"{result['period_s']} s, tool {result['tool_s']} s, calls per episode Pareto({c['alpha']}) "
-        f"capped at {c['cap']} (mean {c['mean']}, max {c['max']})"
+        f"capped at {c['cap']} (mean {c['mean']}, max {c['max']}); usable: within max_staleness "
+        f"{result['max_staleness']}"
     )
-    ratio = (
-        f"interrupt / drain: tokens/s {result['interrupt_vs_drain_tokens_per_s']}x, "
-        f"episodes/s {result['interrupt_vs_drain_episodes_per_s']}x; interrupt-chunks ({result['chunk_tokens']} "
-        f"tokens) / interrupt: tokens/s {result['chunks_vs_interrupt_tokens_per_s']}x"
-    )
-    return "\n".join([title, *text_table(head, rows, rule=True), ratio])
+
+    def ratio(name: str) -> str:
+        low, high = result[name + "_range"]
+        spread = f" ({low}-{high} over {result['repeats']} repeats)" if result["repeats"] > 1 else ""
+        return f"{result[name]}x{spread}"
+
+    lines = [
+        f"interrupt / drain: tokens/s {ratio('interrupt_vs_drain_tokens_per_s')}, usable tokens/s "
+        f"{ratio('interrupt_vs_drain_usable_tokens_per_s')}, episodes/s {ratio('interrupt_vs_drain_episodes_per_s')}",
+        f"interrupt-chunks ({result['chunk_tokens']} tokens) / interrupt: tokens/s "
+        f"{ratio('chunks_vs_interrupt_tokens_per_s')}",
+    ]
+    return "\n".join([title, *text_table(head, rows, rule=True), *lines])
 
 
 @click.command("interrupt")
@@ -293,6 +339,12 @@ def render(result: dict[str, Any]) -> str:
 @click.option(
     "--chunk-tokens", type=click.IntRange(min=1), default=8, show_default=True, help="interrupt-chunks' chunk size."
 )
+@click.option(
+    "--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of the settings, in turn."
+)
+@click.option(
+    "--max-staleness", type=click.IntRange(min=0), default=1, show_default=True, help="Bound of 'usable' tokens/s."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_interrupt(
     episodes: int,
@@ -303,10 +355,12 @@ def bench_interrupt(
     cap: int,
     engine: str,
     chunk_tokens: int,
+    repeats: int,
+    max_staleness: int,
     as_json: bool,
 ) -> None:
     """`weights_update: drain` beside `interrupt` (whole turns, and in chunks): a long-tailed agent workload on
     the tiny model taught to call a sleeping tool, a new weights version every `--period-s`, in one run."""
-    result = run(episodes, concurrent, period_s, tool_s, alpha, cap, engine, chunk_tokens)
+    result = run(episodes, concurrent, period_s, tool_s, alpha, cap, engine, chunk_tokens, repeats, max_staleness)
     result["machine"] = machine()
     click.echo(json.dumps(result, indent=1) if as_json else render(result))
