@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.models.host import fastest_dtype
@@ -24,7 +24,7 @@ class Correction(StrictConfig):
     step starts from) and the behaviour policy enters only through the weight w = pi_prox / pi_behaviour."""
 
     type: Literal["none", "tis", "mis", "decoupled"] = Field(
-        "none",
+        "tis",
         description="none: ratio against the engine's logprobs (no correction); tis: weight min(w, cap); mis: drop "
         "tokens (samples) with w outside [1/cap, cap], weight the rest by w; decoupled: weight w, drop w > cap.",
     )
@@ -51,7 +51,10 @@ class GrpoLoss(StrictConfig):
     clip_eps_high: float | None = Field(
         None, gt=0, description="Upper clip (1 + clip_eps_high); None: the same as clip_eps."
     )
-    correction: Correction = Field(default_factory=Correction, description="The engine-trainer mismatch correction.")
+    correction: Correction = Field(
+        default_factory=Correction,
+        description="The engine-trainer mismatch correction; tis (token level, cap 2) unless set (docs/trainer.md).",
+    )
 
 
 class M2poLoss(StrictConfig):
@@ -61,7 +64,10 @@ class M2poLoss(StrictConfig):
     m2_threshold: float = Field(
         0.04, gt=0, description="Largest mean squared log-ratio kept unclipped (over tokens moving with A)."
     )
-    correction: Correction = Field(default_factory=Correction, description="The engine-trainer mismatch correction.")
+    correction: Correction = Field(
+        default_factory=lambda: Correction(type="none"),
+        description="The engine-trainer mismatch correction; none unless set: the M2PO rule bounds the ratio itself.",
+    )
 
 
 class SftLoss(StrictConfig):
@@ -86,14 +92,23 @@ LossConfig = Annotated[GrpoLoss | M2poLoss | SftLoss | FunctionLoss, Field(discr
 SHIPPED_LOSSES = ("grpo", "m2po", "sft")  # the names of lakeflow.trainer.losses.LOSSES (no torch import here)
 
 
+def as_typed(loss: GrpoLoss | M2poLoss | SftLoss | FunctionLoss) -> GrpoLoss | M2poLoss | SftLoss | FunctionLoss:
+    """A `function` loss naming a shipped loss (grpo, m2po, sft) as the typed config its params spell, so the two
+    forms mean the same, defaults included; any other loss as it is. Params that do not validate raise
+    pydantic's ValidationError (`lakeflow check` names them first)."""
+    if isinstance(loss, FunctionLoss) and loss.function in SHIPPED_LOSSES:
+        return TypeAdapter(LossConfig).validate_python({"type": loss.function, **loss.params})
+    return loss
+
+
 def loss_correction(loss: GrpoLoss | M2poLoss | SftLoss | FunctionLoss) -> Correction:
-    """The correction a loss asks for: its own, or the `correction` param of a `function` loss naming grpo or
-    m2po; `none` for the rest. The step computes the proximal logprobs when it is not `none`."""
+    """The correction a loss asks for: its own (GRPO's default is tis), that of the typed config a `function`
+    loss naming grpo or m2po spells, `none` for the rest. The step computes the proximal logprobs when it is
+    not `none`."""
+    loss = as_typed(loss)
     if isinstance(loss, GrpoLoss | M2poLoss):
         return loss.correction
-    if isinstance(loss, FunctionLoss) and loss.function in ("grpo", "m2po") and "correction" in loss.params:
-        return Correction.model_validate(loss.params["correction"])
-    return Correction()
+    return Correction(type="none")
 
 
 class KlConfig(StrictConfig):

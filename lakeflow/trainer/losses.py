@@ -28,7 +28,16 @@ import torch
 
 from lakeflow.errors import PluginError
 from lakeflow.trainer.check import resolve_loss
-from lakeflow.trainer.config import Correction, FunctionLoss, GrpoLoss, KlConfig, LossConfig, M2poLoss, SftLoss
+from lakeflow.trainer.config import (
+    Correction,
+    FunctionLoss,
+    GrpoLoss,
+    KlConfig,
+    LossConfig,
+    M2poLoss,
+    SftLoss,
+    as_typed,
+)
 from lakeflow.trainer.correction import ImportanceWeights, importance_weights
 
 
@@ -119,11 +128,14 @@ def log_ratio(inputs: LossInputs, keep: torch.Tensor, base: torch.Tensor | None 
 def corrected_log_ratio(
     inputs: LossInputs, keep: torch.Tensor, correction: Correction | Mapping[str, object] | None
 ) -> tuple[torch.Tensor, ImportanceWeights | None]:
-    """The PPO log-ratio and the mismatch correction's weights (`correction.py`). With none (the default): the
+    """The PPO log-ratio and the mismatch correction's weights (`correction.py`). With None or type none: the
     ratio against the behaviour policy and no weights. With a correction: the ratio against the proximal
-    policy (`prox_logp`) and the weights of log(pi_prox / pi_behaviour), clamped as log-ratios are."""
-    if not isinstance(correction, Correction):
-        correction = Correction.model_validate(correction or {})  # a `function` loss's params give a mapping
+    policy (`prox_logp`) and the weights of log(pi_prox / pi_behaviour), clamped as log-ratios are. A mapping
+    (a `function` loss's params) is read as the config's `correction`, whose type defaults to tis."""
+    if correction is None:
+        correction = Correction(type="none")
+    elif not isinstance(correction, Correction):
+        correction = Correction.model_validate(correction)
     if correction.type == "none":
         return log_ratio(inputs, keep), None
     if inputs.prox_logp is None:
@@ -308,8 +320,9 @@ def _function_objective(
 
 def build_loss(config: LossConfig, kl: KlConfig | None = None) -> Objective:
     """The objective for a loss config (looked up in LOSSES by `type`, or the function a `function` loss names),
-    with the KL term when coef > 0."""
+    with the KL term when coef > 0. A `function` loss naming a shipped loss is built as its typed config."""
     params: dict[str, float | Correction | None]
+    config = as_typed(config)
     if isinstance(config, GrpoLoss):
         params = {"clip_eps": config.clip_eps, "clip_eps_high": config.clip_eps_high, "correction": config.correction}
     elif isinstance(config, M2poLoss):

@@ -13,7 +13,15 @@ import torch
 
 from lakeflow.errors import ConfigError
 from lakeflow.trainer.check import check_trainer_config
-from lakeflow.trainer.config import Correction, FunctionLoss, GrpoLoss, TrainerConfig, load_config, loss_correction
+from lakeflow.trainer.config import (
+    Correction,
+    FunctionLoss,
+    GrpoLoss,
+    M2poLoss,
+    TrainerConfig,
+    load_config,
+    loss_correction,
+)
 from lakeflow.trainer.losses import LossInputs, build_loss, grpo_loss, m2po_loss
 
 TIS, MIS, DECOUPLED = (Correction(type=t, cap=2.0) for t in ("tis", "mis", "decoupled"))
@@ -120,8 +128,8 @@ def test_none_is_the_uncorrected_loss_bit_for_bit_and_ignores_prox() -> None:
     results = []
     for objective in (
         _old_grpo,
-        build_loss(GrpoLoss()),
-        lambda x: grpo_loss(x, correction=Correction(type="none")).per_token,
+        build_loss(GrpoLoss(correction=Correction(type="none"))),
+        lambda x: grpo_loss(x).per_token,  # the Python function's default: no correction
         lambda x: m2po_loss(x).per_token,
         lambda x: m2po_loss(x, correction={"type": "none"}).per_token,
     ):
@@ -131,7 +139,20 @@ def test_none_is_the_uncorrected_loss_bit_for_bit_and_ignores_prox() -> None:
         results.append((per_token.detach(), torch.tensor(grads(per_token, x))))
     for a, b in (results[0], results[1]), (results[0], results[2]), (results[3], results[4]):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert "is_weight" not in build_loss(GrpoLoss())(x).totals
+    assert "is_weight" not in build_loss(GrpoLoss(correction=Correction(type="none")))(x).totals
+
+
+def test_grpo_corrects_with_tis_unless_told_and_m2po_does_not(tmp_path: Path) -> None:
+    assert GrpoLoss().correction == Correction(type="tis", level="token", cap=2.0)
+    assert M2poLoss().correction.type == "none"  # its second-moment rule is its own answer to off-policy rows
+    path = tmp_path / "t.yaml"
+    path.write_text("model: tiny:x\nloss: {type: grpo, correction: {cap: 3.0}}\n")  # a cap alone keeps tis
+    assert loss_correction(load_config(path).loss) == Correction(type="tis", cap=3.0)
+    path.write_text("model: tiny:x\nloss: {type: grpo, correction: {type: none}}\n")
+    assert loss_correction(load_config(path).loss).type == "none"
+    assert loss_correction(load_config(path).model_copy(update={"loss": M2poLoss()}).loss).type == "none"
+    x = inputs(RATIOS, WEIGHTS)
+    assert "is_weight" in build_loss(GrpoLoss())(x).totals and "is_truncated" in build_loss(GrpoLoss())(x).totals
 
 
 @pytest.mark.parametrize("kind", ["tis", "mis", "decoupled"])

@@ -34,9 +34,12 @@ def test_the_shipped_names_are_the_ones_the_check_knows() -> None:
 
 
 def test_a_shipped_loss_by_name_with_params_equals_its_typed_config() -> None:
-    by_name = build_loss(FunctionLoss(function="grpo", params={"clip_eps": 0.1}))(inputs())
-    typed = build_loss(GrpoLoss(clip_eps=0.1))(inputs())
+    x = inputs()
+    x.prox_logp = x.old_logp + 0.1  # both forms correct with tis by default
+    by_name = build_loss(FunctionLoss(function="grpo", params={"clip_eps": 0.1}))(x)
+    typed = build_loss(GrpoLoss(clip_eps=0.1))(x)
     assert torch.equal(by_name.per_token, typed.per_token) and by_name.sums == typed.sums
+    assert "is_weight" in by_name.sums
 
 
 def test_a_users_loss_by_import_path() -> None:

@@ -118,6 +118,7 @@ def test_masked_positions_holding_nan_or_infinity_reach_neither_loss_nor_gradien
         x = inputs([1.1, 0.9], adv=1.0, mask=[1.0, 0.0])
         x.old_logp = torch.tensor([[0.0, bad]], dtype=torch.float64)
         x.ref_logp = torch.tensor([[0.0, bad]], dtype=torch.float64)
+        x.prox_logp = torch.zeros_like(x.logp)  # GRPO's default correction (tis) weighs by prox / old
         out = build_loss(GrpoLoss(), KlConfig(coef=0.1, estimator="k3"))(x)
         assert torch.isfinite(out.per_token).all() and all(math.isfinite(g) for g in grads(out.per_token, x))
         assert float(token_mean(torch.tensor([[2.0, bad]]), torch.tensor([[1.0, 0.0]]))) == 2.0
@@ -171,6 +172,11 @@ def test_sft_is_the_nll_of_response_tokens_and_gradients_flow() -> None:
 def test_registry_and_build_loss() -> None:
     assert set(LOSSES) == {"grpo", "m2po", "sft"}
     x = inputs([1.5], adv=1.0)
+    uncorrected = GrpoLoss(clip_eps=0.2, correction={"type": "none"})
+    assert float(build_loss(uncorrected)(x).per_token[0, 0].detach()) == pytest.approx(-1.2)
+    with pytest.raises(ValueError, match="'tis' correction needs the proximal logprobs"):
+        build_loss(GrpoLoss(clip_eps=0.2))(x)  # the default corrects: the trainer's step gives prox_logp
+    x.prox_logp = x.old_logp  # pi_prox = pi_behaviour: w = 1, the same loss
     assert float(build_loss(GrpoLoss(clip_eps=0.2))(x).per_token[0, 0].detach()) == pytest.approx(-1.2)
     assert float(build_loss(M2poLoss())(x).per_token[0, 0].detach()) == pytest.approx(
         -1.0

@@ -246,4 +246,6 @@ def test_a_corrected_step_reports_the_weights_it_truncated() -> None:
         assert metrics["ratio_mean"] == pytest.approx(1.0)  # against prox: the forward itself, before the update
     masked = train_step(parts(loss={"type": "grpo", "correction": {"type": "mis", "cap": 1.5}}), b)
     assert masked["is_masked_mean"] == 1.0 and masked["is_weight_mean"] == 0.0 and masked["loss"] == 0.0
-    assert not any(k.startswith("is_") for k in train_step(parts(), b))
+    uncorrected = train_step(parts(loss={"type": "grpo", "correction": {"type": "none"}}), b)
+    assert not any(k.startswith("is_") for k in uncorrected)
+    assert train_step(parts(), b)["is_weight_mean"] == pytest.approx(math.exp(0.5), rel=1e-5)  # GRPO's default: tis
