@@ -4,10 +4,10 @@ are documented in docs/agent-episodes.md."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass
 
 from lakeflow.lakeview import LakeQuery
+from lakeflow.report.tables import html_table
 from lakeflow.text import text_table
 
 _SQL = """
@@ -76,8 +76,4 @@ def render_text(rows: list[AgentVersion]) -> list[str]:
 
 def render_html(rows: list[AgentVersion]) -> str:
     """The report's table ('' when the lake has no agent samples: the section is left out)."""
-    if not rows:
-        return ""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in _HEAD)
-    body = "".join("<tr>" + "".join(f'<td class="n">{html.escape(c)}</td>' for c in _cells(r)) + "</tr>" for r in rows)
-    return f"<h2>Agent episodes</h2><table><tr>{head}</tr>{body}</table>"
+    return html_table("Agent episodes", _HEAD, [_cells(r) for r in rows])

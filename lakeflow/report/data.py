@@ -27,6 +27,7 @@ from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.lakeview import LakeQuery, connect_lake
 from lakeflow.report.agents import AgentVersion, agent_by_version
 from lakeflow.report.curves import Curves, curves
+from lakeflow.report.mismatch import MismatchSource, mismatch_by_source
 from lakeflow.report.samples import SampleShown, sample_completions
 from lakeflow.weights.manifest import latest_version, read_manifest
 from lakeflow.weights.retention import list_versions
@@ -113,6 +114,7 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
     rollout: Production = field(default_factory=lambda: Production([], []))  # per service and per pool
     agents: list[AgentVersion] = field(default_factory=list)  # agent episodes per (model, version)
+    mismatch: list[MismatchSource] = field(default_factory=list)  # per (model, rollout service, lag)
 
 
 def gather(store: Store, now: datetime | None = None) -> ReportData:
@@ -145,7 +147,7 @@ def gather(store: Store, now: datetime | None = None) -> ReportData:
             unattributed += n
     published = {m: latest_version(store, m) for m in models}
     rollout = production(read_heartbeats(store), now or datetime.now(UTC), published)
-    return ReportData(store.url, models, unattributed, notes, rollout, agent_by_version(lake))
+    return ReportData(store.url, models, unattributed, notes, rollout, agent_by_version(lake), mismatch_by_source(lake))
 
 
 def model_ids(store: Store, lake: LakeQuery) -> list[str]:

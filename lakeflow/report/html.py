@@ -19,6 +19,7 @@ from lakeflow.lake.heartbeats import Production
 from lakeflow.report import curve_plots, figures, plots
 from lakeflow.report.agents import render_html as render_agents
 from lakeflow.report.data import ModelData, ReportData, gather, summary
+from lakeflow.report.mismatch import render_html as render_mismatch
 
 INDEX = "index.html"
 
@@ -178,6 +179,7 @@ def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
         "<h2>Rollout services</h2>",
         _rollout_tables(data.rollout),
         render_agents(data.agents),
+        render_mismatch(data.mismatch),
     ]
     for plot in PLOTS:
         parts.append(f"<h2>{e(plot.title)}</h2>")
