@@ -1,8 +1,9 @@
 """Every shipped loss on the check's device: forward and backward through a log-softmax over a vocabulary,
 compared with the same computation on the CPU.
 
-Each objective of `lakeflow.trainer.losses` (GRPO symmetric and asymmetric, M2PO at its default threshold
-and at one tight enough to drop tokens, SFT), without and with each KL estimator, runs on one batch of
+Each objective of `lakeflow.trainer.losses` (GRPO symmetric and asymmetric, GRPO under each engine-trainer
+mismatch correction, its default tis among them, M2PO at its default threshold and at one tight enough to
+drop tokens, SFT), without and with each KL estimator, runs on one batch of
 [B, T] tokens whose logprobs come from logits [B, T, V] with gradient, as the trainer's do. A loss that
 builds a tensor on the CPU fails here on CUDA (the M2PO defect of issue 30 did). Reported per row: the
 loss and gradient norm on the device and on the CPU, tokens M2PO dropped, milliseconds per forward +
@@ -36,11 +37,13 @@ TINY_BATCH = LossBatch(samples=4, tokens=16, vocab=64, repeats=1)
 
 
 def _configs() -> list[tuple[str, Any, Any]]:
-    from lakeflow.trainer.config import GrpoLoss, KlConfig, M2poLoss, SftLoss
+    from lakeflow.trainer.config import Correction, GrpoLoss, KlConfig, M2poLoss, SftLoss
 
     losses = [
-        ("grpo", GrpoLoss()),
+        ("grpo", GrpoLoss()),  # tis, token level: the default
         ("grpo clip-higher", GrpoLoss(clip_eps_high=0.28)),
+        *((f"grpo {t}", GrpoLoss(correction=Correction(type=t))) for t in ("none", "mis", "decoupled")),
+        ("grpo tis sequence", GrpoLoss(correction=Correction(type="tis", level="sequence"))),
         ("m2po", M2poLoss()),
         ("m2po tight", M2poLoss(m2_threshold=1e-4)),  # drops tokens: the masking path runs
         ("sft", SftLoss()),
@@ -50,7 +53,8 @@ def _configs() -> list[tuple[str, Any, Any]]:
 
 
 def _tensors(batch: LossBatch, seed: int = 0) -> dict[str, Any]:
-    """The batch's CPU tensors: logits, sampled tokens, behaviour and reference logprobs, mask, advantages."""
+    """The batch's CPU tensors: logits, sampled tokens, behaviour, proximal and reference logprobs, mask,
+    advantages."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -61,7 +65,8 @@ def _tensors(batch: LossBatch, seed: int = 0) -> dict[str, Any]:
     return {
         "logits": logits,
         "tokens": tokens,
-        "old_logp": logp + 0.05 * torch.randn(b, t, generator=gen),  # a slightly stale behaviour policy
+        "old_logp": logp + 0.15 * torch.randn(b, t, generator=gen),  # a stale behaviour policy: some ratios clip
+        "prox_logp": logp + 0.01 * torch.randn(b, t, generator=gen),  # the step's start, a minibatch ago
         "ref_logp": logp + 0.1 * torch.randn(b, t, generator=gen),
         "mask": (torch.rand(b, t, generator=gen) > 0.2).float(),
         "advantages": torch.randn(b, generator=gen),
@@ -85,14 +90,14 @@ def _run(config: Any, kl: Any, cpu: dict[str, Any], device: str) -> tuple[float,
     synchronize()
     started = time.perf_counter()
     logp = torch.log_softmax(logits, -1).gather(-1, x["tokens"][..., None])[..., 0]
-    inputs = LossInputs(logp, x["old_logp"], x["advantages"], x["mask"], x["ref_logp"])
+    inputs = LossInputs(logp, x["old_logp"], x["advantages"], x["mask"], x["ref_logp"], x["prox_logp"])
     out = build_loss(config, kl)(inputs)
     loss = token_mean(out.per_token, inputs.mask)
     loss.backward()  # type: ignore[no-untyped-call]
     synchronize()
     ms = (time.perf_counter() - started) * 1e3
     grad = float(logits.grad.norm()) if logits.grad is not None else float("nan")
-    return float(loss), grad, ms, out.sums
+    return float(loss.detach()), grad, ms, out.sums
 
 
 def loss_check(device: str, batch: LossBatch) -> dict[str, Any]:

@@ -53,10 +53,14 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
         assert positive(run.get("apply_in_place_gbps", 1.0))
 
     losses = report["sections"]["losses"]
-    assert losses["status"] == "ok" and losses["passed"] is True and len(losses["rows"]) == 20
+    assert losses["status"] == "ok" and losses["passed"] is True and len(losses["rows"]) == 36
     assert {r["loss"].split(" + ")[0] for r in losses["rows"]} == {
         "grpo",
         "grpo clip-higher",
+        "grpo none",
+        "grpo mis",
+        "grpo decoupled",
+        "grpo tis sequence",
         "m2po",
         "m2po tight",
         "sft",
