@@ -25,7 +25,9 @@ from benchmarks.gpu.plan import BatchSpec, DType
 from benchmarks.loop import lake_loop_stats
 from lakeflow.io import open_store
 from lakeflow.lake import layout
+from lakeflow.lake.metrics import read_metrics
 from lakeflow.trainer import Trainer, TrainerConfig
+from lakeflow.trainer.config import Correction, GrpoLoss
 from lakeflow.trainer.distributed import full_tensors
 from lakeflow.trainer.model import published_tensors, to_state
 from lakeflow.weights import read_manifest, rebuild_state, state_sha256
@@ -34,6 +36,7 @@ MODEL_ID = "policy"
 PEAK_FLOPS = 989e12  # dense bf16 tensor-core peak of an H100 / H200 SXM (no sparsity)
 PEAK_NAME = "989 TFLOP/s dense bf16 (H100/H200 SXM)"
 Writer = Literal["process", "thread"]  # as TrainerConfig.writer
+CorrectionType = Literal["none", "tis", "mis", "decoupled"]  # as Correction.type
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class TrainRun:
     publish_processes: bool = False  # the codec's workers as forked processes (they leave the GIL to training)
     writer: Writer = "process"  # where the writes run with overlap_io
     checkpoint_every: int | None = 1  # optimizer checkpoint every K versions (1: every step; None: the default)
+    correction: CorrectionType = "tis"  # GRPO's default; with minibatches > 1 it scores the batch once more
 
 
 # (label, overlap_io, writer, checkpoint_every or None for the trainer's default schedule): the rows of
@@ -84,6 +88,7 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
             publish_processes=run.publish_processes,
             writer=run.writer,
             checkpoint_every=run.checkpoint_every or TrainerConfig.model_fields["checkpoint_every"].default,
+            loss=GrpoLoss(correction=Correction(type=run.correction)),
             poll_s=0.05,
             max_poll_s=0.2,
         )
@@ -113,11 +118,14 @@ def train(run: TrainRun, work: Path, cap_s: float) -> dict[str, Any]:
         if len(beats) < 2:  # the time cap stopped it: a budget matter, reported as skipped with the count
             raise SkippedError(f"only {len(beats)} trainer step(s) finished within the {cap_s:.0f} s cap; need 2")
         rebuilt = state_sha256(rebuild_state(store, MODEL_ID, len(digests)))  # decoded from the lake's chain
+        weights = read_metrics(store, "trainer_steps")[0].column("is_weight").to_pylist()
         out = {
             "overlap_io": run.overlap_io,
             "writer": run.writer if run.overlap_io else "in line",
             "checkpoint_every": run.checkpoint_every or TrainerConfig.model_fields["checkpoint_every"].default,
             "publish_processes": run.publish_processes,
+            "correction": run.correction,
+            "corrected_steps": sum(w is not None for w in weights),  # steps whose loss weighted by pi_prox / pi_b
             "digests": digests,
             "bit_exact": bool(digests) and rebuilt == held == digests[-1],
             "params": params,
