@@ -23,6 +23,7 @@ import click
 from benchmarks.gpu.model import SHAPES, build_model_dir
 from benchmarks.gpu.plan import BatchSpec, Log
 from benchmarks.gpu.trainer import CorrectionType, TrainRun, train
+from benchmarks.trainer import model_option
 from lakeflow.text import text_table
 
 BATCH = BatchSpec(32, group_size=4, prompt_tokens=32, response_tokens=48, max_response_tokens=96)
@@ -91,14 +92,7 @@ def render(result: dict[str, Any]) -> str:
 
 @click.command("correction")
 @click.option("--steps", type=click.IntRange(min=2), default=4, show_default=True, help="Trainer steps per run.")
-@click.option(
-    "--model",
-    "shape",
-    type=click.Choice(["smollm2-135m", "qwen2-25m", "tiny"]),
-    default="qwen2-25m",
-    show_default=True,
-    help="Model sizes (a locally initialised Qwen2).",
-)
+@model_option("qwen2-25m")
 @click.option(
     "--minibatches", default="1,4", show_default=True, help="Comma-separated minibatch counts (each divides 32)."
 )

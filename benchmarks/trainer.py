@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,16 +95,16 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def model_option(default: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--model`: the sizes of the locally initialised Qwen2 a trainer benchmark trains (passed as `shape`)."""
+    choices = click.Choice(["smollm2-135m", "qwen2-25m", "tiny"])
+    help_text = "Model sizes (a locally initialised Qwen2)."
+    return click.option("--model", "shape", type=choices, default=default, show_default=True, help=help_text)
+
+
 @click.command("trainer")
 @click.option("--steps", type=click.IntRange(min=2), default=5, show_default=True, help="Trainer steps per run.")
-@click.option(
-    "--model",
-    "shape",
-    type=click.Choice(["smollm2-135m", "qwen2-25m", "tiny"]),
-    default="smollm2-135m",
-    show_default=True,
-    help="Model sizes (a locally initialised Qwen2).",
-)
+@model_option("smollm2-135m")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None, help="Where models and lakes go.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_trainer(steps: int, shape: str, work_dir: str | None, as_json: bool) -> None:
