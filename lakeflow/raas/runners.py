@@ -6,8 +6,8 @@ hands every group it returns to the claim ledger. A runner implements `GroupRunn
   groups admitted since the last one, in one call of the workflow's batched form where it has one
   (`workflows.BATCHED`: rlvr generates up to `batch_groups` groups in one engine call), else group by group.
 - `EpisodeRunner`: workflow `agent` with an `environment`, multi-turn episodes of many groups in flight
-  at once (`agent/scheduler.py`); each `advance` is one round of their turns.
-- `GatewayRunner` (`gateway/runner.py`): workflow `agent` with an `agent` program that speaks the OpenAI
+  at once (`episodes/environment.py`); each `advance` is one round of their turns.
+- `GatewayRunner` (`episodes/gateway.py`): workflow `agent` with an `agent` program that speaks the OpenAI
   API; each `advance` is one round of the running episodes' requests.
 - `JudgeRunner` (`judge/runner.py`): workflow rlvr scored by a judge model (`reward: {type: judge}`); a
   group is handed on once every sample has a verdict, held while the judge fails.
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.agent.scheduler import EpisodeScheduler
+from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig, reward_function
 from lakeflow.raas.engines import Engine
@@ -113,7 +113,7 @@ def build_runner(
         return EpisodeRunner(agent_scheduler(engines[own], config.environment, sampling, stamp, chunk))
     if config.workflow == "agent" and config.agent is not None:
         # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
-        from lakeflow.raas.gateway.runner import GatewayRunner
+        from lakeflow.raas.episodes.gateway import GatewayRunner
 
         name = reward_function(config)
 

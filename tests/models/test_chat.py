@@ -85,7 +85,7 @@ def test_chatml_tools_renders_tools_calls_and_results_the_hermes_way() -> None:
 
 @pytest.mark.parametrize("tools", [TOOLS, None], ids=["tools", "no-tools"])
 def test_chatml_tools_extends_a_growing_conversation_as_a_prefix(tools: list[dict[str, Any]] | None) -> None:
-    """What token-in, token-out episodes rely on (lakeflow/raas/agent/episode.py glue_tokens): every message
+    """What token-in, token-out episodes rely on (lakeflow/raas/episodes/episode.py glue_tokens): every message
     appended, whatever its role, only adds text after the rendering of the conversation before it."""
     for k in range(1, len(CONVERSATION)):
         before, after = CONVERSATION[:k], CONVERSATION[: k + 1]

@@ -36,7 +36,7 @@ import mcp_types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from lakeflow.raas.agent.config import MCPServerConfig
+from lakeflow.raas.config.environment import MCPServerConfig
 from lakeflow.raas.agent.env import Tool
 
 log = logging.getLogger(__name__)

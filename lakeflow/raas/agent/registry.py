@@ -9,7 +9,7 @@ package registers in the entry-point groups `lakeflow.environments` / `lakeflow.
 from __future__ import annotations
 
 from lakeflow.plugins import resolve
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import EnvironmentFactory
 from lakeflow.raas.agent.envs import SHIPPED_ENVIRONMENTS
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
-from lakeflow.raas.agent.scheduler import EpisodeScheduler
+from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory, plays

@@ -6,6 +6,6 @@ endpoint through the `openai` client, with retries, on a bounded thread pool; `s
 verdicts; `runner.py`: `JudgeRunner`, the group runner that holds a group until every sample has one.
 """
 
-from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.config.judge import JudgeConfig
 
 __all__ = ["JudgeConfig"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from lakeflow.errors import ConfigError
-from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.config.judge import JudgeConfig
 
 JUDGED_WORKFLOWS = ("rlvr",)  # the workflows whose samples a judge scores (the runner generates them itself)
 

@@ -26,7 +26,7 @@ from tenacity import (
 )
 
 from lakeflow.errors import ConfigError, JudgeRefusedError, MissingExtraError, VerdictFailure
-from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.judge.prompts import Messages, parse_scores
 
 _RETRIED_STATUS = (408, 409, 429)  # and every 5xx: the endpoint may answer later

@@ -17,7 +17,7 @@ from typing import Any
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.engines import Completion
 from lakeflow.raas.judge.client import Verdict
-from lakeflow.raas.judge.config import JudgeConfig
+from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.judge.prompts import Messages, groupwise_messages, messages_sha256, pointwise_messages, shorten
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.scored import known_reward, scored_trajectories

@@ -7,6 +7,6 @@ and transformers are imported there only); `runner.py`: `RewardModelRunner`, the
 checks before a start (the model's architecture and labels, its files and device here).
 """
 
-from lakeflow.raas.reward_model.config import RewardModelConfig
+from lakeflow.raas.config.reward_model import RewardModelConfig
 
 __all__ = ["RewardModelConfig"]

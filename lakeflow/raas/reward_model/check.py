@@ -10,7 +10,7 @@ from typing import Any
 from lakeflow.errors import ConfigError
 from lakeflow.models.check import device_problem, model_problem
 from lakeflow.models.info import read_model_config
-from lakeflow.raas.reward_model.config import RewardModelConfig
+from lakeflow.raas.config.reward_model import RewardModelConfig
 
 SCORED_WORKFLOWS = ("rlvr",)  # the workflows whose samples a reward model scores (the runner generates them itself)
 CLASSIFIER = "ForSequenceClassification"  # how a sequence-classification architecture's name ends

@@ -13,7 +13,7 @@ import pytest
 from lakeflow.errors import ConfigError
 from lakeflow.io import open_store
 from lakeflow.models.chat import shipped_template
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import Tool
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.check import check_raas_config, check_raas_warnings, check_rollout_model, tool_template_warnings

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from lakeflow.errors import ConfigError, PluginError
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.parsers import hermes
 from lakeflow.raas.agent.registry import build_environment
-from lakeflow.raas.agent.scheduler import EpisodeScheduler
+from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import parse_config
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines import HFEngine

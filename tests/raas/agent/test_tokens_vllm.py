@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.engines import build_engine

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.gateway.config import AgentConfig
-from lakeflow.raas.gateway.runner import GatewayRunner
+from lakeflow.raas.config.agent import AgentConfig
+from lakeflow.raas.episodes.gateway import GatewayRunner
 from lakeflow.raas.groups import Group
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import Sampling

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lakeflow.models.tiny import LOOKUP_CALL
-from lakeflow.raas.gateway.config import AgentConfig
+from lakeflow.raas.config.agent import AgentConfig
 from tests.raas.agent.helpers import Scripted, make_task
 from tests.raas.gateway.test_gateway import lookup_engine
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from lakeflow.raas.gateway.config import AgentConfig, GatewayConfig
+from lakeflow.raas.config.agent import AgentConfig, GatewayConfig
 from tests.raas.agent.helpers import Scripted, make_task
 from tests.raas.gateway import programs
 

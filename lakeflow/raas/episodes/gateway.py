@@ -30,7 +30,7 @@ from lakeflow.lake.tasks import Task
 from lakeflow.plugins import load_import_path, resolve
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser
 from lakeflow.raas.engines import Completion, Engine
-from lakeflow.raas.gateway.config import AgentConfig
+from lakeflow.raas.config.agent import AgentConfig
 from lakeflow.raas.gateway.openai_api import (
     BadRequest,
     ChatRequest,
@@ -42,8 +42,8 @@ from lakeflow.raas.gateway.openai_api import (
     response_object,
     responses_request,
 )
-from lakeflow.raas.gateway.programs import CommandRunner, Outcome, call_program, task_view
-from lakeflow.raas.gateway.segments import EpisodeTokens, Prepared
+from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
+from lakeflow.raas.episodes.segments import EpisodeTokens, Prepared
 from lakeflow.raas.gateway.server import Answer, GatewayServer, refuse
 from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import Reward, RewardFn

@@ -4,7 +4,7 @@ A segment starts with a prompt, the chat template's rendering of a request's mes
 next request *extends* the segment when its messages begin with the ones the segment holds (the
 previous request's and the assistant message the gateway returned, compared by role, text and calls)
 with the same tools: then only the new messages are tokenized, as the template's glue after the
-sampled turn (loss_mask 0, `agent/episode.py`'s `glue_tokens`), and the engine continues from the
+sampled turn (loss_mask 0, `episodes/episode.py`'s `glue_tokens`), and the engine continues from the
 ids. The assistant turns inside a segment are rendered from the text the model sampled, so the
 template sees what the model wrote, not the client's re-serialisation of its calls. A request that
 does not extend (the agent trimmed or edited its history, changed its tools, or the template rewrites
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakeflow.raas.agent.episode import glue_tokens
+from lakeflow.raas.episodes.episode import glue_tokens
 from lakeflow.raas.engines import Completion, Engine
 from lakeflow.raas.gateway.openai_api import ChatRequest, message_key
 

@@ -1,4 +1,4 @@
-"""The rollout service's configuration: typed, validated, unknown keys refused.
+"""One rollout service's configuration (`RaasConfig`) and its engines: typed, validated, unknown keys refused.
 
 A YAML or JSON file (or CLI flags) chooses the engine (a union told apart by `type`), the
 workflow, sampling and the service's timings. `load_config` names the bad key and the file.
@@ -13,10 +13,10 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.errors import ConfigError
-from lakeflow.raas.agent.config import EnvironmentConfig
-from lakeflow.raas.gateway.config import AgentConfig
-from lakeflow.raas.judge.config import JudgeConfig
-from lakeflow.raas.reward_model.config import RewardModelConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
+from lakeflow.raas.config.agent import AgentConfig
+from lakeflow.raas.config.judge import JudgeConfig
+from lakeflow.raas.config.reward_model import RewardModelConfig
 from lakeflow.tracking.config import TrackerConfig
 
 

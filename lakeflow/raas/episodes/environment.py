@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import EnvironmentFactory, Feedback, Turn
-from lakeflow.raas.agent.episode import CONTEXT, ENV_ERROR, MAX_EPISODE_TOKENS, Episode
+from lakeflow.raas.episodes.episode import CONTEXT, ENV_ERROR, MAX_EPISODE_TOKENS, Episode
 from lakeflow.raas.agent.parsers import ParsedCalls, ToolParser
 from lakeflow.raas.agent.tools import run_call
 from lakeflow.raas.engines import Engine

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakeflow.raas.agent.config import EnvironmentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import ChatMessage, Environment, Feedback, Tool, Turn
 from lakeflow.raas.engines import Completion, Engine
 from lakeflow.raas.outcome import Reward
