@@ -21,16 +21,16 @@ from lakeflow.models.chat import chat_template_text, drops_tools, template_setti
 from lakeflow.models.check import chat_template_problem, device_problem, max_len_problem, model_problem
 from lakeflow.models.info import ChatTemplates, read_chat_templates, read_model_info
 from lakeflow.plugins import load_import_path, resolve
-from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.parsers import TOOL_PARSERS
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
 from lakeflow.raas.config import EngineConfig, FactoryEngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
-from lakeflow.raas.engines import engine_factory
 from lakeflow.raas.config.agent import AgentConfig
-from lakeflow.raas.judge.check import judge_here_problems, judge_problems
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.config.judge import JudgeConfig
-from lakeflow.raas.reward_model.check import reward_model_here_problems, reward_model_problems
 from lakeflow.raas.config.reward_model import RewardModelConfig
+from lakeflow.raas.engines import engine_factory
+from lakeflow.raas.judge.check import judge_here_problems, judge_problems
+from lakeflow.raas.reward_model.check import reward_model_here_problems, reward_model_problems
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.workflows import WORKFLOWS, build_workflow, roles_problem
 

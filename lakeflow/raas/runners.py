@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable, Mapping
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import RaasConfig, reward_function
 from lakeflow.raas.engines import Engine
+from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.groups import Admitted, Group, GroupRunner
 from lakeflow.raas.judge import JudgeConfig
 from lakeflow.raas.outcome import RewardFn

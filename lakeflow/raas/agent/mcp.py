@@ -36,8 +36,8 @@ import mcp_types
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from lakeflow.raas.config.environment import MCPServerConfig
 from lakeflow.raas.agent.env import Tool
+from lakeflow.raas.config.environment import MCPServerConfig
 
 log = logging.getLogger(__name__)
 

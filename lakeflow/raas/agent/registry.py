@@ -9,10 +9,10 @@ package registers in the entry-point groups `lakeflow.environments` / `lakeflow.
 from __future__ import annotations
 
 from lakeflow.plugins import resolve
-from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import EnvironmentFactory
 from lakeflow.raas.agent.envs import SHIPPED_ENVIRONMENTS
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser
+from lakeflow.raas.config.environment import EnvironmentConfig
 
 ENVIRONMENTS: dict[str, EnvironmentFactory] = dict(SHIPPED_ENVIRONMENTS)  # python_math, search, craft, lookup
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.registry import build_environment, build_tool_parser
-from lakeflow.raas.episodes.environment import EpisodeScheduler
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.engines import Engine
+from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory, plays
 

@@ -13,8 +13,8 @@ from pydantic import Discriminator, Field, Tag, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file, validate_config
 from lakeflow.errors import ConfigError
-from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.config.agent import AgentConfig
+from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.config.reward_model import RewardModelConfig
 from lakeflow.tracking.config import TrackerConfig

@@ -12,9 +12,8 @@ ends the episode with the reason `template_rewrites_history`: such templates nee
 `per_turn_samples`, where each turn is its own sample whose prompt is the template's rendering of
 the whole conversation so far.
 
-A turn may be sampled in chunks (`weights_update: interrupt` with `interrupt_chunk_tokens`): each chunk
-is appended to the turn in progress, and the next chunk is generated from the ids so far, perhaps on
-newer weights. `token_versions` records, as runs, which weights version sampled which tokens.
+A turn may be sampled in chunks (`rounds.py`); once it ends, its tokens are appended as sampled and
+`token_versions` records, as runs, which weights version sampled which of them.
 """
 
 from __future__ import annotations
@@ -27,19 +26,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.agent.env import ChatMessage, Environment, Feedback, Tool, Turn
-from lakeflow.raas.engines import Completion, Engine
+from lakeflow.raas.config.environment import EnvironmentConfig
+from lakeflow.raas.engines import Engine
+from lakeflow.raas.episodes import rounds
+from lakeflow.raas.episodes.ends import EpisodeEnd, finish_reason
+from lakeflow.raas.episodes.record import episode_extra, version_extra
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 
 log = logging.getLogger(__name__)
-
-# Why an episode ended (extra.end); finish_reason is 'stop' for the first two, 'length' for the limits.
-DONE, NO_TOOL_CALL = "done", "no_tool_call"
-MAX_TURNS, MAX_EPISODE_TOKENS, CONTEXT = "max_turns", "max_episode_tokens", "context"
-TEMPLATE, ENV_ERROR = "template_rewrites_history", "environment_error"
-_FINISH = {DONE: "stop", NO_TOOL_CALL: "stop", TEMPLATE: "error", ENV_ERROR: "error"}
 
 
 def glue_tokens(
@@ -75,13 +71,13 @@ class Episode:
     messages: list[ChatMessage]  # the conversation (assistant turns as decoded text), for the template
     prompt_ids: list[int]  # the first prompt; per_turn_samples: this turn's prompt
     limit: int  # most tokens of the context (prompt + everything after it)
-    limit_reason: str  # MAX_EPISODE_TOKENS or CONTEXT
+    limit_reason: EpisodeEnd  # MAX_EPISODE_TOKENS or CONTEXT
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
     turns: int = 0
     turn_finish: str = "stop"  # of the last sampled turn
-    end: str | None = None  # why it ended; None while it runs
+    end: EpisodeEnd | None = None  # why it ended; None while it runs
     tool_calls: Counter[str] = field(default_factory=Counter)
     tool_errors: int = 0
     malformed_calls: int = 0
@@ -91,8 +87,6 @@ class Episode:
     turn_obs: list[str] = field(default_factory=list)  # hash of the observation each turn answered
     turn_versions: list[int] = field(default_factory=list)  # version of each turn's first token (interrupt)
     token_versions: list[list[int]] = field(default_factory=list)  # [response offset, version] where each run starts
-    partial_ids: list[int] = field(default_factory=list)  # the turn being sampled in chunks: its tokens so far
-    partial_logprobs: list[float] = field(default_factory=list)
     done_turns: list[Trajectory] = field(default_factory=list)  # per_turn_samples: one per finished turn
     error: str = ""
 
@@ -101,40 +95,33 @@ class Episode:
         return [t.schema() for t in self.tools] or None
 
     def context(self) -> list[int]:
-        """The ids the next turn (or the next chunk of this one) is generated from."""
-        return self.prompt_ids + self.response_ids + self.partial_ids
+        """The ids the next turn is generated from."""
+        return self.prompt_ids + self.response_ids
 
-    def room(self, max_new_tokens: int) -> int:
-        """Tokens the turn in progress may still sample (< 1: none)."""
-        return min(max_new_tokens - len(self.partial_ids), self.limit - len(self.context()))
+    def next_turn(self, max_new_tokens: int) -> rounds.Turn | None:
+        """The next turn to sample, or None (the episode ended at its limit) when no token fits."""
+        budget = min(max_new_tokens, self.limit - len(self.context()))
+        if budget < 1:
+            self.finish(self.limit_reason)
+            return None
+        return rounds.Turn(self.context(), budget, self)
 
-    def finish(self, end: str, error: str = "") -> None:
+    def finish(self, end: EpisodeEnd, error: str = "") -> None:
         self.end, self.error = end, error
 
-    def add_chunk(self, c: Completion, version: int | None = None) -> None:
-        """Append sampled tokens verbatim to the turn in progress, with (when given) the weights version that
-        sampled them."""
-        if version is not None:
-            if not self.partial_ids:
-                self.turn_versions.append(version)
-            if not self.token_versions or self.token_versions[-1][1] != version:
-                self.token_versions.append([len(self.response_ids) + len(self.partial_ids), version])
-        self.partial_ids += c.token_ids
-        self.partial_logprobs += c.logprobs
-
-    def end_turn(self, text: str, finish_reason: str, cut_by_limit: bool) -> None:
-        """Close the turn in progress (loss_mask 1 on its tokens, their logprobs), with where it ends, what it
-        answered, its decoded `text` and why sampling stopped."""
+    def end_turn(self, turn: rounds.Turn, max_new_tokens: int) -> None:
+        """Append a sampled turn verbatim (loss_mask 1, its logprobs and version runs) with what it answered;
+        a turn cut by the episode's limit (not by max_new_tokens) ends the episode."""
         self.turn_obs.append(observation_hash(self.messages))
-        self.response_ids += self.partial_ids
+        rounds.add_runs(self.token_versions, self.turn_versions, len(self.response_ids), turn.runs, len(turn.sampled))
+        self.response_ids += turn.sampled
         self.turn_ends.append(len(self.response_ids))
-        self.logprobs += self.partial_logprobs
-        self.mask += [1] * len(self.partial_ids)
-        self.partial_ids, self.partial_logprobs = [], []
+        self.logprobs += turn.logprobs
+        self.mask += [1] * len(turn.sampled)
         self.turns += 1
-        self.turn_finish = finish_reason
-        self.messages.append({"role": "assistant", "content": text})
-        if cut_by_limit:
+        self.turn_finish = turn.finish
+        self.messages.append({"role": "assistant", "content": turn.text})
+        if turn.finish == "length" and len(turn.sampled) < max_new_tokens:
             self.finish(self.limit_reason)
 
     def observe(
@@ -160,11 +147,11 @@ class Episode:
         if self.end is not None:
             return
         if feedback.done:
-            return self.finish(DONE)
+            return self.finish(EpisodeEnd.DONE)
         if not new:
-            return self.finish(NO_TOOL_CALL)
+            return self.finish(EpisodeEnd.NO_TOOL_CALL)
         if self.turns >= config.max_turns:
-            return self.finish(MAX_TURNS)
+            return self.finish(EpisodeEnd.MAX_TURNS)
         history, text, sampled = self.messages[:-1], turn.text, self.response_ids
         self.messages.extend(new)
         if config.per_turn_samples:
@@ -176,7 +163,8 @@ class Episode:
             return None
         glue = glue_tokens(engine, history, text, sampled, new, self.schemas)
         if glue is None:
-            return self.finish(TEMPLATE, "the chat template rewrites earlier turns: set environment.per_turn_samples")
+            why = "the chat template rewrites earlier turns: set environment.per_turn_samples"
+            return self.finish(EpisodeEnd.TEMPLATE, why)
         if len(self.context()) + len(glue) >= self.limit:
             return self.finish(self.limit_reason)
         self.response_ids += glue
@@ -192,7 +180,7 @@ class Episode:
         return Trajectory(POLICY, "", list(self.prompt_ids), ids, lps, mask, 0.0, self.turn_finish, info)
 
     def finish_reason(self) -> str:
-        return _FINISH.get(self.end or DONE, "length")
+        return finish_reason(self.end)
 
     def info(self) -> dict[str, Any]:
         """The episode's structure, stored in the sample's `extra` (documented in docs/agent-episodes.md)."""
@@ -205,23 +193,15 @@ class Episode:
             "turn_rewards": self.turn_rewards,
             "turn_ends": self.turn_ends,
             "turn_obs": self.turn_obs,
-            "end": self.end,
         }
-        if self.turn_versions:
-            info["turn_versions"] = self.turn_versions
-            info["token_versions"] = self.token_versions
-        if self.error:
-            info["error"] = self.error
-        return info
+        return info | version_extra(self.turn_versions, self.token_versions)
 
     def trajectories(self, episode_id: str, reward: Reward, sampling: Sampling, per_turn: bool) -> list[Trajectory]:
         """The episode's samples: one (the whole context), or one per turn with the final reward. Per-turn
         samples carry `extra.segment` (the turn: 0 starts the episode, the rest continue it) and
         `extra.segments` (how many): the dataflow counts a group by the samples that start an episode.
         A single sample has no segment keys."""
-        extra = {"reward_reason": reward.reason, "temperature": sampling.temperature, **self.info()}
-        if reward.extracted:
-            extra["extracted"] = reward.extracted
+        extra = episode_extra(reward, sampling.temperature, self.end, self.error) | self.info()
         finish = self.finish_reason()
         if not per_turn or not self.done_turns:  # (an episode that never sampled is one empty sample)
             ids, lps, mask = self.response_ids, self.logprobs, self.mask

@@ -1,17 +1,19 @@
-"""The gateway runner: agent programs play episodes through an OpenAI-compatible server, batched per round.
+"""Gateway episodes: agent programs play episodes through an OpenAI-compatible server, batched per round.
 
-`add(key, task)` starts the task's `n_samples` episodes: each gets a secret token (its base URL is
-`<gateway>/e/<token>/v1`, the token is also its API key) and its program starts on a thread. Requests
-arrive on the server's thread, are checked there and queued; every `advance()` is one round on the
-service's thread: it waits for the first request (or a program's end), gathers the other running
-episodes' requests for at most `gateway.gather_s`, prepares each (`segments.py`: the exact ids),
-generates them together (one engine call per distinct token budget) and answers. An episode ends
-when its program returns (or fails, or passes `max_seconds`); its token is then refused (410), and a
-group is returned when all its episodes have ended: one sample per segment, each with the reward.
+`add(key, task)` starts the task's `n_samples` episodes (admission: `flight.py`): each gets a secret
+token (its base URL is `<gateway>/e/<token>/v1`, the token is also its API key) and its program starts
+on the runner's bounded pool of program threads. Requests arrive on the server's thread (`gateway/`, the
+HTTP adapter), are checked there and queued; every `advance()` is one round on the service's thread: it
+waits for the first request (or a program's end), gathers the other running episodes' requests for at
+most `gateway.gather_s`, prepares each (`segments.py`: the exact ids), samples them together
+(`rounds.py`) and answers. An episode ends when its program returns, fails or passes `max_seconds`
+(`agent_episode.py`); its token is then refused (410), and a group is returned when all its episodes
+have ended: one sample per segment, each with the reward.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import queue
@@ -19,18 +21,22 @@ import re
 import secrets
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import load_import_path, resolve
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser
-from lakeflow.raas.engines import Completion, Engine
 from lakeflow.raas.config.agent import AgentConfig
+from lakeflow.raas.engines import Completion, Engine
+from lakeflow.raas.episodes import rounds
+from lakeflow.raas.episodes.agent_episode import AgentEpisode, samples
+from lakeflow.raas.episodes.flight import Flight
+from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
+from lakeflow.raas.episodes.segments import Prepared
 from lakeflow.raas.gateway.openai_api import (
     BadRequest,
     ChatRequest,
@@ -42,49 +48,27 @@ from lakeflow.raas.gateway.openai_api import (
     response_object,
     responses_request,
 )
-from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
-from lakeflow.raas.episodes.segments import EpisodeTokens, Prepared
 from lakeflow.raas.gateway.server import Answer, GatewayServer, refuse
 from lakeflow.raas.groups import Group
-from lakeflow.raas.outcome import Reward, RewardFn
-from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
+from lakeflow.raas.outcome import RewardFn
+from lakeflow.raas.trajectory import Sampling
 
 log = logging.getLogger(__name__)
 
 _CALL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)  # hermes calls, left out of the returned text
 _FORGET = 65536  # ended tokens remembered (410) before they read as unknown (404)
-
-
-@dataclass
-class _Episode:
-    token: str
-    key: str
-    started: float
-    tokens: EpisodeTokens = field(default_factory=EpisodeTokens)
-    busy: bool = False  # a request is queued or generating
-    outcome: Outcome | None = None  # the program's, once it has ended
-    end: str | None = None  # done, agent_error, timeout
-    limit: str = ""  # the last limit a request ran into
+_CLOSE_WAIT_S = 10.0  # how long `close` waits for function programs to return once their requests are refused
+_PARSE = {"chat": chat_request, "responses": responses_request}
 
 
 @dataclass
 class _Request:
-    episode: _Episode
+    episode: AgentEpisode
     kind: str  # chat | responses
     request: ChatRequest
     future: Future[Answer]
     prepared: Prepared | None = None  # the ids it is generated from, once prepared
-    budget: int = 0  # most tokens of its turn
-    sampled: list[int] = field(default_factory=list)  # the turn so far, when it is sampled in chunks
-    logprobs: list[float] = field(default_factory=list)
-    runs: list[list[int]] = field(default_factory=list)  # [offset in the turn, version] where each version began
-
-
-@dataclass
-class _Group:
-    task: Task
-    started: float
-    episodes: list[_Episode]
+    turn: rounds.Turn | None = None  # its turn, once prepared (sampled in chunks: carried across rounds)
 
 
 class GatewayRunner:
@@ -104,16 +88,19 @@ class GatewayRunner:
         between rounds (`weights_update: interrupt`); None stamps nothing. `chunk_tokens`: most tokens of a
         turn per round (the rest next round, from its ids: a new version takes over mid-turn); None: whole."""
         self.engine, self.agent, self.sampling, self.model, self.reward = engine, agent, sampling, model, reward
-        self.version, self.chunk_tokens = version, chunk_tokens
+        self.rounds = rounds.RoundSampler(engine, sampling.temperature, chunk_tokens, version)
+        self.flight: Flight[AgentEpisode] = Flight(agent.max_concurrent_episodes)
         self._carried: list[_Request] = []  # turns sampled in chunks that go on next round
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
         self.commands = CommandRunner(agent.command) if agent.command else None
-        self._lock = threading.Lock()
-        self._episodes: dict[str, _Episode] = {}  # live, by token
+        # one thread per live episode at most, joined on close
+        self._programs = ThreadPoolExecutor(agent.max_concurrent_episodes, thread_name_prefix="lakeflow-program")
+        self._playing: set[Future[None]] = set()
+        self._lock = threading.Lock()  # guards the tokens and each episode's busy flag and request count
+        self._live: dict[str, AgentEpisode] = {}  # by token
         self._ended: deque[str] = deque(maxlen=_FORGET)
-        self._groups: dict[str, _Group] = {}
-        self._events: queue.Queue[_Request | tuple[_Episode, Outcome]] = queue.Queue()
+        self._events: queue.Queue[_Request | tuple[AgentEpisode, Outcome]] = queue.Queue()
         g = agent.gateway
         self.server = GatewayServer(self.submit, g.host, g.port, g.max_body_bytes)
         self.url = g.public_url.rstrip("/") if g.public_url else self.server.url
@@ -129,81 +116,88 @@ class GatewayRunner:
         """Check a request and queue it for the next round; errors and the model list are answered at once."""
         future: Future[Answer] = Future()
         with self._lock:
-            episode = self._episodes.get(token)
-            if episode is None:
-                gone = token in self._ended
-                status, what = (410, "has ended") if gone else (404, "is not known")
-                future.set_result(refuse(status, f"this episode {what}: each episode's base URL works while it runs"))
-                return future
-            if kind == "models":
-                data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "lakeflow"}]
-                future.set_result(Answer(200, {"object": "list", "data": data}))
-                return future
-            try:
-                request = chat_request(body) if kind == "chat" else responses_request(body)
-            except BadRequest as e:
-                future.set_result(refuse(400, str(e)))
-                return future
-            if episode.busy:
-                future.set_result(refuse(429, "one request at a time per episode: wait for the answer", "busy"))
-                return future
-            if episode.tokens.requests >= self.agent.max_requests:
-                episode.limit = "max_requests"
-                message = f"the episode made its {self.agent.max_requests} requests (agent.max_requests)"
-                future.set_result(refuse(429, message, "max_requests"))
-                return future
-            episode.busy = True
-            episode.tokens.requests += 1
-        self._events.put(_Request(episode, kind, request, future))
+            answer, episode, request = self._check(token, kind, body)
+        if answer is not None:
+            future.set_result(answer)
+        elif episode is not None and request is not None:
+            self._events.put(_Request(episode, kind, request, future))
         return future
+
+    def _check(self, token: str, kind: str, body: object) -> tuple[Answer | None, AgentEpisode | None, Any]:
+        """(an answer now, or the episode and its parsed request to queue); called under the lock."""
+        episode = self._live.get(token)
+        if episode is None:
+            status, what = (410, "has ended") if token in self._ended else (404, "is not known")
+            return refuse(status, f"this episode {what}: each episode's base URL works while it runs"), None, None
+        if kind == "models":
+            data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "lakeflow"}]
+            return Answer(200, {"object": "list", "data": data}), None, None
+        try:
+            request = _PARSE[kind](body)
+        except BadRequest as e:
+            return refuse(400, str(e)), None, None
+        if episode.busy:
+            return refuse(429, "one request at a time per episode: wait for the answer", "busy"), None, None
+        if episode.tokens.requests >= self.agent.max_requests:
+            episode.limit = "max_requests"
+            message = f"the episode made its {self.agent.max_requests} requests (agent.max_requests)"
+            return refuse(429, message, "max_requests"), None, None
+        episode.busy = True
+        episode.tokens.requests += 1
+        return None, episode, request
 
     # --- the service's side ------------------------------------------------------------------
 
     def can_admit(self, n_samples: int) -> bool:
-        live = sum(len(g.episodes) for g in self._groups.values())
-        return live == 0 or live + n_samples <= self.agent.max_concurrent_episodes
+        return self.flight.can_admit(n_samples)
 
     def add(self, key: str, task: Task) -> None:
-        if key in self._groups:
-            raise ValueError(f"group {key!r} is already in flight")
-        now = time.monotonic()
-        group = _Group(task, now, [_Episode(secrets.token_urlsafe(24), key, now) for _ in range(task.n_samples)])
-        self._groups[key] = group
+        episodes = [AgentEpisode(secrets.token_urlsafe(24), key) for _ in range(task.n_samples)]
+        group = self.flight.open(key, task, episodes)
         view = task_view(task)
         for episode in group.episodes:
             with self._lock:
-                self._episodes[episode.token] = episode
+                self._live[episode.token] = episode
             client = {"base_url": f"{self.url}/e/{episode.token}/v1", "api_key": episode.token, "model": self.model}
-            threading.Thread(target=self._play, args=(episode, view, client), daemon=True).start()
+            self._playing.add(self._programs.submit(self._play, episode, view, client))
 
-    def _play(self, episode: _Episode, task: dict[str, Any], client: dict[str, str]) -> None:
-        """On the episode's own thread: run its program to the end, then report the outcome."""
+    def _play(self, episode: AgentEpisode, task: dict[str, Any], client: dict[str, str]) -> None:
+        """On a program thread: run the episode's program to its end, then report the outcome."""
         if self.program is not None:
             outcome = call_program(self.program, task, client, self.agent.args)
-        else:
-            assert self.commands is not None  # the config holds exactly one of program and command
+        elif self.commands is not None:
             outcome = self.commands(task, client, self.agent.max_seconds)
+        else:  # the config holds exactly one of program and command
+            outcome = Outcome(error="the agent section names no program and no command")
         self._events.put((episode, outcome))
 
     def advance(self, wait_s: float) -> list[Group]:
-        if not self._groups:
+        if not self.flight.groups:
             return []
-        requests = self._gather(wait_s)
-        self._answer(requests)
+        self._answer(self._gather(wait_s))
         now = time.monotonic()
-        for group in self._groups.values():
+        for group in self.flight.groups.values():
             for e in group.episodes:
                 if e.end is None and e.outcome is None and now - e.started > self.agent.max_seconds:
-                    self._end(e, Outcome(error=f"timeout: the episode ran past {self.agent.max_seconds:g} s"))
-        return self._finished_groups()
+                    message = f"timeout: the episode ran past {self.agent.max_seconds:g} s"
+                    self._end(e, Outcome(error=message, timed_out=True))
+        self._playing = {f for f in self._playing if not f.done()}
+        out = []
+        for group in self.flight.ended():
+            trajectories = [
+                t
+                for e in group.episodes
+                for t in samples(e, group.task, self.engine, self.agent, self.sampling.temperature, self.reward)
+            ]
+            out.append(Group(group.key, trajectories, group.seconds))
+        return out
 
     def close(self) -> None:
-        self.server.close()
-        if self.commands is not None:
-            self.commands.close()
+        """Refuse every request queued or carried (503), end every episode's token, kill running commands and
+        wait (a bounded time) for the program threads; groups in flight are dropped."""
         with self._lock:
-            self._ended.extend(self._episodes)
-            self._episodes.clear()
+            self._ended.extend(self._live)
+            self._live.clear()
         pending, self._carried = list(self._carried), []
         while True:
             try:
@@ -214,7 +208,14 @@ class GatewayRunner:
                 pending.append(event)
         for r in pending:
             r.future.set_result(refuse(503, "the rollout service is stopping"))
-        self._groups.clear()
+        if self.commands is not None:
+            self.commands.close()
+        _, stuck = concurrent.futures.wait(self._playing, timeout=_CLOSE_WAIT_S)
+        if stuck:
+            log.warning("%d agent programs still running %g s after the service closed", len(stuck), _CLOSE_WAIT_S)
+        self._programs.shutdown(wait=False, cancel_futures=True)
+        self.server.close()
+        self.flight.clear()
 
     # --- rounds ---------------------------------------------------------------------------------
 
@@ -225,7 +226,7 @@ class GatewayRunner:
         requests, self._carried = self._carried, []
         deadline = time.monotonic() + self.agent.gateway.gather_s if requests else None
         while True:
-            running = [e for g in self._groups.values() for e in g.episodes if e.end is None]
+            running = [e for g in self.flight.groups.values() for e in g.episodes if e.end is None]
             if deadline is not None and all(e.busy for e in running) and len(requests) >= len(running):
                 return requests
             timeout = wait_s if deadline is None else deadline - time.monotonic()
@@ -241,52 +242,43 @@ class GatewayRunner:
                 deadline = time.monotonic() + self.agent.gateway.gather_s
 
     def _answer(self, requests: list[_Request]) -> None:
-        """Prepare, generate (one call per token budget) and answer the round's requests; a turn sampled in
-        chunks whose chunk ended before the turn is carried to the next round."""
-        budgets: dict[int, list[_Request]] = {}
+        """Prepare and sample the round's requests and answer the ones whose turn ended; a turn sampled in
+        chunks whose chunk ended before the turn is carried to the next round. Whatever fails answers its
+        request, so no episode is left waiting."""
+        turns = []
         for r in requests:
-            if r.episode.end is not None:  # it ran out of time while its turn was carried
-                self._reply(r, refuse(410, "this episode has ended"))
-                continue
-            if r.prepared is None:
-                prepared = self._prepare(r)
-                if isinstance(prepared, Answer):
-                    self._reply(r, prepared)
-                    continue
-                r.prepared, r.budget = prepared
-            left = r.budget - len(r.sampled)
-            budgets.setdefault(min(left, self.chunk_tokens or left), []).append(r)
-        version = self.version() if self.version is not None and budgets else None  # changes between rounds only
-        for max_tokens, batch in budgets.items():
-            contexts = [r.prepared.context() + r.sampled for r in batch if r.prepared is not None]
             try:
-                results = self.engine.generate(contexts, 1, max_tokens, self.sampling.temperature)
-            except Exception:
-                for r in batch:
-                    self._reply(r, refuse(500, "the engine failed; the rollout service is stopping"))
-                raise
-            for r, (c, *_) in zip(batch, results, strict=True):
-                self._add_chunk(r, c, version)
+                turn = self._turn(r)
+            except Exception as e:  # a request this code failed on: answered, the episode goes on
+                log.exception("gateway request of episode %s failed", r.episode.key)
+                turn = refuse(500, f"the gateway failed on this request: {type(e).__name__}: {e}")
+            if isinstance(turn, Answer):
+                self._reply(r, turn)
+            else:
+                turns.append(turn)
+        try:
+            ended, carried = self.rounds.sample(turns)
+        except Exception:
+            for t in turns:
+                self._reply(t.owner, refuse(500, "the engine failed; the rollout service is stopping"))
+            raise
+        self._carried = [t.owner for t in carried]
+        for t in ended:
+            r = t.owner
+            try:
+                answer = self._sampled(r, t)
+            except Exception as e:  # recording or rendering failed: answered, the episode goes on
+                log.exception("gateway reply of episode %s failed", r.episode.key)
+                answer = refuse(500, f"the gateway failed on this reply: {type(e).__name__}: {e}")
+            self._reply(r, answer)
 
-    def _add_chunk(self, r: _Request, c: Completion, version: int | None) -> None:
-        """Append sampled tokens to the request's turn; answer it when the turn has ended."""
-        assert r.prepared is not None
-        if version is not None and (not r.runs or r.runs[-1][1] != version):
-            r.runs.append([len(r.sampled), version])
-        whole = not r.sampled  # the turn is this one chunk
-        r.sampled += c.token_ids
-        r.logprobs += c.logprobs
-        if c.finish_reason == "length" and len(r.sampled) < r.budget:
-            self._carried.append(r)
-            return
-        text = c.text if whole else self.engine.decode(r.sampled)
-        turn = Completion(r.prepared.context(), r.sampled, r.logprobs, c.finish_reason, text)
-        self._reply(r, self._sampled(r, r.prepared, turn, r.budget))
-
-    def _prepare(self, r: _Request) -> tuple[Prepared, int] | Answer:
+    def _turn(self, r: _Request) -> rounds.Turn | Answer:
+        """The request's turn to sample (prepared once; a carried turn goes on), or the answer refusing it."""
         episode = r.episode
-        if episode.end is not None:
+        if episode.end is not None:  # it ended (ran out of time) while its turn waited
             return refuse(410, "this episode has ended")
+        if r.turn is not None:
+            return r.turn
         try:
             prepared = episode.tokens.prepare(self.engine, r.request)
         except Exception as e:  # the template could not render these messages
@@ -296,10 +288,14 @@ class GatewayRunner:
             episode.limit = "max_episode_tokens"
             message = f"the conversation is {len(prepared.context())} tokens, the episode's limit is {self.limit}"
             return refuse(400, message, "context_length_exceeded")
-        return prepared, min(r.request.max_tokens or self.sampling.max_tokens, self.sampling.max_tokens, room)
+        budget = min(r.request.max_tokens or self.sampling.max_tokens, self.sampling.max_tokens, room)
+        r.prepared, r.turn = prepared, rounds.Turn(prepared.context(), budget, r)
+        return r.turn
 
-    def _sampled(self, r: _Request, prepared: Prepared, c: Completion, max_tokens: int) -> Answer:
+    def _sampled(self, r: _Request, turn: rounds.Turn) -> Answer:
         """Record the sampled turn in the episode; the reply in the format of the request's endpoint."""
+        assert r.prepared is not None  # set with the turn
+        c = Completion(turn.context, turn.sampled, turn.logprobs, turn.finish, turn.text)
         c, text = self._cut_at_stop(c, r.request.stop)
         parsed = self.parser(text) if r.request.parse_tools else None
         made = parsed.calls if parsed is not None and not parsed.errors else []  # a malformed call: text as is
@@ -308,11 +304,11 @@ class GatewayRunner:
             text = _CALL_BLOCK.sub("", text).strip()
         shown_calls = [{"function": {"name": k.name, "arguments": k.arguments}} for k in made]
         shown = {"role": "assistant", "content": text, "tool_calls": shown_calls}
-        r.episode.tokens.record(prepared, c, shown, r.runs)
+        r.episode.tokens.record(r.prepared, c, shown, turn.runs)
         length = c.finish_reason == "length"
-        if length and max_tokens < (r.request.max_tokens or self.sampling.max_tokens):
+        if length and turn.budget < (r.request.max_tokens or self.sampling.max_tokens):
             r.episode.limit = "max_episode_tokens"
-        reply = Reply(self.model, text, calls, length, len(prepared.context()), len(c.token_ids))
+        reply = Reply(self.model, text, calls, length, len(turn.context), len(c.token_ids))
         if r.kind == "responses":
             return Answer(200, response_object(reply))
         if r.request.stream:
@@ -337,70 +333,8 @@ class GatewayRunner:
             r.episode.busy = False
         r.future.set_result(answer)
 
-    # --- endings ---------------------------------------------------------------------------------
-
-    def _end(self, episode: _Episode, outcome: Outcome) -> None:
-        if episode.end is not None:
-            return  # already ended (a program that returns after its timeout)
-        episode.outcome = outcome
-        episode.end = "timeout" if outcome.error.startswith("timeout") else ("agent_error" if outcome.error else "done")
-        with self._lock:
-            self._episodes.pop(episode.token, None)
-            self._ended.append(episode.token)
-
-    def _finished_groups(self) -> list[Group]:
-        out = []
-        for key, group in list(self._groups.items()):
-            if all(e.end is not None for e in group.episodes):
-                del self._groups[key]
-                samples = [t for e in group.episodes for t in self._trajectories(group.task, e)]
-                out.append(Group(key, samples, time.monotonic() - group.started))
-        return out
-
-    def _score(self, task: Task, episode: _Episode) -> tuple[Reward, str]:
-        """The episode's reward and its failure ('' when the program gave a result that could be scored)."""
-        outcome = episode.outcome or Outcome(error="no outcome")
-        if not outcome.error and outcome.reward is not None:
-            return Reward(outcome.reward, "agent"), ""
-        if not outcome.error and outcome.answer is not None:
-            try:
-                return self.reward(task)(outcome.answer, task.answer), ""
-            except Exception as e:  # the reward function failed: the episode fails, the service goes on
-                outcome = Outcome(error=f"the reward function failed: {type(e).__name__}: {e}")
-        failed = "timeout" if episode.end == "timeout" else "agent-error"
-        return Reward(self.agent.failed_reward, failed), outcome.error
-
-    def _trajectories(self, task: Task, episode: _Episode) -> list[Trajectory]:
-        reward, error = self._score(task, episode)
-        segments = episode.tokens.segments
-        extra: dict[str, Any] = {
-            "reward_reason": reward.reason,
-            "temperature": self.sampling.temperature,
-            "requests": episode.tokens.requests,
-            "end": "agent_error" if error and episode.end == "done" else episode.end,
-            "segments": max(len(segments), 1),
-        }
-        if reward.extracted:
-            extra["extracted"] = reward.extracted
-        if error:
-            extra["error"] = error
-        if episode.limit:
-            extra["limit"] = episode.limit
-        episode_id = uuid.uuid4().hex
-        if not segments:  # the program never called the model: one empty sample keeps the group whole
-            prompt = self.engine.encode_chat(task_view(task)["messages"])
-            finish = "error" if error else "stop"
-            return [Trajectory(POLICY, episode_id, prompt, [], [], [], reward.value, finish, {**extra, "segment": 0})]
-        out = []
-        for i, s in enumerate(segments):
-            finish = "error" if error and i == len(segments) - 1 else s.finish
-            info = {**extra, "segment": i, "turns": s.turns}
-            if s.versions:
-                info["turn_versions"] = s.versions
-                info["token_versions"] = s.token_versions
-            out.append(
-                Trajectory(
-                    POLICY, episode_id, s.prompt_ids, s.response_ids, s.logprobs, s.mask, reward.value, finish, info
-                )
-            )
-        return out
+    def _end(self, episode: AgentEpisode, outcome: Outcome) -> None:
+        if episode.finish(outcome):
+            with self._lock:
+                self._live.pop(episode.token, None)
+                self._ended.append(episode.token)

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lakeflow.lake.tasks import Task
@@ -35,6 +35,8 @@ class Outcome:
     reward: float | None = None
     answer: str | None = None
     error: str = ""
+    timed_out: bool = False  # it ran past its time limit (then `error` says so)
+    stderr: str = ""  # a command's standard error (its tail is kept with a failed episode's samples)
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -115,15 +117,18 @@ class CommandRunner:
             out, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill(proc)
-            proc.communicate()
-            return Outcome(error=f"timeout: the command ran past {timeout_s:g} s")
+            _, err = proc.communicate()
+            text = err.decode(errors="replace")
+            return Outcome(error=f"timeout: the command ran past {timeout_s:g} s", timed_out=True, stderr=text)
         finally:
             with self._lock:
                 self._running.discard(proc)
+        stderr = err.decode(errors="replace")
         if proc.returncode != 0:
-            tail = err.decode(errors="replace").strip()[-_SHOWN:]
-            return Outcome(error=f"the command exited with {proc.returncode}: {tail}")
-        return last_json_line(out.decode(errors="replace"))
+            why = f"the command exited with {proc.returncode}: {stderr.strip()[-_SHOWN:]}"
+            return Outcome(error=why, stderr=stderr)
+        outcome = last_json_line(out.decode(errors="replace"))
+        return replace(outcome, stderr=stderr) if outcome.error else outcome
 
     def close(self) -> None:
         with self._lock:

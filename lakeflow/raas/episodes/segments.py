@@ -14,12 +14,12 @@ rendering of the request; what the earlier segment sampled is kept as it was, ne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakeflow.raas.episodes.episode import glue_tokens
 from lakeflow.raas.engines import Completion, Engine
+from lakeflow.raas.episodes.episode import glue_tokens
+from lakeflow.raas.episodes.rounds import add_runs
 from lakeflow.raas.gateway.openai_api import ChatRequest, message_key
 
 
@@ -84,7 +84,7 @@ class EpisodeTokens:
         return Prepared(Segment(tools, prompt, [], []), True, [], messages)
 
     def record(
-        self, prepared: Prepared, c: Completion, shown: dict[str, Any], runs: Sequence[Sequence[int]] = ()
+        self, prepared: Prepared, c: Completion, shown: dict[str, Any], runs: list[list[int]] | None = None
     ) -> None:
         """Append a sampled turn: the glue (mask 0) then the tokens verbatim (mask 1, their logprobs). `shown`
         is the assistant message as the client will send it back (for the next request's comparison); `runs`,
@@ -105,12 +105,7 @@ class EpisodeTokens:
         s.seen.append(message_key(shown))
         s.turns += 1
         s.finish = c.finish_reason
-        kept = [(offset, v) for offset, v in runs if offset < len(c.token_ids)]  # a stop string may cut the turn
-        if kept:
-            s.versions.append(kept[0][1])
-        for offset, v in kept:
-            if not s.token_versions or s.token_versions[-1][1] != v:
-                s.token_versions.append([start + offset, v])
+        add_runs(s.token_versions, s.versions, start, runs or [], len(c.token_ids))  # a stop string may cut the turn
 
     @property
     def sampled_tokens(self) -> int:

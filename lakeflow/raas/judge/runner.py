@@ -22,10 +22,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from lakeflow.lake.tasks import Task
+from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.groups import Group
 from lakeflow.raas.judge.client import Judge, Verdict
-from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
 from lakeflow.raas.scored import generate_admitted
 from lakeflow.raas.trajectory import Sampling

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakeflow.lake.tasks import Task
+from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.engines import Completion
 from lakeflow.raas.judge.client import Verdict
-from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.judge.prompts import Messages, groupwise_messages, messages_sha256, pointwise_messages, shorten
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.scored import known_reward, scored_trajectories

@@ -204,7 +204,7 @@ def test_interrupt_chunks_reach_the_scheduler_and_need_interrupt_and_an_environm
     store, _ = lake
     config = _cfg(tmp_path, weights_update="interrupt", interrupt_chunk_tokens=16)
     service = RolloutService(store, "policy", config, engine=Loaded(tok, _reply))
-    assert service.runner.scheduler.chunk_tokens == 16  # type: ignore[attr-defined]
+    assert service.runner.scheduler.rounds.chunk_tokens == 16  # type: ignore[attr-defined]
     service.close()
     for bad in ({}, {"weights_update": "drain"}):
         with pytest.raises(ValueError, match=r"interrupt_chunk_tokens .* needs weights_update: interrupt"):
