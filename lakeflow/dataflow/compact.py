@@ -28,7 +28,7 @@ from lakeflow.io import Store
 from lakeflow.lake import CommitRecord, LakeReader, layout
 from lakeflow.lake.checks import schema_problem
 from lakeflow.lake.quarantine import GROUP_SOURCE, QuarantineRecord, exclusions, read_quarantine
-from lakeflow.lake.schema import SAMPLE_SCHEMA
+from lakeflow.lake.schema import SAMPLE_SCHEMA, with_optional_columns
 from lakeflow.lake.table import (
     SORT_KEYS,
     SOURCE_ROW,
@@ -161,7 +161,7 @@ class Compactor:
                 problem = schema_problem(table.schema)  # the ingest's check: never cast a mismatch in
                 if problem is not None:
                     return f"shard {commit.shard} does not have the sample schema: {problem}"
-                return table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
+                return with_optional_columns(table).select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
             except CorruptShardError as e:
                 return str(e)
             except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:

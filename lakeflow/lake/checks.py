@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakeflow.lake.rules import REWARD_BOUND, column_type_problem, nulls, value_violations
-from lakeflow.lake.schema import SAMPLE_SCHEMA
+from lakeflow.lake.schema import OPTIONAL_COLUMNS, SAMPLE_SCHEMA
 
 
 def schema_problem(schema: pa.Schema, fields: pa.Schema = SAMPLE_SCHEMA) -> str | None:
@@ -25,7 +25,7 @@ def schema_problem(schema: pa.Schema, fields: pa.Schema = SAMPLE_SCHEMA) -> str 
             problem = column_type_problem(schema, field)
             if problem is not None:
                 return problem
-    missing = [n for n in fields.names if n not in schema.names]
+    missing = [n for n in fields.names if n not in schema.names and n not in OPTIONAL_COLUMNS]
     return f"missing column(s) {missing}" if missing else None
 
 
@@ -37,7 +37,7 @@ def row_problems(
 ) -> list[tuple[str, np.ndarray]]:
     """(reason, mask of offending rows) for every check that some row fails."""
     n = table.num_rows
-    shared = [v for name in SAMPLE_SCHEMA.names if (v := nulls(table, name)) is not None]
+    shared = [v for f in SAMPLE_SCHEMA if not f.nullable and (v := nulls(table, f.name)) is not None]
     problems = [(v.reason, v.rows) for v in shared + value_violations(table, reward_bound)]
 
     def add(reason: str, mask: pa.ChunkedArray | np.ndarray) -> None:

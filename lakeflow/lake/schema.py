@@ -18,7 +18,11 @@ import pyarrow as pa
 from lakeflow.errors import SampleValidationError
 from lakeflow.lake.rules import ALIGNED, column_type_problem, nulls, value_violations
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: token_versions
+
+# [start, version] runs: the response tokens from `start` on were sampled by weights `version`, up to the
+# next run's start (weights_update: interrupt). Null: every token was sampled by policy_version.
+TOKEN_VERSIONS = pa.list_(pa.struct([pa.field("start", pa.int32()), pa.field("version", pa.int64())]))
 
 SAMPLE_SCHEMA = pa.schema(
     [
@@ -49,16 +53,28 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("region", pa.string(), nullable=False),
         pa.field("created_at", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("extra", pa.string(), nullable=False),  # JSON object
+        # added in schema version 2
+        pa.field("token_versions", TOKEN_VERSIONS, nullable=True),
     ]
 )
 
 PAYLOAD_COLUMNS = ("prompt_ids", "response_ids", "response_logprobs", "loss_mask")
-METADATA_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in PAYLOAD_COLUMNS)
+# Columns a shard written before they existed lacks; readers see them as null.
+OPTIONAL_COLUMNS = ("token_versions",)
+METADATA_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in PAYLOAD_COLUMNS + OPTIONAL_COLUMNS)
+REQUIRED_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in OPTIONAL_COLUMNS)
 FINISH_REASONS = ("stop", "length", "abort", "error", "tool")
 
 _STRINGS = {f.name for f in SAMPLE_SCHEMA if pa.types.is_string(f.type)}
 _INTS = {"policy_version", "max_version"}
-_DEFAULTS: dict[str, Any] = {"task_type": "", "dataset": "", "region": "", "extra": "{}", "role": "policy"}
+_DEFAULTS: dict[str, Any] = {
+    "task_type": "",
+    "dataset": "",
+    "region": "",
+    "extra": "{}",
+    "role": "policy",
+    "token_versions": None,
+}
 
 
 def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
@@ -70,7 +86,7 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
     out.setdefault("created_at", datetime.now(UTC))
     if isinstance(out["extra"], Mapping):
         out["extra"] = json.dumps(out["extra"], sort_keys=True)
-    missing = [n for n in SAMPLE_SCHEMA.names if out.get(n) is None]
+    missing = [n for n in REQUIRED_COLUMNS if out.get(n) is None]
     if missing:
         raise SampleValidationError(f"row {row}: missing field(s) {missing}")
     for name in _STRINGS:
@@ -93,7 +109,45 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
             raise SampleValidationError(_bad(row, out, name, why))
     if out["finish_reason"] not in FINISH_REASONS:
         raise SampleValidationError(_bad(row, out, "finish_reason", f"must be one of {FINISH_REASONS}"))
+    if out["token_versions"] is not None:
+        out["token_versions"] = _token_versions(out, row)
     return out
+
+
+def _token_versions(sample: Mapping[str, Any], row: int) -> list[dict[str, int]]:
+    """A sample's token_versions as the column holds them: runs given as [start, version] pairs or
+    {start, version} objects, starts increasing from 0 within the response, versions between
+    policy_version and max_version."""
+    runs = sample["token_versions"]
+    if isinstance(runs, str | bytes) or not isinstance(runs, list | tuple):
+        raise SampleValidationError(_bad(row, sample, "token_versions", "must be a list of [start, version] runs"))
+    out = []
+    for run in runs:
+        pair = (run.get("start"), run.get("version")) if isinstance(run, Mapping) else run
+        if not isinstance(pair, list | tuple) or len(pair) != 2 or not all(type(x) is int for x in pair):
+            raise SampleValidationError(
+                _bad(row, sample, "token_versions", f"has a run that is not [start, version]: {run!r}")
+            )
+        out.append({"start": pair[0], "version": pair[1]})
+    starts = [r["start"] for r in out]
+    if starts and (
+        starts[0] != 0 or starts != sorted(set(starts)) or starts[-1] >= max(len(sample["response_ids"]), 1)
+    ):
+        raise SampleValidationError(_bad(row, sample, "token_versions", "starts must rise from 0 within the response"))
+    low, high = sample["policy_version"], sample["max_version"]
+    if any(not low <= r["version"] <= high for r in out):
+        raise SampleValidationError(_bad(row, sample, "token_versions", f"has a version outside [{low}, {high}]"))
+    return out
+
+
+def with_optional_columns(table: pa.Table) -> pa.Table:
+    """`table` with every optional column it lacks added as nulls (a shard of an older schema version)."""
+    for name in OPTIONAL_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(
+                SAMPLE_SCHEMA.field(name), pa.nulls(table.num_rows, SAMPLE_SCHEMA.field(name).type)
+            )
+    return table
 
 
 def samples_to_table(samples: list[dict[str, Any]]) -> pa.Table:
@@ -111,14 +165,16 @@ def samples_to_table(samples: list[dict[str, Any]]) -> pa.Table:
 def validate_table(table: pa.Table) -> None:
     """Check a table read from a shard (or built elsewhere) against SAMPLE_SCHEMA; raise on the
     first problem (per column in schema order: type, then nulls; then the value rules in order)."""
-    missing = [n for n in SAMPLE_SCHEMA.names if n not in table.column_names]
+    missing = [n for n in REQUIRED_COLUMNS if n not in table.column_names]
     if missing:
         raise SampleValidationError(f"missing column(s) {missing}")
     for field in SAMPLE_SCHEMA:
+        if field.name not in table.column_names:
+            continue  # an optional column (OPTIONAL_COLUMNS)
         problem = column_type_problem(table.schema, field)
         if problem is not None:
             raise SampleValidationError(problem)
-        null = nulls(table, field.name)
+        null = None if field.nullable else nulls(table, field.name)
         if null is not None:
             raise SampleValidationError(null.message)
     broken = value_violations(table)

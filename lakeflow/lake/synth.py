@@ -91,6 +91,7 @@ def synth_table(spec: SynthSpec, n: int, rng: np.random.Generator, raas_id: str)
         "region": np.full(full, spec.region),
         "created_at": pa.array(np.full(full, int(now.timestamp() * 1e6)), pa.timestamp("us", tz="UTC")),
         "extra": np.full(full, "{}"),
+        "token_versions": pa.nulls(full, SAMPLE_SCHEMA.field("token_versions").type),
     }
     table = pa.table({k: _as_array(v, SAMPLE_SCHEMA.field(k).type) for k, v in columns.items()}, schema=SAMPLE_SCHEMA)
     return table.slice(0, n)

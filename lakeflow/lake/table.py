@@ -207,6 +207,7 @@ def append(
             target,
             data.cast(TABLE_SCHEMA),
             mode="error" if base.version is None else "append",  # a first commit only creates
+            schema_mode="merge",  # a table made before a column was added (OPTIONAL_COLUMNS) gains it
             storage_options=options,
             target_file_size=1 << 30,  # one compaction, one file: the caller bounds its rows
             writer_properties=writer,

@@ -21,7 +21,13 @@ from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import CommitRecord, commit, new_writer_id, store_object, utc_now
-from lakeflow.lake.schema import SAMPLE_SCHEMA, normalize_sample, samples_to_table, validate_table
+from lakeflow.lake.schema import (
+    SAMPLE_SCHEMA,
+    normalize_sample,
+    samples_to_table,
+    validate_table,
+    with_optional_columns,
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class ShardWriter:
 
     def write_table(self, table: pa.Table) -> list[CommitRecord]:
         """Validate a table of samples and commit it now, one shard per model and `max_rows`."""
-        table = table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
+        table = with_optional_columns(table).select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
         validate_table(table)
         commits = []
         for model_id in sorted(pc.unique(table.column("model_id")).to_pylist()):

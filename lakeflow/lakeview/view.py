@@ -26,7 +26,7 @@ from lakeflow.io import S3Access, Store
 from lakeflow.lake.checks import schema_problem
 from lakeflow.lake.quarantine import Exclusions, exclusions, read_quarantine
 from lakeflow.lake.reader import LakeReader
-from lakeflow.lake.schema import METADATA_COLUMNS
+from lakeflow.lake.schema import METADATA_COLUMNS, OPTIONAL_COLUMNS, with_optional_columns
 from lakeflow.lake.table import SOURCE_ROW, SOURCE_SHARD, read_snapshot
 from lakeflow.lakeview.detokenize import register_detokenize, text_columns
 from lakeflow.lakeview.metrics import create_metric_views
@@ -122,14 +122,15 @@ def connect_lake(
         urls = []
         _register_arrow(con, store, shards, skipped)
     files = dict(zip(shards, urls, strict=True)) if urls else {s: s for s in shards}  # what `filename` says
+    present: set[str] = set()  # the optional columns some shard of the tail has
     if urls:
-        urls = _drop_unreadable(con, urls, shards, skipped)  # the tail only: compacted files were checked
+        urls, present = _drop_unreadable(con, urls, shards, skipped)  # the tail only: compacted files were checked
     rows = sorted((files[shard], row) for shard, row in tail.rows if shard in files)
     con.register(
         "_quarantined_rows", pa.table({"file": [f for f, _ in rows], "row": [r for _, r in rows]}, schema=_ROWS)
     )
     con.register("_quarantined_ids", pa.table({"sample_id": pa.array(sorted(tail.ids), pa.string())}))
-    _create_views(con, urls, table_files, compacted, bool(tail.ids))
+    _create_views(con, urls, present, table_files, compacted, bool(tail.ids))
     skipped += create_metric_views(con, store)  # trainer_steps, rollout_stats, dataflow_stats, eval
     create_turns_view(con)  # one row per turn of each sample, from its extra
     for name, table in (tables or {}).items():
@@ -205,6 +206,7 @@ def _register_arrow(
         if problem is not None:
             skipped.append((key, f"schema does not match the sample schema: {problem}"))
             continue
+        table = with_optional_columns(table)
         table = table.append_column("filename", pa.array([key] * table.num_rows, pa.string()))
         tables.append(table.append_column("file_row_number", pa.array(range(table.num_rows), pa.int64())))
     if tables:
@@ -213,7 +215,7 @@ def _register_arrow(
 
 def _drop_unreadable(
     con: duckdb.DuckDBPyConnection, urls: list[str], keys: list[str], skipped: list[tuple[str, str]]
-) -> list[str]:
+) -> tuple[list[str], set[str]]:
     """The tail's shards the view can read: one scan of every footer (`parquet_schema`; per shard only
     when that fails), leaving out a shard that cannot be read or whose schema lacks a column of the view
     or has one of another type (one such file would fail every query, or, read first, retype a column
@@ -239,7 +241,8 @@ def _drop_unreadable(
             good.append(url)
         else:
             skipped.append((key, problem))
-    return good
+    present = {str(row[1]) for url in good for row in found.get(url, []) if row[1] in OPTIONAL_COLUMNS}
+    return good, present
 
 
 # parquet_schema's columns that describe a column's type, in schema order per file.
@@ -262,9 +265,11 @@ def _schema_problem(footer: list[tuple[Any, ...]], expected: dict[str, str]) -> 
         name = str(footer[position][1])
         types[name], position = _parquet_type(footer, position)
     for name, wanted in expected.items():
-        if name in types and types[name] != wanted:
+        if name in types and types[name] != wanted.replace(
+            '"', ""
+        ):  # DuckDB quotes the struct fields that are keywords
             return f"column {name!r} has type {types[name]}, expected {wanted}"
-    missing = [n for n in expected if n not in types]
+    missing = [n for n in expected if n not in types and n not in OPTIONAL_COLUMNS]
     return f"missing column(s) {missing}" if missing else None
 
 
@@ -274,20 +279,22 @@ def _parquet_type(footer: list[tuple[Any, ...]], i: int) -> tuple[str, int]:
     _, _, children, converted, duck, repetition = footer[i]
     if not children:
         return (f"{duck}[]" if repetition == "REPEATED" else str(duck)), i + 1  # a repeated leaf: a bare list
-    parts, j = [], i + 1
+    parts, names, j = [], [], i + 1
     for _ in range(int(children)):
+        names.append(str(footer[j][1]))
         part, j = _parquet_type(footer, j)
         parts.append(part)
     if converted == "LIST" and len(parts) == 1:
         return f"{parts[0]}[]", j
     if repetition == "REPEATED" and len(parts) == 1:  # the repeated group inside a LIST: its element
         return parts[0], j
-    return f"STRUCT({', '.join(parts)})", j
+    return f"STRUCT({', '.join(f'{n} {p}' for n, p in zip(names, parts, strict=True))})", j
 
 
 def _create_views(
     con: duckdb.DuckDBPyConnection,
     urls: list[str],
+    present: set[str],
     table_files: list[str],
     compacted: Exclusions | None,
     by_id: bool = True,
@@ -297,7 +304,11 @@ def _create_views(
     columns = ", ".join(f"t.{n}" for n in names)
     parts = []
     if urls:
-        source = f"read_parquet({_list(urls)}, hive_partitioning = false, filename = true, file_row_number = true)"
+        columns = _columns(names, types, present, "t")
+        source = (
+            f"read_parquet({_list(urls)}, hive_partitioning = false, filename = true, file_row_number = true, "
+            "union_by_name = true)"  # a shard of an older schema version lacks the optional columns
+        )
     elif "_shards" in {r[0] for r in con.sql("SHOW TABLES").fetchall()}:
         source = "_shards"
     else:
@@ -329,8 +340,8 @@ def _table_select(
     """The compacted table's files as the view's columns (its loss_mask is signed in Delta). Rows and
     shards quarantined after their compaction (possible only for a lake compacted before a dataflow
     process ingested it) are left out by source; without such records no join is added."""
-    columns = ", ".join(f"CAST(c.{n} AS {types[n]}) AS {n}" if n == "loss_mask" else f"c.{n}" for n in names)
-    select = f"SELECT {columns} FROM read_parquet({_list(files)}, hive_partitioning = false) c"
+    columns = _columns(names, types, _present(con, files), "c")
+    select = f"SELECT {columns} FROM read_parquet({_list(files)}, hive_partitioning = false, union_by_name = true) c"
     if compacted is not None and compacted.rows:
         rows = sorted(compacted.rows)
         con.register(
@@ -342,6 +353,25 @@ def _table_select(
         con.register("_quarantined_shards", pa.table({"shard": pa.array(sorted(compacted.shards), pa.string())}))
         select += f" ANTI JOIN _quarantined_shards qsh ON c.{SOURCE_SHARD} = qsh.shard"
     return select
+
+
+def _present(con: duckdb.DuckDBPyConnection, files: list[str]) -> set[str]:
+    """The optional columns (OPTIONAL_COLUMNS) that at least one of `files` has (one scan of the footers)."""
+    wanted = ", ".join(f"'{n}'" for n in OPTIONAL_COLUMNS)
+    query = f"SELECT DISTINCT name FROM parquet_schema({_list(files)}) WHERE name IN ({wanted})"
+    return {r[0] for r in con.sql(query).fetchall()}
+
+
+def _columns(names: list[str], types: dict[str, str], present: set[str], alias: str) -> str:
+    """The view's columns read from files aliased `alias`: an optional column none of them has is NULL of
+    its type; loss_mask is cast (signed in the Delta table)."""
+
+    def column(n: str) -> str:
+        if n in OPTIONAL_COLUMNS and n not in present:
+            return f"CAST(NULL AS {types[n]}) AS {n}"
+        return f"CAST({alias}.{n} AS {types[n]}) AS {n}" if n == "loss_mask" else f"{alias}.{n}"
+
+    return ", ".join(column(n) for n in names)
 
 
 def _lock(con: duckdb.DuckDBPyConnection, urls: list[str]) -> None:

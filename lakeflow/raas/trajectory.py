@@ -86,9 +86,11 @@ def sample_row(
     task: Task, t: Trajectory, model_id: str, versions: Mapping[str, int], raas_id: str, region: str
 ) -> dict[str, Any]:
     """The sample record of one trajectory of `task`, played by `model_id` with the weights of `versions`
-    (claimed with; a trajectory whose turns carry their own, `extra.turn_versions`, is stamped with those)."""
+    (claimed with; a trajectory whose turns carry their own, `extra.turn_versions`, is stamped with those).
+    The runs of `extra.token_versions` become the sample's `token_versions` column."""
     oldest, newest = turn_versions(t.extra, versions[model_id])
     extra = {**t.extra, "attempt": task.attempt}
+    runs = extra.pop("token_versions", None)
     if len(versions) > 1:  # the other roles' weights shaped this sample too
         extra["versions"] = dict(versions)
     return {
@@ -112,6 +114,7 @@ def sample_row(
         "raas_id": raas_id,
         "region": region,
         "extra": json.dumps(extra, sort_keys=True),
+        "token_versions": runs if isinstance(runs, list) and runs and all(_is_run(r) for r in runs) else None,
     }
 
 

@@ -30,5 +30,7 @@ CREATE TABLE trajectories (
     raas_id           VARCHAR   NOT NULL,
     region            VARCHAR   NOT NULL,
     created_at        TIMESTAMPTZ NOT NULL,
-    extra             VARCHAR   NOT NULL   -- JSON object
+    extra             VARCHAR   NOT NULL,  -- JSON object
+    -- added in schema version 2 (a shard written before reads it as NULL)
+    token_versions    STRUCT("start" INTEGER, "version" BIGINT)[]  -- [start, version] runs of response tokens; NULL: all policy_version
 );

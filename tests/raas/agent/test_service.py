@@ -194,6 +194,12 @@ def test_interrupt_loads_new_weights_between_turns_and_stamps_each_turn(
     assert mixed > 0  # episodes in flight went on from their ids on the new weights
     first = {r["group_id"] for r in rows if r["policy_version"] == 0}
     assert len(first) <= 2  # only the groups in flight when version 1 came were started on version 0
+    # each token's version is a column of the lake (runs), not a key of extra
+    query = "SELECT policy_version, max_version, token_versions, extra FROM trajectories"
+    for r in connect_lake(store).sql(query).to_pylist():
+        versions = [run["version"] for run in r["token_versions"]]
+        assert r["token_versions"][0]["start"] == 0 and "token_versions" not in json.loads(r["extra"])
+        assert (min(versions), max(versions)) == (r["policy_version"], r["max_version"])
     flow.close()
     service.close()
 
