@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.config.environment import EnvironmentConfig, MCPServerConfig
 from lakeflow.raas.agent.env import ChatMessage, Feedback, Tool, Turn
 from lakeflow.raas.agent.parsers import hermes
+from lakeflow.raas.config.environment import EnvironmentConfig, MCPServerConfig
 from lakeflow.raas.episodes.environment import EpisodeScheduler
 from lakeflow.raas.outcome import Reward
 from lakeflow.raas.trajectory import Sampling, Trajectory

@@ -8,8 +8,8 @@ from typing import Any
 
 from lakeflow.models.tiny import LOOKUP_CALL
 from lakeflow.raas.config import HFEngineConfig
-from lakeflow.raas.engines import HFEngine
 from lakeflow.raas.config.agent import AgentConfig, GatewayConfig
+from lakeflow.raas.engines import HFEngine
 from lakeflow.raas.trajectory import Sampling, sample_row
 from tests.raas.agent.helpers import LOGPROB, Scripted, check_trainer_reproduces, make_task, switched_mid_turn
 
