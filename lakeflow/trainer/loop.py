@@ -103,22 +103,7 @@ class Trainer:
         self.world = distributed.init(c.device)
         self.device = self.world.device if self.world else c.device
         if latest_version(self.store, self.model_id) is None and self.lead:  # not LATEST alone: see repair_latest
-            source = resolve_model(c.model, c.model_cache_dir)
-            self.model = load_model(source, c.dtype).to(self.device)
-            if c.warmup is not None:  # version 0 is the warmed model (rank 0 trains it alone, unsharded)
-                from transformers import AutoTokenizer
-
-                warm_up(self.model, AutoTokenizer.from_pretrained(source), c, self.device)
-            files = side_files(source)
-            self.publish_dtype = publish_dtype_for(c, config_dtype(files))
-            publisher = Publisher(self.store, self.model_id, c.full_every)
-            publisher.lease = self.lease
-            base = to_state(self._published(distributed.full_tensors(self.model)))
-            self.version = publisher.publish_base(base, labelled(files, self.publish_dtype))
-            log.info(
-                "published the base model %s as version %d of %s (%s; master weights %s)",
-                c.model, self.version, self.model_id, self.publish_dtype, c.dtype,
-            )  # fmt: skip
+            self._publish_base()
         if self.world:
             torch.distributed.barrier()  # version 0 exists for every rank
         if self.model is None:
@@ -152,6 +137,26 @@ class Trainer:
             self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec(), proof)
             self.outbox.start(tensors, self.version, checkpointed)
         return self.version
+
+    def _publish_base(self) -> None:
+        """Load the configured model (warmed up first if the config has a warm-up) and publish it as version 0."""
+        c = self.config
+        source = resolve_model(c.model, c.model_cache_dir)
+        self.model = load_model(source, c.dtype).to(self.device)
+        if c.warmup is not None:  # version 0 is the warmed model (rank 0 trains it alone, unsharded)
+            from transformers import AutoTokenizer
+
+            warm_up(self.model, AutoTokenizer.from_pretrained(source), c, self.device)
+        files = side_files(source)
+        self.publish_dtype = publish_dtype_for(c, config_dtype(files))
+        publisher = Publisher(self.store, self.model_id, c.full_every)
+        publisher.lease = self.lease
+        base = to_state(self._published(distributed.full_tensors(self.model)))
+        self.version = publisher.publish_base(base, labelled(files, self.publish_dtype))
+        log.info(
+            "published the base model %s as version %d of %s (%s; master weights %s)",
+            c.model, self.version, self.model_id, self.publish_dtype, c.dtype,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Stop the writer, free its shared memory, and leave the torchrun job (if any)."""
