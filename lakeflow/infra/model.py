@@ -103,7 +103,7 @@ MODEL_CHECKPOINTS = scoped(layout.checkpoint_prefix(_MODEL, 0).rsplit("/", 2)[0]
 MODEL_TRAINER_STATS = scoped(layout.trainer_stats_prefix(_MODEL))
 
 GRANTS: tuple[Grant, ...] = (
-    # --- rollout service: lakeflow/raas/service.py, lakeflow/lake/tasks.py, lakeflow/lake/writer.py
+    # --- rollout service: lakeflow/raas/service/loop.py, lakeflow/lake/tasks.py, lakeflow/lake/writer.py
     Grant("raas", "list", MODEL_TASKS, "finds open tasks and claims of its model (lake.tasks.list_tasks)"),
     Grant("raas", "list", WEIGHTS, "finds the newest manifest when LATEST is missing or wrong (latest_version)"),
     Grant("raas", "read", MODEL_TASKS, "reads a claimed task and its claim (read_task, read_claim)"),

@@ -6,9 +6,9 @@ dictionaries (`ENGINES`, `WORKFLOWS`, `REWARDS`) with `build_*` factories.
 
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig, load_config
 from lakeflow.raas.engines import ENGINES, Completion, Engine, HFEngine, build_engine
-from lakeflow.raas.metrics import RaasStats
 from lakeflow.raas.rewards import REWARDS, Reward, build_reward, math_reward
 from lakeflow.raas.service import RolloutService
+from lakeflow.raas.service.metrics import RaasStats
 from lakeflow.raas.workflows import WORKFLOWS, Sampling, Trajectory, build_workflow
 
 __all__ = [

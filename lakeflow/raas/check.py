@@ -29,9 +29,9 @@ from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.config.reward_model import RewardModelConfig
 from lakeflow.raas.engines import engine_factory
-from lakeflow.raas.judge.check import judge_here_problems, judge_problems
-from lakeflow.raas.reward_model.check import reward_model_here_problems, reward_model_problems
 from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.scoring.judge.check import judge_here_problems, judge_problems
+from lakeflow.raas.scoring.reward_model.check import reward_model_here_problems, reward_model_problems
 from lakeflow.raas.workflows import WORKFLOWS, build_workflow, roles_problem
 
 

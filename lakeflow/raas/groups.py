@@ -23,7 +23,7 @@ class Group:
 
 class Admitted:
     """The tasks admitted since the last `advance`, at most `room` of them: the admission half of the runners
-    that generate what was admitted in one engine call (`BatchRunner`, `RewardModelRunner`)."""
+    that generate what was admitted in one engine call (`BatchRunner`, `ScoredRunner`)."""
 
     def __init__(self, room: int) -> None:
         self.room = room

@@ -33,8 +33,8 @@ from lakeflow.raas.check import (
     tool_template_warnings,
 )
 from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLMEngineConfig
-from lakeflow.raas.judge import JudgeConfig
-from lakeflow.raas.reward_model import RewardModelConfig
+from lakeflow.raas.scoring.judge import JudgeConfig
+from lakeflow.raas.scoring.reward_model import RewardModelConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config
 from lakeflow.trainer.config import publish_dtype_for

@@ -20,7 +20,7 @@ from lakeflow.evaluation.config import EvalConfig
 from lakeflow.models.chat import SHIPPED_TEMPLATES
 from lakeflow.models.info import model_vocab_size
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
-from lakeflow.raas.judge import JudgeConfig
+from lakeflow.raas.scoring.judge import JudgeConfig
 from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.trainer.config import TrainerConfig

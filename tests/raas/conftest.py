@@ -115,12 +115,13 @@ def judge_server() -> Iterator[Any]:
 @pytest.fixture
 def judge_runner() -> Iterator[Any]:
     """judge_runner(engine, judge_config, sampling=None, batch_groups=1, max_chars=8192, stopping=None) -> a
-    JudgeRunner, closed after the test."""
-    from lakeflow.raas.judge.client import Judge
-    from lakeflow.raas.judge.runner import JudgeRunner
+    runner scored by the judge, closed after the test."""
+    from lakeflow.raas.scoring.judge.client import Judge
+    from lakeflow.raas.scoring.judge.judge_scorer import JudgeScorer
+    from lakeflow.raas.scoring.runner import ScoredRunner
     from lakeflow.raas.trajectory import Sampling
 
-    made: list[JudgeRunner] = []
+    made: list[ScoredRunner] = []
 
     def build(
         engine: Any,
@@ -129,10 +130,10 @@ def judge_runner() -> Iterator[Any]:
         batch_groups: int = 1,
         max_chars: int = 8192,
         stopping: Any = None,
-    ) -> JudgeRunner:
-        runner = JudgeRunner(
-            engine, Judge(config), sampling or Sampling(64, 1.0), batch_groups, max_chars, stopping or (lambda: False)
-        )
+    ) -> ScoredRunner:
+        sampling = sampling or Sampling(64, 1.0)
+        scorer = JudgeScorer(Judge(config), sampling, max_chars)
+        runner = ScoredRunner(engine, scorer, sampling, batch_groups, stopping or (lambda: False))
         made.append(runner)
         return runner
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from lakeflow.raas.groups import Group
-from lakeflow.raas.judge import JudgeConfig
-from lakeflow.raas.judge.runner import JudgeRunner
+from lakeflow.raas.scoring.judge import JudgeConfig
+from lakeflow.raas.scoring.runner import ScoredRunner
 from tests.raas.judge_server import Answer, candidates
 
 RUBRIC = "The answer must equal the reference."
@@ -33,7 +33,7 @@ def judge_config(url: str, **kw: Any) -> JudgeConfig:
     return JudgeConfig.model_validate({"endpoint": url, "model": "judge-model", "rubric": RUBRIC, **FAST, **kw})
 
 
-def drive(runner: JudgeRunner, n: int = 1, timeout_s: float = 60) -> list[Group]:
+def drive(runner: ScoredRunner, n: int = 1, timeout_s: float = 60) -> list[Group]:
     """Advance `runner` (as the service's loop does) until `n` groups have come out."""
     out: list[Group] = []
     deadline = time.monotonic() + timeout_s
@@ -43,7 +43,7 @@ def drive(runner: JudgeRunner, n: int = 1, timeout_s: float = 60) -> list[Group]
     return out
 
 
-def advance_for(runner: JudgeRunner, seconds: float) -> list[Group]:
+def advance_for(runner: ScoredRunner, seconds: float) -> list[Group]:
     """Advance `runner` for `seconds`: the groups that came out (none, for a group the runner holds)."""
     out: list[Group] = []
     deadline = time.monotonic() + seconds
@@ -52,7 +52,7 @@ def advance_for(runner: JudgeRunner, seconds: float) -> list[Group]:
     return out
 
 
-def wait_for(condition: Callable[[], bool], runner: JudgeRunner, timeout_s: float = 60) -> list[Group]:
+def wait_for(condition: Callable[[], bool], runner: ScoredRunner, timeout_s: float = 60) -> list[Group]:
     """Advance `runner` until `condition()` holds; the groups that came out meanwhile."""
     out: list[Group] = []
     deadline = time.monotonic() + timeout_s

@@ -11,8 +11,8 @@ from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.raas.config import HFEngineConfig, RaasConfig
 from lakeflow.raas.engines import HFEngine
-from lakeflow.raas.follow import WeightFollower
-from lakeflow.raas.metrics import RolloutMetrics
+from lakeflow.raas.service.follow import WeightFollower
+from lakeflow.raas.service.metrics import RolloutMetrics
 from lakeflow.tracking import MetricSink
 from lakeflow.weights import State, publish
 from tests.raas.conftest import perturbed

@@ -13,7 +13,7 @@ import json
 import threading
 from typing import Any
 
-from lakeflow.raas.judge.prompts import groupwise_messages, messages_sha256, pointwise_messages
+from lakeflow.raas.scoring.judge.prompts import groupwise_messages, messages_sha256, pointwise_messages
 from lakeflow.raas.trajectory import Sampling
 from tests.raas.judge_helpers import RUBRIC, drive, grade, grader, judge_config
 from tests.raas.judge_server import Answer, candidates

@@ -11,8 +11,8 @@ import pytest
 from lakeflow.errors import ConfigError, ConfigFileError, VerdictFailure
 from lakeflow.raas.check import check_raas_config, check_raas_here
 from lakeflow.raas.config import parse_config, reward_function
-from lakeflow.raas.judge import JudgeConfig
-from lakeflow.raas.judge.prompts import groupwise_messages, parse_scores, pointwise_messages, shorten
+from lakeflow.raas.scoring.judge import JudgeConfig
+from lakeflow.raas.scoring.judge.prompts import groupwise_messages, parse_scores, pointwise_messages, shorten
 
 JUDGE: dict[str, Any] = {"type": "judge", "endpoint": "http://127.0.0.1:9/v1", "model": "judge", "rubric": "Correct?"}
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from lakeflow.errors import JudgeRefusedError
-from lakeflow.raas.judge.client import Judge
-from lakeflow.raas.judge.prompts import pointwise_messages
+from lakeflow.raas.scoring.judge.client import Judge
+from lakeflow.raas.scoring.judge.prompts import pointwise_messages
 from tests.raas.judge_helpers import advance_for, drive, grader, judge_config, wait_for
 from tests.raas.judge_server import Answer
 from tests.raas.multi_helpers import Scripted, make_task

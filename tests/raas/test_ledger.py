@@ -13,8 +13,8 @@ from lakeflow.io import Store, open_store
 from lakeflow.lake import LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.ledger import ClaimLedger
-from lakeflow.raas.metrics import RolloutMetrics
+from lakeflow.raas.service.ledger import ClaimLedger
+from lakeflow.raas.service.metrics import RolloutMetrics
 from lakeflow.raas.trajectory import Trajectory
 from lakeflow.tracking import MetricSink
 

@@ -13,9 +13,10 @@ import pytest
 from lakeflow.errors import ConfigError, ConfigFileError
 from lakeflow.raas.check import check_raas_config, check_raas_here
 from lakeflow.raas.config import parse_config, reward_function
-from lakeflow.raas.reward_model import RewardModelConfig
-from lakeflow.raas.reward_model.runner import RewardModelRunner
-from lakeflow.raas.reward_model.scorer import RewardModel, text_form
+from lakeflow.raas.scoring.reward_model import RewardModelConfig
+from lakeflow.raas.scoring.reward_model.model_scorer import RewardModelScorer
+from lakeflow.raas.scoring.reward_model.scorer import RewardModel, text_form
+from lakeflow.raas.scoring.runner import ScoredRunner
 from lakeflow.raas.trajectory import Sampling
 from tests.raas.multi_helpers import Scripted, make_task
 from tests.raas.reward_model_helpers import build_reward_model, direct_scores
@@ -140,7 +141,7 @@ def test_the_union_parses_a_reward_model_section_and_names_both_types() -> None:
 def test_the_runner_stamps_rewards_and_extra(reward_model_dir: str, tok: Any) -> None:
     model = scorer(reward_model_dir, scale=2.0, shift=-1.0)
     engine = Scripted(tok, ["7", "8", " ", "seven", "4", "four"])
-    runner = RewardModelRunner(engine, model, Sampling(64, 1.0), batch_groups=2, max_chars=8192)
+    runner = ScoredRunner(engine, RewardModelScorer(model, Sampling(64, 1.0), 8192), Sampling(64, 1.0), batch_groups=2)
     runner.add("a", make_task(3))
     assert runner.can_admit(3)
     runner.add("b", make_task(3, prompt="What is 2 + 2?", answer="4"))
@@ -166,7 +167,10 @@ def test_a_model_that_fails_drops_its_groups_and_says_why(
     tiny_dir: str, tmp_path: Path, tok: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     broken = build_reward_model(tmp_path / "small-vocab", tiny_dir, vocab_size=8)  # most token ids are past it
-    runner = RewardModelRunner(Scripted(tok, ["7", "8", "9"]), scorer(broken), Sampling(64, 1.0), 2, 8192)
+    sampling = Sampling(64, 1.0)
+    runner = ScoredRunner(
+        Scripted(tok, ["7", "8", "9"]), RewardModelScorer(scorer(broken), sampling, 8192), sampling, 2
+    )
     runner.add("a", make_task(1))
     runner.add("b", make_task(1))
     with caplog.at_level(logging.WARNING):

@@ -13,7 +13,8 @@ from lakeflow.io import Store
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.lake.batch import list_batch_steps
 from lakeflow.raas.engines import decode_text
-from lakeflow.raas.reward_model.runner import RewardModelRunner
+from lakeflow.raas.scoring.reward_model.model_scorer import RewardModelScorer
+from lakeflow.raas.scoring.runner import ScoredRunner
 from lakeflow.raas.service import RolloutService
 from lakeflow.raas.trajectory import task_messages
 from lakeflow.run.check import check_run_config, check_run_here
@@ -32,7 +33,7 @@ def test_samples_scored_by_a_reward_model_are_committed_and_served(
     flow.run(iterations=1)
     section = {"type": "reward_model", "model": reward_model_dir, "device": "cpu", "shift": 1.0, "batch_size": 3}
     service = RolloutService(store, "policy", raas_config(tmp_path, reward=section, commit_window_s=0))
-    assert isinstance(service.runner, RewardModelRunner)
+    assert isinstance(service.runner, ScoredRunner) and isinstance(service.runner.scorer, RewardModelScorer)
     stats = service.run(max_groups=2)
     assert (stats.groups, stats.samples, stats.unscored) == (2, 2 * N, 0)
     rows = committed(store).to_pylist()

@@ -14,7 +14,7 @@ from lakeflow.raas import workflows
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.outcome import RewardFn
-from lakeflow.raas.runners import BatchRunner, EpisodeRunner, build_runner
+from lakeflow.raas.service.runners import BatchRunner, EpisodeRunner, build_runner
 from lakeflow.raas.trajectory import Sampling, Trajectory
 from tests.raas.agent.helpers import Scripted, call, make_task
 

@@ -11,9 +11,8 @@ import pytest
 
 from lakeflow.io import open_mirror, open_store
 from lakeflow.lake import layout
-from lakeflow.raas import follow
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.service import RolloutService
+from lakeflow.raas.service import RolloutService, follow
 from lakeflow.weights import codec, load_state, publish
 from lakeflow.weights.mirror import mirror
 from lakeflow.weights.tensors import State

@@ -13,10 +13,10 @@ import pytest
 from lakeflow.io import Store, open_mirror
 from lakeflow.lake import LakeReader
 from lakeflow.lake.tasks import Task
-from lakeflow.raas import follow, workflows
+from lakeflow.raas import workflows
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.rewards import RewardFn
-from lakeflow.raas.service import RolloutService
+from lakeflow.raas.service import RolloutService, follow
 from lakeflow.raas.workflows import Sampling, Trajectory
 from lakeflow.weights import State, publish
 from lakeflow.weights.mirror import mirror

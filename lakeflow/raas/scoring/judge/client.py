@@ -27,7 +27,7 @@ from tenacity import (
 
 from lakeflow.errors import ConfigError, JudgeRefusedError, MissingExtraError, VerdictFailure
 from lakeflow.raas.config.judge import JudgeConfig
-from lakeflow.raas.judge.prompts import Messages, parse_scores
+from lakeflow.raas.scoring.judge.prompts import Messages, parse_scores
 
 _RETRIED_STATUS = (408, 409, 429)  # and every 5xx: the endpoint may answer later
 _NO_KEY = "EMPTY"  # what a `vllm serve` without --api-key accepts (the client insists on some key)

@@ -21,7 +21,7 @@ from typing import Any
 from lakeflow.errors import ConfigError, MissingExtraError
 from lakeflow.raas.config.reward_model import RewardModelConfig
 from lakeflow.raas.engines import ChatMessage
-from lakeflow.raas.reward_model.check import architecture_problem, label_problem
+from lakeflow.raas.scoring.reward_model.check import architecture_problem, label_problem
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,14 @@
-"""`JudgeRunner`: workflow rlvr scored by a judge model, as a group runner of the rollout service.
+"""`JudgeScorer`: a judge model scores rlvr groups, as the `Scorer` of the scored runner (`scoring/runner.py`).
 
-Each `advance` generates the groups admitted since the last one in one engine call (as `BatchRunner` does),
-sends the requests for their verdicts to the judge's thread pool, and returns the groups whose every sample
-has its verdict. Generation does not wait for the judge: while earlier groups are judged, newly admitted
-ones are generated, up to `max_groups` in the runner at once.
+Generation does not wait for the judge: while earlier groups are judged, newly admitted ones are generated,
+up to `max_groups` held at once. Each submitted group's requests for verdicts go to the judge's thread pool;
+a group is handed back once every sample has its verdict.
 
 Failures are never a reward. A round of requests that leaves verdicts missing (after each request's own
 retries) holds the group: its completions stay in memory, its claim stays renewed (it is still in flight),
-and the missing verdicts are asked again after a backoff, the ones already given kept. A held group counts
-against `max_groups`, so a judge that is down stops generation instead of piling up unscored groups. A
-group held longer than `hold_s`, or whose round fails while the service stops, is handed back dropped:
-nothing is written, its claim expires and the dataflow reissues the task (as for a lost claim).
+and the missing verdicts are asked again after a backoff, the ones already given kept. A group held longer
+than `hold_s`, or whose round fails while the service stops, is handed back dropped: nothing is written,
+its claim expires and the dataflow reissues the task (as for a lost claim).
 """
 
 from __future__ import annotations
@@ -18,54 +16,41 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
 from concurrent.futures import Future
 
-from lakeflow.lake.tasks import Task
 from lakeflow.raas.config.judge import JudgeConfig
-from lakeflow.raas.engines import Engine
 from lakeflow.raas.groups import Group
-from lakeflow.raas.judge.client import Judge, Verdict
-from lakeflow.raas.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
-from lakeflow.raas.scored import generate_admitted
+from lakeflow.raas.scoring.generated import Generated
+from lakeflow.raas.scoring.judge.client import Judge, Verdict
+from lakeflow.raas.scoring.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
 from lakeflow.raas.trajectory import Sampling
 
 log = logging.getLogger(__name__)
 
 
-class JudgeRunner:
-    """Generates rlvr groups and has the judge score them; see the module docstring for failures."""
+class JudgeScorer:
+    """Has the judge score generated rlvr groups; see the module docstring for failures."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        judge: Judge,
-        sampling: Sampling,
-        batch_groups: int,
-        max_chars: int,
-        stopping: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.engine, self.judge, self.sampling = engine, judge, sampling
-        self.max_chars, self.stopping = max_chars, stopping
+    def __init__(self, judge: Judge, sampling: Sampling, max_chars: int) -> None:
+        self.judge, self.sampling, self.max_chars = judge, sampling, max_chars
         self.config: JudgeConfig = judge.config
         self.rubric = self.config.rubric_text()
-        self.room = batch_groups
-        self.limit = max(batch_groups, self.config.max_groups)
-        self._queued: list[tuple[str, Task]] = []
+        self.limit = self.config.max_groups
         self._groups: list[JudgedGroup] = []  # generated, awaiting verdicts
         self._out: dict[Future[Verdict], tuple[JudgedGroup, Ask]] = {}  # requests in flight
         self._waiting: dict[str, int] = {}  # group key -> its requests in flight
         self._done: list[Group] = []
+        self._stopping = False
 
-    def can_admit(self, n_samples: int) -> bool:
-        return len(self._queued) < self.room and len(self._queued) + len(self._groups) < self.limit
+    def submit(self, groups: list[Generated]) -> None:
+        for g in groups:
+            self._groups.append(start_group(g.key, g.task, g.completions, g.seconds, self.sampling, self.max_chars))
 
-    def add(self, key: str, task: Task) -> None:
-        self._queued.append((key, task))
+    def held(self) -> int:
+        return len(self._groups)
 
-    def advance(self, wait_s: float) -> list[Group]:
-        if self._queued:
-            self._generate()
+    def collect(self, wait_s: float, stopping: bool) -> list[Group]:
+        self._stopping = stopping
         self._send_due()
         if not self._done and not any(f.done() for f in self._out):
             self._wait(wait_s)
@@ -75,21 +60,14 @@ class JudgeRunner:
 
     def close(self) -> None:
         self.judge.close()
-        self._queued, self._groups, self._out, self._waiting = [], [], {}, {}
+        self._groups, self._out, self._waiting = [], {}, {}
 
-    # --- steps of one advance -------------------------------------------------------------
-
-    def _generate(self) -> None:
-        queued, self._queued = self._queued, []
-        done, generated = generate_admitted(queued, self.engine, self.sampling)
-        self._done += done
-        for g in generated:
-            self._groups.append(start_group(g.key, g.task, g.completions, g.seconds, self.sampling, self.max_chars))
+    # --- steps of one collect ---------------------------------------------------------------
 
     def _send_due(self) -> None:
         """Send the requests of every group due for a round: new ones, and held ones whose backoff has passed
         (at once when the service stops: one last round)."""
-        now, stopping = time.monotonic(), self.stopping()
+        now, stopping = time.monotonic(), self._stopping
         for group in list(self._groups):
             if self._waiting.get(group.key) or (group.next_try > now and not stopping):
                 continue
@@ -130,9 +108,9 @@ class JudgeRunner:
         if group.failed_since is None:
             group.failed_since = now
         held_s = now - group.failed_since
-        if self.stopping() or (self.config.hold_s is not None and held_s >= self.config.hold_s):
+        if self._stopping or (self.config.hold_s is not None and held_s >= self.config.hold_s):
             self._groups.remove(group)
-            why = "the service is stopping" if self.stopping() else f"held {held_s:.3g} s (hold_s)"
+            why = "the service is stopping" if self._stopping else f"held {held_s:.3g} s (hold_s)"
             reason = f"the judge gave no verdict for {len(group.missing)} samples ({group.failure}); {why}"
             log.error("dropping group %s unwritten, its task is reissued: %s", group.key, reason)
             self._done.append(Group(group.key, [], self._seconds(group), dropped=reason))

@@ -17,10 +17,16 @@ from typing import Any
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.engines import Completion
-from lakeflow.raas.judge.client import Verdict
-from lakeflow.raas.judge.prompts import Messages, groupwise_messages, messages_sha256, pointwise_messages, shorten
 from lakeflow.raas.outcome import Reward
-from lakeflow.raas.scored import known_reward, scored_trajectories
+from lakeflow.raas.scoring.generated import known_reward, scored_trajectories
+from lakeflow.raas.scoring.judge.client import Verdict
+from lakeflow.raas.scoring.judge.prompts import (
+    Messages,
+    groupwise_messages,
+    messages_sha256,
+    pointwise_messages,
+    shorten,
+)
 from lakeflow.raas.trajectory import Sampling, Trajectory, task_messages
 
 _FAILURES_KEPT = 3  # reasons of failed attempts kept per sample, the latest

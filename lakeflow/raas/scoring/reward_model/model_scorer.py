@@ -1,8 +1,9 @@
-"""`RewardModelRunner`: workflow rlvr scored by a reward model, as a group runner of the rollout service.
+"""`RewardModelScorer`: a reward model scores rlvr groups, as the `Scorer` of the scored runner
+(`scoring/runner.py`).
 
-Each `advance` generates the groups admitted since the last one in one engine call (as `BatchRunner` does),
-then scores every completion that needs the model (`scored.known_reward` sets the others) in one call of the
-reward model, `batch_size` pairs per forward pass, in the service's loop. A group is handed on with every
+The groups generated in one engine call are scored as they are submitted: every completion that needs the
+model (`generated.known_reward` sets the others) in one call of the reward model, `batch_size` pairs per
+forward pass, in the service's loop. A group is handed on with every
 sample's reward: scale * logit + shift, reason 'reward_model', and `extra.reward_model` = {model, score (the raw
 logit)}, with `truncated: true` when the input was cut to max_length.
 
@@ -17,45 +18,50 @@ from __future__ import annotations
 import logging
 import time
 
-from lakeflow.raas.engines import Engine
-from lakeflow.raas.groups import Admitted, Group
+from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import Reward
-from lakeflow.raas.reward_model.scorer import RewardModel, Scored
-from lakeflow.raas.scored import Generated, generate_admitted, known_reward, scored_trajectories
+from lakeflow.raas.scoring.generated import Generated, known_reward, scored_trajectories
+from lakeflow.raas.scoring.reward_model.scorer import RewardModel, Scored
 from lakeflow.raas.trajectory import Sampling, task_messages
 
 log = logging.getLogger(__name__)
 REASON = "reward_model"  # extra.reward_reason of a sample the model scored, and the key of its record in extra
 
 
-class RewardModelRunner(Admitted):
-    """Generates rlvr groups and has the reward model score them; see the module docstring for failures."""
+class RewardModelScorer:
+    """Has the reward model score generated rlvr groups; see the module docstring for failures."""
 
-    def __init__(self, engine: Engine, scorer: RewardModel, sampling: Sampling, batch_groups: int, max_chars: int):
-        super().__init__(batch_groups)
-        self.engine, self.scorer, self.sampling, self.max_chars = engine, scorer, sampling, max_chars
+    limit = 0  # holds nothing between calls: it scores what is submitted at once
 
-    def advance(self, wait_s: float) -> list[Group]:
-        queued = self.take()
-        if not queued:
-            return []
-        done, generated = generate_admitted(queued, self.engine, self.sampling)
+    def __init__(self, scorer: RewardModel, sampling: Sampling, max_chars: int):
+        self.scorer, self.sampling, self.max_chars = scorer, sampling, max_chars
+        self._done: list[Group] = []
+
+    def submit(self, generated: list[Generated]) -> None:
         if not generated:
-            return done
+            return
         started = time.monotonic()
         try:
             scored = self._score(generated)
         except Exception as e:  # scored again group by group below: only the groups that fail alone are dropped
             if len(generated) == 1:
-                return [*done, self._dropped(generated[0], e, time.monotonic() - started)]
+                self._done.append(self._dropped(generated[0], e, time.monotonic() - started))
+                return
             log.warning("the reward model failed on %d groups together (%s); scoring each alone", len(generated), e)
-            return done + [self._alone(g) for g in generated]
+            self._done += [self._alone(g) for g in generated]
+            return
         share = (time.monotonic() - started) / len(generated)
-        return done + [self._group(g, s, share) for g, s in zip(generated, scored, strict=True)]
+        self._done += [self._group(g, s, share) for g, s in zip(generated, scored, strict=True)]
+
+    def held(self) -> int:
+        return 0
+
+    def collect(self, wait_s: float, stopping: bool) -> list[Group]:
+        done, self._done = self._done, []
+        return done
 
     def close(self) -> None:
         self.scorer.close()
-        self.take()
 
     # --- scoring ---------------------------------------------------------------------------
 

@@ -36,10 +36,10 @@ from lakeflow.io import Store, open_weights_source
 from lakeflow.lake import layout
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine, build_engine, set_chat_template
-from lakeflow.raas.follow import WeightFollower
-from lakeflow.raas.ledger import ClaimLedger
-from lakeflow.raas.metrics import RaasStats, RolloutMetrics
-from lakeflow.raas.runners import build_runner
+from lakeflow.raas.service.follow import WeightFollower
+from lakeflow.raas.service.ledger import ClaimLedger
+from lakeflow.raas.service.metrics import RaasStats, RolloutMetrics
+from lakeflow.raas.service.runners import build_runner
 from lakeflow.raas.trajectory import POLICY
 from lakeflow.tracking import MetricSink
 

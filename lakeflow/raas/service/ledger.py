@@ -26,7 +26,7 @@ from lakeflow.io import Store
 from lakeflow.lake import ShardWriter, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.metrics import RaasStats, RolloutMetrics
+from lakeflow.raas.service.metrics import RaasStats, RolloutMetrics
 from lakeflow.raas.trajectory import Trajectory, sample_row
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from lakeflow.io import Store
 from lakeflow.models import resolve_model
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.engines import Engine
-from lakeflow.raas.metrics import RolloutMetrics
+from lakeflow.raas.service.metrics import RolloutMetrics
 from lakeflow.weights import PullResult, TransferOptions, latest_version, local_version, pull
 
 log = logging.getLogger(__name__)
