@@ -61,9 +61,9 @@ def raas(
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         from lakeflow.raas.check import check_raas_config, check_raas_here, check_raas_warnings
-        from lakeflow.raas.service.children import guard_children
         from lakeflow.raas.config import command_config
         from lakeflow.raas.service import RolloutService
+        from lakeflow.raas.service.children import guard_children
 
         config = command_config(config_path, engine, region, raas_id, weights_url)
         refuse(check_raas_config(config) + check_raas_here(config))
