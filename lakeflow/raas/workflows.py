@@ -25,8 +25,8 @@ from typing import NamedTuple
 
 from lakeflow.lake.tasks import Task
 from lakeflow.plugins import call_problem, resolve
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.engines import Completion, Engine
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.multi import solve_verify
 from lakeflow.raas.multi_code import code_select, code_testgen
 from lakeflow.raas.outcome import Reward, RewardFn

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 from lakeflow.errors import ConfigError
 from lakeflow.lake.tasks import Task
-from lakeflow.raas.agent.workflow import agent_scheduler
 from lakeflow.raas.config import JudgeConfig, RaasConfig, RewardModelConfig, reward_function
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes.environment import EpisodeScheduler
+from lakeflow.raas.episodes.workflow import agent_scheduler
 from lakeflow.raas.groups import Admitted, Group, GroupRunner
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward

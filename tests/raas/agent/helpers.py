@@ -158,8 +158,8 @@ def play_across_versions(
     """A group of three `Chatter` episodes on `engine` (holding version 0) whose turns are sampled in chunks
     of `chunk_tokens`; after `switch_after` rounds the engine loads `v1_dir` as version 1, between two
     rounds, as a rollout service with `weights_update: interrupt` does. Returns the group's trajectories."""
-    from lakeflow.raas.agent.workflow import agent_scheduler
     from lakeflow.raas.config.environment import EnvironmentConfig
+    from lakeflow.raas.episodes.workflow import agent_scheduler
 
     version = [0]
     config = EnvironmentConfig(name="tests.raas.agent.helpers:Chatter", args={"turns": 3})

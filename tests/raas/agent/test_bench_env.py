@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.agent import CALL, Waiting, render
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config.environment import EnvironmentConfig
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.trajectory import POLICY, Sampling
 from tests.raas.agent.helpers import Scripted, make_task
 

@@ -14,11 +14,11 @@ from lakeflow.errors import ConfigError
 from lakeflow.io import open_store
 from lakeflow.models.chat import shipped_template
 from lakeflow.raas.agent.env import Tool
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.check import check_raas_config, check_raas_warnings, check_rollout_model, tool_template_warnings
 from lakeflow.raas.config import HFEngineConfig, RaasConfig, parse_config
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.engines import HFEngine, build_engine, set_chat_template
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.trajectory import POLICY, Sampling
 from tests.models.test_chat import SMOL
 from tests.raas.agent.helpers import Calculator, Chatter, check_trainer_reproduces, make_task

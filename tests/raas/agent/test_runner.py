@@ -9,10 +9,10 @@ import pytest
 from lakeflow.errors import ConfigError, PluginError
 from lakeflow.raas.agent.parsers import hermes
 from lakeflow.raas.agent.registry import build_environment
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import parse_config
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.episodes.environment import EpisodeScheduler
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
 from tests.raas.agent.helpers import LOGPROB, Calculator, Scripted, call, make_task
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.engines import HFEngine
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.trajectory import POLICY, Sampling, sample_row
 from tests.raas.agent.helpers import check_trainer_reproduces, make_task, play_across_versions, switched_mid_turn
 

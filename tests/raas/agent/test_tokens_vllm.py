@@ -11,10 +11,10 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from lakeflow.raas.agent.workflow import agent
 from lakeflow.raas.config import VLLMEngineConfig
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.engines import build_engine
+from lakeflow.raas.episodes.workflow import agent
 from lakeflow.raas.trajectory import POLICY, Sampling
 from tests.raas.agent.helpers import check_trainer_reproduces, make_task, play_across_versions, switched_mid_turn
 
