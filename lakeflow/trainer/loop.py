@@ -45,7 +45,7 @@ from lakeflow.trainer.model import (
 from lakeflow.trainer.outbox import Outbox
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.stats import StepStats
-from lakeflow.trainer.step import StepParts, Stopped, train_step
+from lakeflow.trainer.step import MISMATCH_ROWS, StepParts, Stopped, train_step
 from lakeflow.trainer.warmup import warm_up
 from lakeflow.weights import State, TransferOptions, latest_version, pull, raw_tensor, repair_latest
 
@@ -219,7 +219,8 @@ class Trainer:
             tokens=batch.tokens,
             reward_mean=float(batch.rewards.mean()),
             lr=float(self._parts().optimizer.param_groups[0]["lr"]),
-            metrics=metrics,
+            metrics={k: v for k, v in metrics.items() if k != MISMATCH_ROWS},
+            mismatch=list(metrics.get(MISMATCH_ROWS, [])),
             wait_s=wait_s,
             load_s=load_s,
             compute_s=compute_s,

@@ -5,7 +5,7 @@ as a row of the `trainer_steps` table. Reports, SQL and the autoscaler read thos
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -21,8 +21,8 @@ _RENAMED = {
     "is_truncated_mean": "is_truncated",
     "is_masked_mean": "is_masked",
 }
-# always equal to `step`; `at` becomes `created_at`; the mismatch per version and service is its own table
-_DROPPED = {"batch", "trained_from", "at", "mismatch_by"}
+# always equal to `step`; `at` becomes `created_at`
+_DROPPED = {"batch", "trained_from", "at"}
 
 
 @dataclass(frozen=True)
@@ -36,12 +36,13 @@ class StepStats:
     tokens: int  # trained tokens
     reward_mean: float
     lr: float
-    metrics: dict[str, Any]  # train_step's: loss, grad_norm, the guard's refusals, `<sum>_mean`
+    metrics: dict[str, Any]  # train_step's scalars: loss, grad_norm, the guard's refusals, `<sum>_mean`
     wait_s: float  # the trainer blocked for its batch
     load_s: float  # the read that found it (possibly in the prefetch thread, before the wait)
     compute_s: float  # train_step
     memory: dict[str, float]  # StepMemory.peaks(): rss_peak_mb (and gpu_peak_mb on CUDA)
     at: str  # when the step was trained, UTC ISO 8601
+    mismatch: list[dict[str, Any]] = field(default_factory=list)  # rows of the `mismatch` table (its own table)
     # the outbox's (Outbox.send)
     snapshot_s: float = 0.0  # the copy into shared memory (and the optimizer state's)
     snapshot_block_s: float = 0.0  # a host wait for an earlier copy (0: on CUDA the device waits)

@@ -41,6 +41,11 @@ class StepParts:
     past: PastWeights | None = None  # the weights of past versions, for the mismatch of off-policy rows
 
 
+# The key of train_step's result that holds the mismatch rows per behaviour version and rollout service (the
+# `mismatch` table's); the loop moves them to `StepStats.mismatch`, out of the step's scalar metrics.
+MISMATCH_ROWS = "mismatch_by"
+
+
 def train_step(
     parts: StepParts,
     batch: StepBatch,
@@ -89,7 +94,7 @@ def train_step(
             norms.append(norm)
             losses.append(loss)
     apart = mismatch.by_source() if world is None or world.lead else []
-    by_source = {"mismatch_by": apart} if apart else {}
+    by_source = {MISMATCH_ROWS: apart} if apart else {}
     return {**_metrics(batch, losses, norms, sums, guard, world), **mismatch.metrics(world), **by_source}
 
 

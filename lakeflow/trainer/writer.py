@@ -114,7 +114,7 @@ class VersionWriter:
         if self.metrics is not None:
             self.metrics.add(stats.row(model))
         if self.mismatch is not None:
-            for row in stats.metrics.get("mismatch_by", []):
+            for row in stats.mismatch:
                 self.mismatch.add({"model_id": model, "step": stats.step, **row})
         self.last_job_s = time.monotonic() - started
         return replies

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from lakeflow.io import open_store
+from lakeflow.lake import layout
 from lakeflow.lakeview import connect_lake
 from lakeflow.models import resolve_model
 from tests.raas.agent.helpers import check_trainer_reproduces
@@ -71,6 +72,10 @@ def test_openai_api_agents_train_through_lakeflow_run(tmp_path: Path) -> None:
     apart = view.sql(query).to_pylist()
     assert {r["engine"] for r in apart} == {"hf"} and sum(r["tokens"] for r in apart) == row["n"], apart
     assert all(r["max"] <= 1e-3 for r in apart) and [r["version"] for r in apart] == sorted(r["version"] for r in apart)
+    # those rows are the mismatch table's, not part of the trainer's heartbeat
+    store = open_store(str(lake))
+    beats = [json.loads(store.get(i.key)) for i in store.list(layout.trainer_stats_prefix("policy"))]
+    assert beats and not any("mismatch_by" in b for b in beats)
 
 
 class _Stored:
