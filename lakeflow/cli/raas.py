@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-from dataclasses import asdict
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -85,7 +84,7 @@ def raas(
             stats = service.run(max_groups=max_groups)
         finally:
             service.close()
-        click.echo(json.dumps({"raas_id": service.raas_id, "weights_version": service.version, **asdict(stats)}))
+        click.echo(json.dumps({"raas_id": service.raas_id, "weights_version": service.version, **stats.snapshot()}))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -14,7 +14,7 @@ from lakeflow.lake import LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.raas.config import RaasConfig
 from lakeflow.raas.service.ledger import ClaimLedger
-from lakeflow.raas.service.metrics import RolloutMetrics
+from lakeflow.raas.service.metrics import RaasStats, RolloutMetrics
 from lakeflow.raas.trajectory import Trajectory
 from lakeflow.tracking import MetricSink
 
@@ -33,7 +33,7 @@ def lake_with_tasks(tmp_path: Path, n: int) -> Store:
 def ledger(store: Store, raas_id: str = "raas-a", **kw: Any) -> ClaimLedger:
     config = RaasConfig.model_validate({"claim_ttl_s": 30, "commit_window_s": 60, "commit_max_groups": 2} | kw)
     metrics = RolloutMetrics(MetricSink(store, "rollout_stats", raas_id), raas_id, config)
-    return ClaimLedger(store, "policy", raas_id, config, {"policy": "policy"}, metrics)
+    return ClaimLedger(store, "policy", raas_id, config, {"policy": "policy"}, metrics, RaasStats())
 
 
 def trajectories(n: int, reward: float = 1.0) -> list[Trajectory]:

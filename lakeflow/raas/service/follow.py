@@ -126,7 +126,7 @@ class WeightFollower:
         except OSError as e:  # a weights source that cannot be reached now: keep the loaded weights
             log.warning("cannot read the newest version of %s from %s: %s", model_id, self.weights.url, e)
             return None
-        self.metrics.latest[model_id] = latest
+        self.metrics.saw_latest(model_id, latest)
         current = self.versions[model_id]
         if latest is None or (current is not None and latest <= current):  # never back: LATEST may roll back
             return None

@@ -64,13 +64,14 @@ class ClaimLedger:
         config: RaasConfig,
         roles: Mapping[str, str],
         metrics: RolloutMetrics,
+        stats: RaasStats,
     ) -> None:
         self.store, self.model_id, self.raas_id, self.config = store, model_id, raas_id, config
         self.roles = roles  # role -> the model that plays it (the sample's model_id)
         self.metrics = metrics
         self.writer = ShardWriter(store, raas_id, max_rows=1 << 30)  # a group is never split across shards
-        self.stats = RaasStats()
-        self.lock = threading.Lock()  # guards the holdings and the counters the heartbeat reads
+        self.stats = stats  # the service's counters
+        self.lock = threading.Lock()  # guards the holdings
         self.in_flight: dict[str, Held] = {}  # task id -> claimed task whose group is being generated
         self.pending: list[Finished] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
@@ -126,7 +127,7 @@ class ClaimLedger:
         renewed, so it expires and the dataflow reissues the task (counted in `stats.unscored`)."""
         with self.lock:
             self.in_flight.pop(task_id)
-            self.stats.unscored += 1
+        self.stats.add(unscored=1)
         log.warning("%s: dropped the group of %s unwritten: %s", self.raas_id, task_id, reason)
 
     # --- committing -----------------------------------------------------------------------
@@ -154,7 +155,7 @@ class ClaimLedger:
             if self.renew(done.held, force=True):
                 kept.append(done)
                 continue
-            self.stats.abandoned += 1
+            self.stats.add(abandoned=1)
             self.metrics.abandoned(self.model_id)
             log.warning("%s: lost the claim on %s; dropping its group", self.raas_id, done.held.task.task_id)
         for done in kept:
@@ -165,10 +166,9 @@ class ClaimLedger:
         self.writer.flush()
         with self.lock:
             self.pending = self.pending[len(pending) :]
-            for done in kept:
-                self.stats.groups += 1
-                self.stats.samples += len(done.trajectories)
-                self.stats.tokens += sum(len(t.response_ids) for t in done.trajectories)
+            samples = sum(len(d.trajectories) for d in kept)
+            tokens = sum(len(t.response_ids) for d in kept for t in d.trajectories)
+            self.stats.add(groups=len(kept), samples=samples, tokens=tokens)  # with `pending`: `groups()` is exact
         for done in kept:
             roles = [(self.roles.get(t.role, self.model_id), t) for t in done.trajectories]
             self.metrics.group(done.held.task.task_type, roles, done.seconds)
@@ -213,7 +213,7 @@ class ClaimLedger:
             seconds = sum(s for _, s in self._speed)
             task_ids = list(self.in_flight)
             return {
-                **vars(self.stats),
+                **self.stats.snapshot(),
                 "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
                 "task_id": task_ids[0] if task_ids else None,
                 "task_ids": task_ids,

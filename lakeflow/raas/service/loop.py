@@ -80,17 +80,14 @@ class RolloutService:
         self._group_size = 1  # n_samples of the last group admitted (the runner's room is asked for one like it)
         self._draining = False  # a newer version is published: admit nothing until the groups in flight end
         self._weights_checked = 0.0  # time.monotonic() of the last look for newer weights while in flight
+        self.stats = RaasStats()  # the service's counters: the ledger counts commits and drops in them
         run = f"rollout_stats/{self.raas_id}"
         sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
         self.metrics = RolloutMetrics(sink, self.raas_id, self.config)  # the rollout_stats windows
-        self.ledger = ClaimLedger(store, self.model_id, self.raas_id, self.config, self.roles, self.metrics)
+        self.ledger = ClaimLedger(store, self.model_id, self.raas_id, self.config, self.roles, self.metrics, self.stats)
         url = self.config.weights_url  # where weights come from: the lake, or a read-only source (a mirror, a CDN)
         weights = open_weights_source(url, self.config.weights_options) if url else store
         self.follower = WeightFollower(engines, weights, self.config, self.model_id, self.metrics)
-
-    @property
-    def stats(self) -> RaasStats:
-        return self.ledger.stats
 
     @property
     def versions(self) -> dict[str, int | None]:
@@ -182,11 +179,8 @@ class RolloutService:
     def refresh_weights(self) -> bool:
         """Load newer published versions into the engines (counted in `stats`); True when any weights changed."""
         pulled = self.follower.refresh()
-        with self.ledger.lock:
-            for p in pulled:
-                self.stats.reloads += 1
-                self.stats.pulled_bytes += p.bytes
-                self.stats.pull_s += p.seconds
+        for p in pulled:
+            self.stats.add(reloads=1, pulled_bytes=p.bytes, pull_s=p.seconds)
         return bool(pulled)
 
     def _follow_weights(self) -> None:

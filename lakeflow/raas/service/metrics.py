@@ -8,6 +8,7 @@ first row of the window) and the version lag behind LATEST at the window's end.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,9 @@ from lakeflow.tracking import MetricSink
 
 @dataclass
 class RaasStats:
-    """Counters of one rollout service's life (its heartbeat carries them; `run` returns them)."""
+    """Counters of one rollout service's life (its heartbeat carries them; `run` returns them). One object,
+    owned by the service; the ledger and the service's loop count through `add`, the heartbeat thread reads
+    a consistent `snapshot`."""
 
     groups: int = 0  # groups committed
     samples: int = 0  # samples committed
@@ -31,6 +34,18 @@ class RaasStats:
     reloads: int = 0  # weight versions loaded into the engine
     pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
     pull_s: float = 0.0  # seconds spent pulling and verifying them
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **deltas: float) -> None:
+        """Add to the named counters, together (a reader sees all of them or none)."""
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters, read together."""
+        with self._lock:
+            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
 @dataclass
@@ -80,6 +95,10 @@ class RolloutMetrics:
                 b.reward += float(t.reward)
                 b.finish[t.finish_reason] = b.finish.get(t.finish_reason, 0) + 1
                 b.longest = max(b.longest, len(t.response_ids))
+
+    def saw_latest(self, model_id: str, version: int | None) -> None:
+        """The newest published version of `model_id` (the window's version lag is measured against it)."""
+        self.latest[model_id] = version
 
     def pull(self, model_id: str, fetched_bytes: int, seconds: float) -> None:
         p = self._pulls.setdefault(model_id, _Pulls())
