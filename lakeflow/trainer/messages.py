@@ -1,5 +1,5 @@
 """What the trainer and its writer (`writer.py`) say to each other: the trainer's requests (`Step`,
-`Checkpoint`, `Stop`) and the writer's replies (`Ready`, `Published`, `Checkpointed`, `Stopped`, `Failed`).
+`Checkpoint`, `Stop`) and the writer's replies (`Ready`, `Published`, `Checkpointed`, `Closed`, `Failed`).
 They cross a multiprocessing queue to a spawned writer, so each is a small picklable dataclass.
 """
 
@@ -68,7 +68,7 @@ class Checkpointed:
 
 
 @dataclass(frozen=True)
-class Stopped:
+class Closed:
     """The writer closed after a `Stop`."""
 
 
@@ -80,4 +80,4 @@ class Failed:
 
 
 Request = Step | Checkpoint | Stop
-Reply = Ready | Published | Checkpointed | Stopped | Failed
+WriterReply = Ready | Published | Checkpointed | Closed | Failed

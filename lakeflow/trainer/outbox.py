@@ -28,7 +28,17 @@ import torch
 from lakeflow.errors import ConfigError, WriterDiedError
 from lakeflow.io import Store
 from lakeflow.trainer.config import TrainerConfig
-from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Reply, Step, Stop, Stopped
+from lakeflow.trainer.messages import (
+    Checkpoint,
+    Checkpointed,
+    Closed,
+    Failed,
+    Published,
+    Ready,
+    Step,
+    Stop,
+    WriterReply,
+)
 from lakeflow.trainer.shared import Slot, SlotLayout, flatten
 from lakeflow.trainer.stats import StepStats
 from lakeflow.trainer.writer import VersionWriter, WriterSpec, main, serve
@@ -140,7 +150,7 @@ class Outbox:
         try:
             self._synchronize()
             self._requests.put(Stop())
-            self._receive(until=Stopped, worker=worker)
+            self._receive(until=Closed, worker=worker)
         finally:
             worker.join(timeout=30)
             self._checkpoint_busy = False
@@ -296,7 +306,7 @@ class Outbox:
 
     # --- replies ---------------------------------------------------------------------------------
 
-    def _receive(self, block: bool = False, until: type[Reply] | None = None, worker: Any = None) -> None:
+    def _receive(self, block: bool = False, until: type[WriterReply] | None = None, worker: Any = None) -> None:
         """Take the writer's replies: without blocking, or until one arrives (`block`) or one of type `until`."""
         if self._replies is None:
             return
@@ -315,7 +325,7 @@ class Outbox:
             if until is None or isinstance(reply, until):
                 return
 
-    def _absorb(self, replies: list[Reply]) -> None:
+    def _absorb(self, replies: list[WriterReply]) -> None:
         by_name = {s.name: s for s in self.slots}
         for reply in replies:
             match reply:

@@ -21,9 +21,9 @@ from lakeflow.errors import WeightsFormatError
 from lakeflow.weights import State, raw_tensor
 
 _ALIGN = 64
-# safetensors dtype -> torch dtype name (torch is imported only where tensors are: the writer process
+# safetensors dtype -> torch dtype name (TORCH_NAMES) (torch is imported only where tensors are: the writer process
 # needs it for optimizer checkpoints alone)
-TORCH_DTYPES = {
+TORCH_NAMES = {
     "F32": "float32",
     "BF16": "bfloat16",
     "F16": "float16",
@@ -36,11 +36,11 @@ TORCH_DTYPES = {
 def _torch_dtype(name: str) -> Any:
     import torch
 
-    return getattr(torch, TORCH_DTYPES[name])
+    return getattr(torch, TORCH_NAMES[name])
 
 
 def _safetensors_dtype(dtype: Any) -> str:
-    for name, torch_name in TORCH_DTYPES.items():
+    for name, torch_name in TORCH_NAMES.items():
         if str(dtype) == f"torch.{torch_name}":
             return name
     raise WeightsFormatError(

@@ -27,7 +27,17 @@ from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.metrics import MetricsWriter
 from lakeflow.tracking import MetricSink
-from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Reply, Step, Stop, Stopped
+from lakeflow.trainer.messages import (
+    Checkpoint,
+    Checkpointed,
+    Closed,
+    Failed,
+    Published,
+    Ready,
+    Step,
+    Stop,
+    WriterReply,
+)
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.shared import Slot, SlotLayout, unflatten
 from lakeflow.weights.publish import PublishGuard
@@ -92,7 +102,7 @@ class VersionWriter:
             slot = self.slots[name] = Slot(slot_layout, name)
         return slot
 
-    def handle(self, request: Step | Checkpoint) -> list[Reply]:
+    def handle(self, request: Step | Checkpoint) -> list[WriterReply]:
         """One request: a step (heartbeat, weights, the checkpoint when one is due) or a checkpoint alone."""
         if isinstance(request, Checkpoint):
             self._write_checkpoint(request)
@@ -106,7 +116,7 @@ class VersionWriter:
         store, model = self.spec.store, self.spec.model_id
         store.put(layout.trainer_stats_key(model, stats.step), json.dumps(stats.heartbeat()).encode())
         self.publisher.publish(self._slot(request.slot, self.spec.layout).state(), request.version)
-        replies: list[Reply] = [Published(request.version, request.slot, self.base_slot, stats)]
+        replies: list[WriterReply] = [Published(request.version, request.slot, self.base_slot, stats)]
         self.base_slot = request.slot
         if request.checkpoint is not None:
             self._write_checkpoint(request.checkpoint)
@@ -170,7 +180,7 @@ def serve(spec: WriterSpec, requests: Any, replies: Any, parent: int | None = No
                 replies.put(reply)
         writer.close()
         writer = None
-        replies.put(Stopped())
+        replies.put(Closed())
     except BaseException as e:  # sent to the trainer, which raises it
         replies.put(Failed(_picklable(e)))
     finally:

@@ -10,14 +10,14 @@ from lakeflow.errors import WeightsConflictError
 from lakeflow.trainer.messages import (
     Checkpoint,
     Checkpointed,
+    Closed,
     Failed,
     Published,
     Ready,
-    Reply,
     Request,
     Step,
     Stop,
-    Stopped,
+    WriterReply,
 )
 from lakeflow.trainer.shared import SlotLayout, flatten
 from tests.trainer.helpers import step_stats, tensors
@@ -27,7 +27,7 @@ def test_every_message_round_trips_through_pickle() -> None:
     skeleton, found = flatten({"state": {"w": {"exp_avg": tensors(0)["w"]}}, "param_groups": [{"lr": 1e-3}]})
     checkpoint = Checkpoint(3, "psm_opt", SlotLayout.of(found), skeleton, b'{"version": 3}')
     stats = step_stats(2)
-    messages: list[Request | Reply] = [
+    messages: list[Request | WriterReply] = [
         Step(3, "psm_a", stats, checkpoint),
         Step(3, "psm_a", stats),
         checkpoint,
@@ -36,7 +36,7 @@ def test_every_message_round_trips_through_pickle() -> None:
         Published(3, "psm_a", "psm_b", stats),
         Checkpointed(3, "psm_opt"),
         Checkpointed(3, None),
-        Stopped(),
+        Closed(),
     ]
     for message in messages:
         assert pickle.loads(pickle.dumps(message)) == message

@@ -1,5 +1,5 @@
 """The trainer's writer on a real local lake: each request gives its typed replies and writes what they say
-(the heartbeat, the version, the checkpoint), and a writer thread answers Ready, Stopped, or Failed."""
+(the heartbeat, the version, the checkpoint), and a writer thread answers Ready, Closed, or Failed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
-from lakeflow.trainer.messages import Checkpoint, Checkpointed, Failed, Published, Ready, Step, Stop, Stopped
+from lakeflow.trainer.messages import Checkpoint, Checkpointed, Closed, Failed, Published, Ready, Step, Stop
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.shared import Slot, SlotLayout, flatten
 from lakeflow.trainer.writer import VersionWriter, WriterSpec, serve
@@ -118,7 +118,7 @@ def test_the_writer_loop_answers_ready_then_each_request_then_stopped(lake: Any)
     requests.put(Step(1, next_.name, step_stats(0)))
     requests.put(Stop())
     assert isinstance(replies.get(timeout=60), Published)
-    assert replies.get(timeout=60) == Stopped()
+    assert replies.get(timeout=60) == Closed()
     thread.join(timeout=60)
     assert not thread.is_alive() and latest_version(store, "m") == 1
 
