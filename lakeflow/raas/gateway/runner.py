@@ -30,21 +30,13 @@ from lakeflow.lake.tasks import Task
 from lakeflow.plugins import load_import_path, resolve
 from lakeflow.raas.agent.parsers import TOOL_PARSERS, ToolParser
 from lakeflow.raas.engines import Completion, Engine
+from lakeflow.raas.gateway import protocols
 from lakeflow.raas.gateway.config import AgentConfig
-from lakeflow.raas.gateway.openai_api import (
-    BadRequest,
-    ChatRequest,
-    Reply,
-    ToolCallOut,
-    chat_chunks,
-    chat_completion,
-    chat_request,
-    response_object,
-    responses_request,
-)
+from lakeflow.raas.gateway.openai_api import BadRequest, ChatRequest, Reply, ToolCallOut
 from lakeflow.raas.gateway.programs import CommandRunner, Outcome, call_program, task_view
+from lakeflow.raas.gateway.protocols import Answer, refusal
 from lakeflow.raas.gateway.segments import EpisodeTokens, Prepared
-from lakeflow.raas.gateway.server import Answer, GatewayServer, refuse
+from lakeflow.raas.gateway.server import GatewayServer
 from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import Reward, RewardFn
 from lakeflow.raas.trajectory import POLICY, Sampling, Trajectory
@@ -70,7 +62,7 @@ class _Episode:
 @dataclass
 class _Request:
     episode: _Episode
-    kind: str  # chat | responses
+    kind: str  # one of protocols.KINDS
     request: ChatRequest
     future: Future[Answer]
     prepared: Prepared | None = None  # the ids it is generated from, once prepared
@@ -133,27 +125,28 @@ class GatewayRunner:
             if episode is None:
                 gone = token in self._ended
                 status, what = (410, "has ended") if gone else (404, "is not known")
-                future.set_result(refuse(status, f"this episode {what}: each episode's base URL works while it runs"))
+                message = f"this episode {what}: each episode's base URL works while it runs"
+                future.set_result(refusal(kind, status, message))
                 return future
             if kind == "models":
                 data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "lakeflow"}]
                 future.set_result(Answer(200, {"object": "list", "data": data}))
                 return future
             try:
-                request = chat_request(body) if kind == "chat" else responses_request(body)
+                request = protocols.parse(kind, body)
             except BadRequest as e:
-                future.set_result(refuse(400, str(e)))
+                future.set_result(refusal(kind, 400, str(e)))
                 return future
             if episode.busy:
-                future.set_result(refuse(429, "one request at a time per episode: wait for the answer", "busy"))
+                future.set_result(refusal(kind, 429, "one request at a time per episode: wait for the answer", "busy"))
                 return future
-            if episode.tokens.requests >= self.agent.max_requests:
+            if episode.tokens.requests >= self.agent.max_requests and not request.count_only:
                 episode.limit = "max_requests"
                 message = f"the episode made its {self.agent.max_requests} requests (agent.max_requests)"
-                future.set_result(refuse(429, message, "max_requests"))
+                future.set_result(refusal(kind, 429, message, "max_requests"))
                 return future
             episode.busy = True
-            episode.tokens.requests += 1
+            episode.tokens.requests += 0 if request.count_only else 1
         self._events.put(_Request(episode, kind, request, future))
         return future
 
@@ -213,7 +206,7 @@ class GatewayRunner:
             if isinstance(event, _Request):
                 pending.append(event)
         for r in pending:
-            r.future.set_result(refuse(503, "the rollout service is stopping"))
+            r.future.set_result(refusal(r.kind, 503, "the rollout service is stopping"))
         self._groups.clear()
 
     # --- rounds ---------------------------------------------------------------------------------
@@ -246,7 +239,10 @@ class GatewayRunner:
         budgets: dict[int, list[_Request]] = {}
         for r in requests:
             if r.episode.end is not None:  # it ran out of time while its turn was carried
-                self._reply(r, refuse(410, "this episode has ended"))
+                self._reply(r, refusal(r.kind, 410, "this episode has ended"))
+                continue
+            if r.request.count_only:  # count_tokens: rendered here, on the service's thread, never generated
+                self._reply(r, self._count(r))
                 continue
             if r.prepared is None:
                 prepared = self._prepare(r)
@@ -263,10 +259,13 @@ class GatewayRunner:
                 results = self.engine.generate(contexts, 1, max_tokens, self.sampling.temperature)
             except Exception:
                 for r in batch:
-                    self._reply(r, refuse(500, "the engine failed; the rollout service is stopping"))
+                    self._reply(r, refusal(r.kind, 500, "the engine failed; the rollout service is stopping"))
                 raise
             for r, (c, *_) in zip(batch, results, strict=True):
-                self._add_chunk(r, c, version)
+                try:
+                    self._add_chunk(r, c, version)
+                except Exception as e:  # a fault in handling one request: it is answered, the round goes on
+                    self._fail(r, e)
 
     def _add_chunk(self, r: _Request, c: Completion, version: int | None) -> None:
         """Append sampled tokens to the request's turn; answer it when the turn has ended."""
@@ -286,21 +285,22 @@ class GatewayRunner:
     def _prepare(self, r: _Request) -> tuple[Prepared, int] | Answer:
         episode = r.episode
         if episode.end is not None:
-            return refuse(410, "this episode has ended")
+            return refusal(r.kind, 410, "this episode has ended")
         try:
             prepared = episode.tokens.prepare(self.engine, r.request)
         except Exception as e:  # the template could not render these messages
-            return refuse(400, f"the model's chat template cannot render this conversation: {e}")
+            return refusal(r.kind, 400, f"the model's chat template cannot render this conversation: {e}")
         room = self.limit - len(prepared.context())
         if room < 1:
             episode.limit = "max_episode_tokens"
             message = f"the conversation is {len(prepared.context())} tokens, the episode's limit is {self.limit}"
-            return refuse(400, message, "context_length_exceeded")
+            return refusal(r.kind, 400, message, "context_length_exceeded")
         return prepared, min(r.request.max_tokens or self.sampling.max_tokens, self.sampling.max_tokens, room)
 
     def _sampled(self, r: _Request, prepared: Prepared, c: Completion, max_tokens: int) -> Answer:
         """Record the sampled turn in the episode; the reply in the format of the request's endpoint."""
         c, text = self._cut_at_stop(c, r.request.stop)
+        stop = next((s for s in r.request.stop if c.text[len(text) :].startswith(s)), None)
         parsed = self.parser(text) if r.request.parse_tools else None
         made = parsed.calls if parsed is not None and not parsed.errors else []  # a malformed call: text as is
         calls = [ToolCallOut(f"call_{secrets.token_hex(8)}", k.name, json.dumps(k.arguments)) for k in made]
@@ -312,12 +312,24 @@ class GatewayRunner:
         length = c.finish_reason == "length"
         if length and max_tokens < (r.request.max_tokens or self.sampling.max_tokens):
             r.episode.limit = "max_episode_tokens"
-        reply = Reply(self.model, text, calls, length, len(prepared.context()), len(c.token_ids))
-        if r.kind == "responses":
-            return Answer(200, response_object(reply))
-        if r.request.stream:
-            return Answer(200, {}, chat_chunks(reply, r.request.include_usage))
-        return Answer(200, chat_completion(reply))
+        reply = Reply(self.model, text, calls, length, len(c.prompt_ids), len(c.token_ids), stop)
+        return protocols.render(r.kind, r.request, reply)
+
+    def _count(self, r: _Request) -> Answer:
+        """A count_tokens request: the length of the context it would be generated from; nothing recorded."""
+        try:
+            prepared = r.episode.tokens.prepare(self.engine, r.request)
+        except Exception as e:  # the template could not render these messages
+            return refusal(r.kind, 400, f"the model's chat template cannot render this conversation: {e}")
+        return protocols.render(r.kind, r.request, Reply(self.model, "", [], False, len(prepared.context()), 0))
+
+    def _fail(self, r: _Request, e: Exception) -> None:
+        """Answer a request whose handling raised (500) and free its episode for the next request."""
+        log.error("gateway: a %s request failed", r.kind, exc_info=e)
+        if r in self._carried:
+            self._carried.remove(r)
+        if not r.future.done():
+            self._reply(r, refusal(r.kind, 500, f"the gateway failed on this request ({type(e).__name__}: {e})"))
 
     def _cut_at_stop(self, c: Completion, stops: list[str]) -> tuple[Completion, str]:
         """The completion up to the first token that completes a stop string (the tokens stay as sampled: a
