@@ -71,13 +71,22 @@ def responses_request(body: object) -> ChatRequest:
     return ChatRequest(messages, tools, b.max_output_tokens, [], b.stream, False, b.tool_choice != "none")
 
 
+# How to leave out the tools Codex sends by default that the gateway cannot serve (hosted, namespaced).
+_HINTS = {"web_search": ' (Codex: -c web_search="disabled")', "namespace": " (Codex: -c features.multi_agent=false)"}
+
+
 def _responses_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
     """Responses-form function tools ({type, name, parameters}) in the chat form."""
     if not tools:
         return None
     for i, t in enumerate(tools):
-        if t.get("type") != "function":
-            raise BadRequest(f"tools.{i}: only function tools are supported, got {t.get('type')!r}")
+        kind = t.get("type")
+        if kind != "function":
+            hint = _HINTS.get(kind, "") if isinstance(kind, str) else ""
+            raise BadRequest(
+                f"tools.{i}: only function tools are supported, got {kind!r}: the gateway runs no hosted tools "
+                f"and reads no tool namespaces; leave it out{hint}"
+            )
     return [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
 
 

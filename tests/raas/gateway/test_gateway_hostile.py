@@ -55,6 +55,8 @@ def test_malformed_requests_are_refused_with_a_message(episode: Any) -> None:
     assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
     r = post(client["base_url"] + "/responses", {"model": "m", "input": "hi", "previous_response_id": "resp_1"})
     assert r.status_code == 400 and "whole input" in r.json()["error"]["message"]
+    r = post(client["base_url"] + "/responses", {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]})
+    assert r.status_code == 400 and 'web_search="disabled"' in r.json()["error"]["message"]
     assert httpx.get(client["base_url"] + "/models", timeout=30).json()["data"][0]["id"] == "policy"
 
 
