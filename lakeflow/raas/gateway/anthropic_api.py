@@ -1,7 +1,8 @@
 """The Anthropic Messages API (`/v1/messages`, `/v1/messages/count_tokens`): requests in, replies out.
 
 `messages_request` turns a body into one `ChatRequest` in the chat form the templates read: `system`
-(a string or text blocks) as a system message; each message's text blocks joined by a blank line; an
+(a string or text blocks) as a system message, as are `system` messages between turns (Claude Code sends
+them); each message's text blocks joined by a blank line; an
 assistant's `tool_use` blocks as `tool_calls` (their `input` as the arguments); a user's `tool_result`
 blocks as `tool` messages, in the order they come (`is_error` shows as an "Error: " before the content);
 `thinking` and `redacted_thinking` blocks dropped, as the Responses API's reasoning items are; tools with
@@ -79,12 +80,16 @@ def _text(block: object, where: str) -> str:
 def _message(m: dict[str, Any], where: str) -> list[dict[str, Any]]:
     """One Anthropic message as chat messages (a user message with tool results is several)."""
     role, content = m.get("role"), m.get("content")
-    if role not in ("user", "assistant"):
-        raise BadRequest(f"{where}.role: 'user' or 'assistant', got {role!r} (the system prompt goes in `system`)")
+    if role not in ("user", "assistant", "system"):
+        raise BadRequest(f"{where}.role: 'user', 'assistant' or 'system', got {role!r}")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
         raise BadRequest(f"{where}.content: a string or a list of content blocks")
+    if role == "system":  # a system message between turns (Claude Code sends them for some models)
+        return [
+            {"role": "system", "content": _JOIN.join(_text(b, f"{where}.content.{j}") for j, b in enumerate(content))}
+        ]
     return [_assistant(content, where)] if role == "assistant" else _user(content, where)
 
 

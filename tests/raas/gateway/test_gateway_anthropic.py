@@ -75,9 +75,11 @@ def test_a_tool_use_round_trip_extends_one_exact_context(claude: Any, tok: Any) 
     assert engine.contexts[1] == t.prompt_ids + t.response_ids[:second]  # extended from the stored ids
 
 
-def test_whole_and_streamed_replies_agree_and_stop_where_asked(claude: Any) -> None:
-    client, _, _ = claude
-    ask: dict[str, Any] = {"model": "any-name", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]}
+def test_whole_and_streamed_replies_agree_and_stop_where_asked(claude: Any, tok: Any) -> None:
+    client, _, engine = claude
+    between = {"role": "system", "content": [{"type": "text", "text": "Env: test."}]}  # as Claude Code sends
+    messages = [{"role": "user", "content": "hi"}, between]
+    ask: dict[str, Any] = {"model": "any-name", "max_tokens": 64, "messages": messages}
     sampling = {"temperature": 0.0, "top_p": 0.5, "top_k": 1}  # accepted, not used: the pool samples
     whole = client.messages.create(**ask, metadata={"user_id": "u"}, extra_body=sampling)
     events = list(client.messages.create(**ask, stream=True))
@@ -94,6 +96,7 @@ def test_whole_and_streamed_replies_agree_and_stop_where_asked(claude: Any) -> N
     raw = "".join(e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta")
     assert whole.content[0].text == raw == streamed == "Hi. STOP now"
     assert whole.stop_reason == "end_turn" and whole.model == "any-name" and whole.usage.output_tokens > 0
+    assert "<|im_start|>system\nEnv: test.<|im_end|>" in tok.decode(engine.contexts[0])
 
     cut = client.messages.create(**ask, stop_sequences=["STOP"])
     assert (cut.content[0].text, cut.stop_reason, cut.stop_sequence) == ("Hi. ", "stop_sequence", "STOP")
