@@ -43,7 +43,8 @@ class AgentConfig(StrictConfig):
     command: list[str] | None = Field(
         None,
         min_length=1,
-        description="A command run once per episode with OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL and "
+        description="A command run once per episode with OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_MODEL (and "
+        "ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY for Anthropic clients) and "
         "LAKEFLOW_TASK (the task as JSON) in its environment; its last JSON line on stdout is its result (a number, "
         "or an object with `reward` or `answer`).",
     )

@@ -37,18 +37,10 @@ from lakeflow.raas.episodes.agent_episode import AgentEpisode, samples
 from lakeflow.raas.episodes.flight import Flight
 from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
 from lakeflow.raas.episodes.segments import Prepared
-from lakeflow.raas.gateway.openai_api import (
-    BadRequest,
-    ChatRequest,
-    Reply,
-    ToolCallOut,
-    chat_chunks,
-    chat_completion,
-    chat_request,
-    response_object,
-    responses_request,
-)
-from lakeflow.raas.gateway.server import Answer, GatewayServer, refuse
+from lakeflow.raas.gateway import protocols
+from lakeflow.raas.gateway.openai_api import BadRequest, ChatRequest, Reply, ToolCallOut
+from lakeflow.raas.gateway.protocols import Answer, refusal
+from lakeflow.raas.gateway.server import GatewayServer
 from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.trajectory import Sampling
@@ -58,13 +50,12 @@ log = logging.getLogger(__name__)
 _CALL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)  # hermes calls, left out of the returned text
 _FORGET = 65536  # ended tokens remembered (410) before they read as unknown (404)
 _CLOSE_WAIT_S = 10.0  # how long `close` waits for function programs to return once their requests are refused
-_PARSE = {"chat": chat_request, "responses": responses_request}
 
 
 @dataclass
 class _Request:
     episode: AgentEpisode
-    kind: str  # chat | responses
+    kind: str  # one of protocols.KINDS
     request: ChatRequest
     future: Future[Answer]
     prepared: Prepared | None = None  # the ids it is generated from, once prepared
@@ -128,22 +119,23 @@ class GatewayRunner:
         episode = self._live.get(token)
         if episode is None:
             status, what = (410, "has ended") if token in self._ended else (404, "is not known")
-            return refuse(status, f"this episode {what}: each episode's base URL works while it runs"), None, None
+            message = f"this episode {what}: each episode's base URL works while it runs"
+            return refusal(kind, status, message), None, None
         if kind == "models":
             data = [{"id": self.model, "object": "model", "created": 0, "owned_by": "lakeflow"}]
             return Answer(200, {"object": "list", "data": data}), None, None
         try:
-            request = _PARSE[kind](body)
+            request = protocols.parse(kind, body)
         except BadRequest as e:
-            return refuse(400, str(e)), None, None
+            return refusal(kind, 400, str(e)), None, None
         if episode.busy:
-            return refuse(429, "one request at a time per episode: wait for the answer", "busy"), None, None
-        if episode.tokens.requests >= self.agent.max_requests:
+            return refusal(kind, 429, "one request at a time per episode: wait for the answer", "busy"), None, None
+        if episode.tokens.requests >= self.agent.max_requests and not request.count_only:
             episode.limit = "max_requests"
             message = f"the episode made its {self.agent.max_requests} requests (agent.max_requests)"
-            return refuse(429, message, "max_requests"), None, None
+            return refusal(kind, 429, message, "max_requests"), None, None
         episode.busy = True
-        episode.tokens.requests += 1
+        episode.tokens.requests += 0 if request.count_only else 1  # counting tokens is not a model call
         return None, episode, request
 
     # --- the service's side ------------------------------------------------------------------
@@ -207,7 +199,7 @@ class GatewayRunner:
             if isinstance(event, _Request):
                 pending.append(event)
         for r in pending:
-            r.future.set_result(refuse(503, "the rollout service is stopping"))
+            r.future.set_result(refusal(r.kind, 503, "the rollout service is stopping"))
         if self.commands is not None:
             self.commands.close()
         _, stuck = concurrent.futures.wait(self._playing, timeout=_CLOSE_WAIT_S)
@@ -251,7 +243,7 @@ class GatewayRunner:
                 turn = self._turn(r)
             except Exception as e:  # a request this code failed on: answered, the episode goes on
                 log.exception("gateway request of episode %s failed", r.episode.key)
-                turn = refuse(500, f"the gateway failed on this request: {type(e).__name__}: {e}")
+                turn = refusal(r.kind, 500, f"the gateway failed on this request: {type(e).__name__}: {e}")
             if isinstance(turn, Answer):
                 self._reply(r, turn)
             else:
@@ -260,7 +252,7 @@ class GatewayRunner:
             ended, carried = self.rounds.sample(turns)
         except Exception:
             for t in turns:
-                self._reply(t.owner, refuse(500, "the engine failed; the rollout service is stopping"))
+                self._reply(t.owner, refusal(t.owner.kind, 500, "the engine failed; the rollout service is stopping"))
             raise
         self._carried = [t.owner for t in carried]
         for t in ended:
@@ -269,25 +261,28 @@ class GatewayRunner:
                 answer = self._sampled(r, t)
             except Exception as e:  # recording or rendering failed: answered, the episode goes on
                 log.exception("gateway reply of episode %s failed", r.episode.key)
-                answer = refuse(500, f"the gateway failed on this reply: {type(e).__name__}: {e}")
+                answer = refusal(r.kind, 500, f"the gateway failed on this reply: {type(e).__name__}: {e}")
             self._reply(r, answer)
 
     def _turn(self, r: _Request) -> rounds.Turn | Answer:
-        """The request's turn to sample (prepared once; a carried turn goes on), or the answer refusing it."""
+        """The request's turn to sample (prepared once; a carried turn goes on), or its answer now: a
+        refusal, or (count_tokens, nothing generated or recorded) the length of the context it would have."""
         episode = r.episode
         if episode.end is not None:  # it ended (ran out of time) while its turn waited
-            return refuse(410, "this episode has ended")
+            return refusal(r.kind, 410, "this episode has ended")
         if r.turn is not None:
             return r.turn
         try:
             prepared = episode.tokens.prepare(self.engine, r.request)
         except Exception as e:  # the template could not render these messages
-            return refuse(400, f"the model's chat template cannot render this conversation: {e}")
+            return refusal(r.kind, 400, f"the model's chat template cannot render this conversation: {e}")
+        if r.request.count_only:
+            return protocols.render(r.kind, r.request, Reply(self.model, "", [], False, len(prepared.context()), 0))
         room = self.limit - len(prepared.context())
         if room < 1:
             episode.limit = "max_episode_tokens"
             message = f"the conversation is {len(prepared.context())} tokens, the episode's limit is {self.limit}"
-            return refuse(400, message, "context_length_exceeded")
+            return refusal(r.kind, 400, message, "context_length_exceeded")
         budget = min(r.request.max_tokens or self.sampling.max_tokens, self.sampling.max_tokens, room)
         r.prepared, r.turn = prepared, rounds.Turn(prepared.context(), budget, r)
         return r.turn
@@ -297,6 +292,7 @@ class GatewayRunner:
         assert r.prepared is not None  # set with the turn
         c = Completion(turn.context, turn.sampled, turn.logprobs, turn.finish, turn.text)
         c, text = self._cut_at_stop(c, r.request.stop)
+        stop = next((s for s in r.request.stop if c.text[len(text) :].startswith(s)), None)
         parsed = self.parser(text) if r.request.parse_tools else None
         made = parsed.calls if parsed is not None and not parsed.errors else []  # a malformed call: text as is
         calls = [ToolCallOut(f"call_{secrets.token_hex(8)}", k.name, json.dumps(k.arguments)) for k in made]
@@ -308,12 +304,8 @@ class GatewayRunner:
         length = c.finish_reason == "length"
         if length and turn.budget < (r.request.max_tokens or self.sampling.max_tokens):
             r.episode.limit = "max_episode_tokens"
-        reply = Reply(self.model, text, calls, length, len(turn.context), len(c.token_ids))
-        if r.kind == "responses":
-            return Answer(200, response_object(reply))
-        if r.request.stream:
-            return Answer(200, {}, chat_chunks(reply, r.request.include_usage))
-        return Answer(200, chat_completion(reply))
+        reply = Reply(self.model, text, calls, length, len(turn.context), len(c.token_ids), stop)
+        return protocols.render(r.kind, r.request, reply)
 
     def _cut_at_stop(self, c: Completion, stops: list[str]) -> tuple[Completion, str]:
         """The completion up to the first token that completes a stop string (the tokens stay as sampled: a

@@ -2,7 +2,8 @@
 
 A program is a function (plain or async) `fn(task, client, **args)` run on its own thread, or a command
 run as a subprocess (its own process group, killed at the time limit) with the client settings in
-`OPENAI_BASE_URL` / `OPENAI_API_KEY` / `OPENAI_MODEL` and the task in `LAKEFLOW_TASK`. Either gives a
+`OPENAI_BASE_URL` / `OPENAI_API_KEY` / `OPENAI_MODEL` (and, for Anthropic clients, `ANTHROPIC_BASE_URL`:
+the same URL without `/v1`, and `ANTHROPIC_API_KEY`) and the task in `LAKEFLOW_TASK`. Either gives a
 result: a number (the reward), a string (the final answer, for the pool's reward function) or an
 object with `reward` or `answer`; a command gives it as its last JSON line on stdout. Anything else,
 an exception, a non-zero exit or a timeout is a failure with its reason.
@@ -103,6 +104,8 @@ class CommandRunner:
             OPENAI_BASE_URL=client["base_url"],
             OPENAI_API_KEY=client["api_key"],
             OPENAI_MODEL=client["model"],
+            ANTHROPIC_BASE_URL=client["base_url"].removesuffix("/v1"),  # Anthropic clients add /v1/messages
+            ANTHROPIC_API_KEY=client["api_key"],
             LAKEFLOW_TASK=json.dumps(task),
         )
         try:

@@ -1,11 +1,12 @@
-"""The OpenAI wire formats the gateway speaks: requests in, replies out.
+"""The OpenAI chat-completions wire format, and what every endpoint's parser shares.
 
-`chat_request` and `responses_request` turn a `/v1/chat/completions` or `/v1/responses` body into one
-`ChatRequest`: messages in the form chat templates read (content as text, assistant `tool_calls` with
-their arguments as objects, `tool` messages), function tools in the chat form, the sampling limits.
-Anything the gateway cannot honour is a `BadRequest` (a 400 with the reason), never silently dropped:
-images, `n` > 1, server-side state (`previous_response_id`), built-in tools. `chat_completion`,
-`chat_chunks` and `response_object` render a `Reply` as the client expects it.
+`chat_request` turns a `/v1/chat/completions` body into one `ChatRequest`: messages in the form chat
+templates read (content as text, assistant `tool_calls` with their arguments as objects, `tool`
+messages), function tools in the chat form, the sampling limits; `responses_api.py` and
+`anthropic_api.py` build the same `ChatRequest` from their bodies. Anything the gateway cannot honour is
+a `BadRequest` (a 400 with the reason), never silently dropped: images, `n` > 1, built-in tools, text
+that is not valid Unicode, nesting deeper than `MAX_DEPTH` (`check_json`). `chat_completion` and
+`chat_chunks` render a `Reply` as the client expects it.
 
 What is accepted and not used: `model` (every request goes to the pool's model), `temperature` and
 `top_p` (the pool samples at its own temperature: the samples are the behaviour policy the trainer
@@ -23,6 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MAX_DEPTH = 100  # levels of arrays and objects a body may nest (deeper ones are refused before any use)
+TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels of arrays and objects: flatten it"
 
 
 class BadRequest(ValueError):
@@ -49,6 +52,8 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     parse_tools: bool = True  # tool_choice 'none': the text is returned as it is
+    count_only: bool = False  # count the prompt's tokens, generate nothing (the Messages API's count_tokens)
+    model: str | None = None  # the model name the client asked for, where the reply echoes it (Messages API)
 
 
 @dataclass
@@ -61,9 +66,53 @@ class Reply:
     length: bool  # cut by max_tokens (or the context)
     prompt_tokens: int
     completion_tokens: int
+    stop_sequence: str | None = None  # the requested stop string the text was cut at, if any
 
 
-class _Body(BaseModel):
+def _bad_text(text: str) -> str | None:
+    """Why `text` cannot reach a tokenizer (a lone UTF-16 surrogate, which a JSON escape can hold), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start].encode("utf-8", "backslashreplace").decode()
+        return (
+            f"text must be valid Unicode, but character {e.start} is a lone UTF-16 surrogate ({bad}): send a "
+            "complete surrogate pair or the character itself"
+        )
+    return None
+
+
+def _path(where: str, path: tuple[Any, ...]) -> str:
+    keys: list[str] = []
+    while path:
+        path, key = path
+        keys.append(str(key).encode("utf-8", "backslashreplace").decode())
+    return ".".join([where, *reversed(keys)])
+
+
+def check_json(value: object, where: str = "body") -> None:
+    """Refuse (BadRequest) text that is not valid Unicode, in values and keys, and nesting deeper than
+    MAX_DEPTH, anywhere in a parsed JSON value. Iterative: a hostile body cannot exhaust the stack."""
+    stack: list[tuple[object, tuple[Any, ...], int]] = [(value, (), 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, str):
+            if (why := _bad_text(v)) is not None:
+                raise BadRequest(f"{_path(where, path)}: {why}")
+        elif isinstance(v, dict | list):
+            if depth >= MAX_DEPTH:
+                raise BadRequest(f"{_path(where, path)}: {TOO_DEEP}")
+            for key, item in v.items() if isinstance(v, dict) else enumerate(v):
+                if isinstance(key, str) and (why := _bad_text(key)) is not None:
+                    raise BadRequest(f"{_path(where, path)}: a key's {why}")
+                stack.append((item, (path, key), depth + 1))
+
+
+class OpenAIBody(BaseModel):
+    """What the chat and Responses bodies share (other fields are accepted and not used)."""
+
     model_config = ConfigDict(extra="allow")
 
     tools: list[dict[str, Any]] | None = None
@@ -72,7 +121,7 @@ class _Body(BaseModel):
     stream: bool = False
 
 
-class _ChatBody(_Body):
+class _ChatBody(OpenAIBody):
     messages: list[dict[str, Any]] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
@@ -81,14 +130,8 @@ class _ChatBody(_Body):
     stream_options: dict[str, Any] | None = None
 
 
-class _ResponsesBody(_Body):
-    input: str | list[dict[str, Any]]
-    instructions: str | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
-    previous_response_id: str | None = None
-
-
-def _parse(model: type[BaseModel], body: object) -> Any:
+def parse_body(model: type[BaseModel], body: object) -> Any:
+    """`body` validated as `model`; BadRequest names the first field that is wrong."""
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object")
     try:
@@ -99,7 +142,7 @@ def _parse(model: type[BaseModel], body: object) -> Any:
         raise BadRequest(f"{where}: {first['msg']}") from None
 
 
-def _text(content: object, where: str) -> str:
+def text_of(content: object, where: str) -> str:
     """Message content as text: a string, None, or a list of text parts."""
     if content is None:
         return ""
@@ -121,31 +164,37 @@ def _arguments(text: object, where: str) -> Any:
     if not isinstance(text, str):
         raise BadRequest(f"{where}: arguments must be a JSON string")
     try:
-        return json.loads(text) if text.strip() else {}
+        value = json.loads(text) if text.strip() else {}
+    except RecursionError:
+        raise BadRequest(f"{where}: the arguments {TOO_DEEP}") from None
     except ValueError:
         return text
+    check_json(value, f"{where} (arguments)")
+    return value
 
 
-def _call(name: object, arguments: object, call_id: object, where: str) -> dict[str, Any]:
+def tool_call(name: object, arguments: object, call_id: object, where: str) -> dict[str, Any]:
+    """A call in the chat form, its arguments (JSON text) as the object they hold."""
     if not isinstance(name, str) or not name:
         raise BadRequest(f"{where}: a tool call needs a function name")
     args = _arguments(arguments, where)
     return {"type": "function", "id": str(call_id or ""), "function": {"name": name, "arguments": args}}
 
 
-def _message(m: dict[str, Any], i: int) -> dict[str, Any]:
+def chat_message(m: dict[str, Any], i: int) -> dict[str, Any]:
+    """An OpenAI message (chat, or a Responses input message) in the chat form."""
     where = f"messages.{i}"
-    role = ROLES.get(m.get("role", ""))
+    role = ROLES.get(m["role"]) if isinstance(m.get("role"), str) else None
     if role is None:
         raise BadRequest(f"{where}.role: one of {', '.join(ROLES)}, got {m.get('role')!r}")
-    out: dict[str, Any] = {"role": role, "content": _text(m.get("content"), f"{where}.content")}
+    out: dict[str, Any] = {"role": role, "content": text_of(m.get("content"), f"{where}.content")}
     if role == "assistant" and m.get("tool_calls"):
         calls = m["tool_calls"]
         if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
             raise BadRequest(f"{where}.tool_calls: a list of tool calls")
         fns = [c.get("function") if isinstance(c.get("function"), dict) else {} for c in calls]
         out["tool_calls"] = [
-            _call(f.get("name"), f.get("arguments", ""), c.get("id"), f"{where}.tool_calls")
+            tool_call(f.get("name"), f.get("arguments", ""), c.get("id"), f"{where}.tool_calls")
             for c, f in zip(calls, fns, strict=True)
         ]
     if role == "tool":
@@ -153,7 +202,7 @@ def _message(m: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
-def _chat_tools(tools: list[dict[str, Any]] | None, where: str = "tools") -> list[dict[str, Any]] | None:
+def chat_tools(tools: list[dict[str, Any]] | None, where: str = "tools") -> list[dict[str, Any]] | None:
     """Function tools in the chat form ({type: function, function: {name, description, parameters}})."""
     if not tools:
         return None
@@ -167,7 +216,7 @@ def _chat_tools(tools: list[dict[str, Any]] | None, where: str = "tools") -> lis
     return out
 
 
-def _name_tool_results(messages: list[dict[str, Any]]) -> None:
+def name_tool_results(messages: list[dict[str, Any]]) -> None:
     """Give each tool message the name of the call it answers (templates that print it need it)."""
     names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls", []) if c["id"]}
     for m in messages:
@@ -177,57 +226,16 @@ def _name_tool_results(messages: list[dict[str, Any]]) -> None:
 
 def chat_request(body: object) -> ChatRequest:
     """The request of a `/v1/chat/completions` body; BadRequest says what is wrong."""
-    b: _ChatBody = _parse(_ChatBody, body)
+    b: _ChatBody = parse_body(_ChatBody, body)
     if b.n != 1:
         raise BadRequest("n: only n=1 is supported (run more episodes instead)")
-    messages = [_message(m, i) for i, m in enumerate(b.messages)]
-    _name_tool_results(messages)
+    messages = [chat_message(m, i) for i, m in enumerate(b.messages)]
+    name_tool_results(messages)
     stop = [b.stop] if isinstance(b.stop, str) else list(b.stop or [])
     include_usage = bool((b.stream_options or {}).get("include_usage"))
     limit = b.max_completion_tokens or b.max_tokens
-    tools = _chat_tools(b.tools)
+    tools = chat_tools(b.tools)
     return ChatRequest(messages, tools, limit, [s for s in stop if s], b.stream, include_usage, b.tool_choice != "none")
-
-
-def responses_request(body: object) -> ChatRequest:
-    """The request of a `/v1/responses` body (input items, function tools, function-call outputs)."""
-    b: _ResponsesBody = _parse(_ResponsesBody, body)
-    if b.previous_response_id:
-        raise BadRequest("previous_response_id: the gateway keeps no responses; send the whole input (store=false)")
-    if b.stream:
-        raise BadRequest("stream: streaming responses are not supported on /v1/responses; use stream=false")
-    messages: list[dict[str, Any]] = [{"role": "system", "content": b.instructions}] if b.instructions else []
-    items = [{"role": "user", "content": b.input}] if isinstance(b.input, str) else b.input
-    for i, item in enumerate(items):
-        kind, where = item.get("type", "message"), f"input.{i}"
-        if kind == "message":
-            messages.append(_message(item, i))
-        elif kind == "function_call":
-            call = _call(item.get("name"), item.get("arguments", ""), item.get("call_id"), where)
-            if not messages or messages[-1]["role"] != "assistant":
-                messages.append({"role": "assistant", "content": ""})
-            messages[-1].setdefault("tool_calls", []).append(call)
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _text(output, f"{where}.output")
-            messages.append({"role": "tool", "content": text, "tool_call_id": str(item.get("call_id") or "")})
-        elif kind != "reasoning":  # reasoning items are the model's own text, already in its messages
-            raise BadRequest(f"{where}.type: {kind!r} items are not supported")
-    if not messages:
-        raise BadRequest("input: no messages")
-    _name_tool_results(messages)
-    tools = _chat_tools(_responses_tools(b.tools))
-    return ChatRequest(messages, tools, b.max_output_tokens, [], False, False, b.tool_choice != "none")
-
-
-def _responses_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Responses-form function tools ({type, name, parameters}) in the chat form."""
-    if not tools:
-        return None
-    for i, t in enumerate(tools):
-        if t.get("type") != "function":
-            raise BadRequest(f"tools.{i}: only function tools are supported, got {t.get('type')!r}")
-    return [{"type": "function", "function": {k: v for k, v in t.items() if k != "type"}} for t in tools]
 
 
 def message_key(m: dict[str, Any]) -> tuple[Any, ...]:
@@ -242,7 +250,7 @@ def message_key(m: dict[str, Any]) -> tuple[Any, ...]:
 # --- replies ---------------------------------------------------------------------------------
 
 
-def _id(prefix: str) -> str:
+def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
@@ -269,7 +277,7 @@ def chat_completion(reply: Reply) -> dict[str, Any]:
         message["tool_calls"] = _chat_calls(reply)
     choice = {"index": 0, "message": message, "finish_reason": _finish(reply), "logprobs": None}
     return {
-        "id": _id("chatcmpl-"),
+        "id": new_id("chatcmpl-"),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": reply.model,
@@ -281,7 +289,7 @@ def chat_completion(reply: Reply) -> dict[str, Any]:
 def chat_chunks(reply: Reply, include_usage: bool) -> list[dict[str, Any]]:
     """The `chat.completion.chunk` objects of a streamed reply (the text in one delta: it is generated whole)."""
     head = {
-        "id": _id("chatcmpl-"),
+        "id": new_id("chatcmpl-"),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": reply.model,
@@ -298,40 +306,6 @@ def chat_chunks(reply: Reply, include_usage: bool) -> list[dict[str, Any]]:
     if include_usage:
         out.append({**head, "choices": [], "usage": _usage(reply)})
     return out
-
-
-def response_object(reply: Reply) -> dict[str, Any]:
-    """A `response` object of the Responses API: a message item (when there is text), one function_call
-    item per call."""
-    output: list[dict[str, Any]] = []
-    if reply.text or not reply.calls:
-        part = {"type": "output_text", "text": reply.text, "annotations": []}
-        output.append(
-            {"type": "message", "id": _id("msg_"), "status": "completed", "role": "assistant", "content": [part]}
-        )
-    for c in reply.calls:
-        fc = {"type": "function_call", "id": _id("fc_"), "call_id": c.call_id, "name": c.name, "arguments": c.arguments}
-        output.append({**fc, "status": "completed"})
-    return {
-        "id": _id("resp_"),
-        "object": "response",
-        "created_at": int(time.time()),
-        "status": "incomplete" if reply.length else "completed",
-        "incomplete_details": {"reason": "max_output_tokens"} if reply.length else None,
-        "error": None,
-        "model": reply.model,
-        "output": output,
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "usage": {
-            "input_tokens": reply.prompt_tokens,
-            "output_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens_details": {"reasoning_tokens": 0},
-        },
-    }
 
 
 def error_body(message: str, kind: str = "invalid_request_error", code: str | None = None) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """The gateway's HTTP side: a Starlette app served by uvicorn on a thread of the rollout service.
 
 Routes, under each episode's base URL `/e/<token>/v1`: `POST /chat/completions`, `POST /responses`,
-`GET /models`. The app reads and checks the body (size, JSON) and hands it to `submit(token, kind,
-body)`, which answers at once (an error, the model list) or later, once the runner has generated the
-reply in a batch with the other episodes' requests; the handler awaits that without holding a thread.
-Every error is the OpenAI error object with a message that says what to do.
+`POST /messages` and `POST /messages/count_tokens` (Anthropic's Messages API: its clients are given
+`/e/<token>` and add `/v1/messages`), `GET /models`. The app reads and checks the body (size, JSON,
+nesting) and hands it to `submit(token, kind, body)`, which answers at once (an error, the model list)
+or later, once the runner has generated the reply in a batch with the other episodes' requests; the
+handler awaits that without holding a thread. Every error is in its endpoint's shape (`protocols.py`)
+with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
@@ -25,87 +26,89 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lakeflow.raas.gateway.openai_api import error_body
+from lakeflow.raas.gateway.openai_api import TOO_DEEP
+from lakeflow.raas.gateway.protocols import Answer, Event, refusal
+
+__all__ = ["Answer", "GatewayServer", "build_app", "refuse"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Answer:
-    """An HTTP answer: a JSON body, or (chunks not None) a stream of server-sent events."""
-
-    status: int
-    body: dict[str, Any]
-    chunks: list[dict[str, Any]] | None = None
-
-
 def refuse(status: int, message: str, code: str | None = None) -> Answer:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    return Answer(status, error_body(message, kind, code))
+    """An error in OpenAI's shape (`protocols.refusal` gives the shape of any endpoint)."""
+    return refusal("chat", status, message, code)
 
 
 Submit = Callable[[str, str, object], "Future[Answer]"]
 
 
-def _events(chunks: list[dict[str, Any]]) -> Any:
+def _stream(events: list[Event], done: bool) -> Any:
     async def stream() -> Any:
-        for c in chunks:
-            yield f"data: {json.dumps(c)}\n\n"
-        yield "data: [DONE]\n\n"
+        for name, data in events:
+            head = f"event: {name}\n" if name is not None else ""
+            yield f"{head}data: {json.dumps(data)}\n\n"
+        if done:
+            yield "data: [DONE]\n\n"
 
     return stream()
 
 
 def _respond(answer: Answer) -> Response:
-    if answer.chunks is not None:
-        return StreamingResponse(_events(answer.chunks), media_type="text/event-stream")
+    if answer.events is not None:
+        return StreamingResponse(_stream(answer.events, answer.done), media_type="text/event-stream")
     return JSONResponse(answer.body, status_code=answer.status)
 
 
-async def _read_body(request: Request, limit: int) -> object | Answer:
+async def _read_body(request: Request, kind: str, limit: int) -> object | Answer:
     size = request.headers.get("content-length", "")
     if size.isdigit() and int(size) > limit:
-        return refuse(413, f"the request body is over {limit} bytes")
+        return refusal(kind, 413, f"the request body is over {limit} bytes")
     data = bytearray()
     async for chunk in request.stream():
         data += chunk
         if len(data) > limit:
-            return refuse(413, f"the request body is over {limit} bytes")
+            return refusal(kind, 413, f"the request body is over {limit} bytes")
     try:
         body: object = json.loads(data)
     except ValueError as e:
-        return refuse(400, f"the request body is not JSON: {e}")
+        return refusal(kind, 400, f"the request body is not JSON: {e}")
+    except RecursionError:  # not a ValueError: e.g. '[' * 100000
+        return refusal(kind, 400, f"the request body {TOO_DEEP}")
     return body
 
 
 def build_app(submit: Submit, max_body_bytes: int) -> Starlette:
-    """The app; `submit(token, kind, body)` with kind 'chat', 'responses' or 'models'."""
+    """The app; `submit(token, kind, body)` with kind one of `protocols.KINDS`."""
 
     async def call(request: Request, kind: str) -> Response:
         token = request.path_params["token"]
         body: object | Answer = None
         if request.method == "POST":
-            body = await _read_body(request, max_body_bytes)
+            body = await _read_body(request, kind, max_body_bytes)
             if isinstance(body, Answer):
                 return _respond(body)
-        return _respond(await asyncio.wrap_future(submit(token, kind, body)))
+        try:
+            future = submit(token, kind, body)
+        except Exception as e:  # a fault in checking the request: it is answered, the server goes on
+            log.exception("gateway: checking a %s request failed", kind)
+            return _respond(refusal(kind, 500, f"the gateway failed to check this request ({type(e).__name__})"))
+        return _respond(await asyncio.wrap_future(future))
 
-    async def chat(request: Request) -> Response:
-        return await call(request, "chat")
+    def endpoint(kind: str) -> Callable[[Request], Awaitable[Response]]:
+        async def handle(request: Request) -> Response:
+            return await call(request, kind)
 
-    async def responses(request: Request) -> Response:
-        return await call(request, "responses")
-
-    async def models(request: Request) -> Response:
-        return await call(request, "models")
+        return handle
 
     async def unknown(request: Request) -> Response:
         return _respond(refuse(404, f"no route {request.url.path}: use the base URL the episode was given"))
 
     routes = [
-        Route("/e/{token}/v1/chat/completions", chat, methods=["POST"]),
-        Route("/e/{token}/v1/responses", responses, methods=["POST"]),
-        Route("/e/{token}/v1/models", models, methods=["GET"]),
+        Route("/e/{token}/v1/chat/completions", endpoint("chat"), methods=["POST"]),
+        Route("/e/{token}/v1/responses", endpoint("responses"), methods=["POST"]),
+        Route("/e/{token}/v1/messages", endpoint("messages"), methods=["POST"]),
+        Route("/e/{token}/v1/messages/count_tokens", endpoint("count_tokens"), methods=["POST"]),
+        Route("/e/{token}/v1/models", endpoint("models"), methods=["GET"]),
         Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)

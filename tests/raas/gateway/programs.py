@@ -113,3 +113,44 @@ def _play(style: str, task: dict[str, Any], client: dict[str, str], call_credit:
     command = [sys.executable, str(script), str(call_credit)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     return float(json.loads(done.stdout.strip().splitlines()[-1])["reward"])
+
+
+def agents_sdk_streamed(task: dict[str, Any], client: dict[str, str]) -> float:
+    """The lookup task with the OpenAI Agents SDK's `Runner.run_streamed` (streamed /v1/responses): 1.0 when
+    the tool was called, the final output holds the answer and the streamed text deltas are that output."""
+    import asyncio
+
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    calls = []
+
+    @function_tool
+    def lookup() -> str:
+        """Return the value."""
+        calls.append(1)
+        return str(task["answer"])
+
+    async def run() -> float:
+        async with AsyncOpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0) as openai:
+            agent = Agent(name="lookup", model=OpenAIResponsesModel(client["model"], openai), tools=[lookup])
+            result = Runner.run_streamed(agent, task["prompt"], max_turns=2)
+            deltas = [
+                e.data.delta
+                async for e in result.stream_events()
+                if e.type == "raw_response_event" and e.data.type == "response.output_text.delta"
+            ]
+        streamed, final = "".join(deltas), str(result.final_output)
+        return 1.0 if calls and task["answer"] in final and streamed == final else 0.0
+
+    return asyncio.run(run())
+
+
+def broken_parser(text: str) -> Any:
+    """A tool parser that fails on the text 'boom' (a fault on the service's thread) and finds no call otherwise."""
+    from lakeflow.raas.agent.parsers import ParsedCalls
+
+    if "boom" in text:
+        raise RuntimeError("the parser broke")
+    return ParsedCalls([], [])

@@ -41,3 +41,11 @@ def test_an_agents_sdk_agent_that_calls_again_where_the_answer_was_due_scores_ze
     (group,) = driver.groups()
     assert [t.reward for t in group.trajectories] == [0.0, 0.0]
     assert all(t.extra["end"] == "done" and t.extra["requests"] == 2 for t in group.trajectories)
+
+
+def test_an_agents_sdk_agent_runs_streamed_over_the_responses_api(tok: Any, drive: Any) -> None:
+    driver = drive(lookup_engine(tok), AgentConfig(program="tests.raas.gateway.programs:agents_sdk_streamed"))
+    driver.add("s", make_task(1, prompt="Value?", answer="6"))
+    ((t,),) = [g.trajectories for g in driver.groups()]
+    assert t.reward == 1.0 and (t.extra["segments"], t.extra["turns"], t.extra["end"]) == (1, 2, "done"), t.extra
+    assert tok.decode(t.response_ids).endswith("It is 6<|im_end|>")

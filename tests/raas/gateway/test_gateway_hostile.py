@@ -3,6 +3,7 @@ reaches another episode or an ended one."""
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -54,6 +55,8 @@ def test_malformed_requests_are_refused_with_a_message(episode: Any) -> None:
     assert r.status_code == 400 and "not JSON" in r.json()["error"]["message"]
     r = post(client["base_url"] + "/responses", {"model": "m", "input": "hi", "previous_response_id": "resp_1"})
     assert r.status_code == 400 and "whole input" in r.json()["error"]["message"]
+    r = post(client["base_url"] + "/responses", {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]})
+    assert r.status_code == 400 and 'web_search="disabled"' in r.json()["error"]["message"]
     assert httpx.get(client["base_url"] + "/models", timeout=30).json()["data"][0]["id"] == "policy"
 
 
@@ -85,3 +88,68 @@ def test_one_episode_gets_one_request_at_a_time_and_at_most_max_requests(episode
     (group,) = driver.groups()
     assert len(group.trajectories) == 3  # the same messages thrice: none extends the last, a segment each
     assert all(t.extra["requests"] == 3 and t.extra["limit"] == "max_requests" for t in group.trajectories)
+
+
+LONE = '"a\\ud800b"'  # JSON text of a string holding a lone UTF-16 surrogate, which no tokenizer reads
+ANTHROPIC = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+ARGS_AT = '"messages": [{"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", '
+
+
+def raw(url: str, text: str) -> httpx.Response:
+    return httpx.post(url, content=text.encode(), headers={"content-type": "application/json"}, timeout=30)
+
+
+def test_deep_nesting_and_lone_surrogates_are_refused_before_any_use(episode: Any) -> None:
+    _, client, engine = episode
+    base = client["base_url"]
+    deep = "[" * 3000  # json.loads raises RecursionError (not a ValueError) on it
+    cases = [
+        ("/chat/completions", deep, "nests deeper than"),
+        ("/responses", deep, "nests deeper than"),
+        ("/messages", deep, "nests deeper than"),
+        ("/chat/completions", json.dumps(CHAT)[:-1] + ', "tools": ' + "[" * 150 + "]" * 150 + "}", "body.tools.0.0.0"),
+        ("/chat/completions", '{"model": "m", "messages": [{"role": "user", "content": ' + LONE + "}]}", "content"),
+        (
+            "/chat/completions",
+            "{" + ARGS_AT + '"function": {"name": "f", "arguments": "{\\"x\\": \\"\\\\ud800\\"}"}}]}]}',
+            "arguments",
+        ),
+        ("/chat/completions", "{" + ARGS_AT + '"function": {"name": ' + LONE + ', "arguments": "{}"}}]}]}', "name"),
+        (
+            "/chat/completions",
+            "{" + ARGS_AT + '"function": {"name": "f", "arguments": "' + "[" * 3000 + '"}}]}]}',
+            "nests",
+        ),
+        ("/responses", '{"model": "m", "input": ' + LONE + "}", "input"),
+        ("/responses", '{"model": "m", "input": "hi", "instructions": ' + LONE + "}", "instructions"),
+        ("/messages", json.dumps(ANTHROPIC)[:-1] + ', "system": ' + LONE + "}", "system"),
+        (
+            "/messages",
+            json.dumps({**ANTHROPIC, "tools": [{"name": "t", "input_schema": {}}]}).replace('"t"', LONE),
+            "tools.0.name",
+        ),
+        ("/messages/count_tokens", json.dumps(ANTHROPIC).replace('"hi"', LONE), "messages.0.content"),
+    ]
+    for path, text, where in cases:
+        r = raw(base + path, text)
+        error = r.json()["error"]
+        assert r.status_code == 400 and where in error["message"], (path, text[:80], r.text[:300])
+        assert ("nests deeper than" in error["message"]) or ("valid Unicode" in error["message"]), error
+        assert (r.json().get("type") == "error") == path.startswith("/messages")  # each endpoint's error shape
+    assert engine.calls == [] and post(base + "/chat/completions", CHAT).status_code == 200  # nothing was queued
+
+
+def test_a_fault_on_the_service_thread_answers_500_and_frees_the_episode(tok: Any, drive: Any) -> None:
+    programs.release.clear()
+    engine = Scripted(tok, lambda context: "boom" if "explode" in context else "fine")
+    config = AgentConfig(
+        program="tests.raas.gateway.programs:hands_over", tool_parser="tests.raas.gateway.programs:broken_parser"
+    )
+    driver = drive(engine, config)
+    driver.add("f", make_task(1))
+    url = programs.handed.get(timeout=30)["base_url"] + "/chat/completions"
+    r = post(url, {**CHAT, "messages": [{"role": "user", "content": "explode"}]})
+    assert r.status_code == 500 and "the parser broke" in r.json()["error"]["message"]
+    assert post(url, CHAT).status_code == 200  # not 429: the failed request left its episode free
+    programs.release.set()
+    assert driver.groups()[0].trajectories[0].extra["requests"] == 2
