@@ -95,10 +95,13 @@ def run(
             for model_id, p in launcher.progress().items():
                 bar = bars[model_id]
                 bar.n = min(config.steps, p.version or 0)
-                bar.set_postfix(
-                    reward="-" if p.reward is None else f"{p.reward:.3f}",
-                    wait="-" if p.wait_fraction is None else f"{p.wait_fraction:.0%}",
-                )
+                shown = {
+                    "reward": "-" if p.reward is None else f"{p.reward:.3f}",
+                    "wait": "-" if p.wait_fraction is None else f"{p.wait_fraction:.0%}",
+                }
+                if p.failed:  # episodes whose agent or environment failed: never silent
+                    shown["failed"] = f"{p.failed} ({p.top_failure})"
+                bar.set_postfix(shown)
     finally:
         launcher.stop()
         for bar in bars.values():

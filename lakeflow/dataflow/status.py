@@ -199,9 +199,9 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
     lines += ["  " + line for line in text_table(cols, rows)]
     lines.append(
         "rollout pools (samples/s summed over live services; lag: versions behind the model's newest; "
-        "pulled: weight bytes fetched)"
+        "pulled: weight bytes fetched; failed: episodes whose agent or environment failed, most frequent end)"
     )
-    cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag", "pulled"]
+    cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag", "pulled", "failed"]
     rows = [
         [
             _show(p["model_id"]),
@@ -213,11 +213,16 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
             _versions(p.get("oldest_version"), p.get("newest_version")),
             _show(p.get("version_lag")),
             _megabytes(p.get("pulled_bytes")),
+            _failed(p.get("failed_episodes"), p.get("top_failure")),
         ]
         for p in pools
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
     return lines
+
+
+def _failed(n: int | None, top: str | None) -> str:
+    return "-" if not n else f"{n} ({top})" if top else str(n)
 
 
 def _megabytes(n: int | None) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,6 +46,8 @@ class ServiceProduction:
     weights_version: int | None  # the weights version it generates with
     pulled_bytes: int | None = None  # weight bytes it fetched from its weights source, over its life
     share: float | None = None  # of its pool's samples
+    failed_episodes: int | None = None  # episodes whose agent or environment failed, over its life
+    failures: dict[str, int] = field(default_factory=dict)  # those by end (agent_error, timeout, ...)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ class PoolProduction:
     newest_version: int | None
     version_lag: int | None = None  # the model's newest published version minus `oldest_version`
     pulled_bytes: int = 0  # weight bytes its services fetched (each from its own weights source)
+    failed_episodes: int = 0  # episodes whose agent or environment failed, summed over its services
+    top_failure: str | None = None  # the most frequent end of those, with its count ("agent_error: 12")
 
 
 @dataclass(frozen=True)
@@ -107,12 +111,28 @@ def production(
         top = (published or {}).get(model_id or "")
         lag = top - oldest if top is not None and oldest is not None else None
         pulled = sum(s.pulled_bytes or 0 for s in members)
-        pool = PoolProduction(model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag, pulled)
+        failed, worst = failure_summary(members)
+        pool = PoolProduction(
+            model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag, pulled, failed, worst
+        )
         out_pools.append(pool)
         for s in members:
             share = s.samples / samples if s.samples is not None and samples > 0 else None
             out_services.append(replace(s, share=share))
     return Production(sorted(out_services, key=_order), sorted(out_pools, key=_order))
+
+
+def failure_summary(services: list[ServiceProduction]) -> tuple[int, str | None]:
+    """Failed episodes summed over `services`, and the most frequent end with its count (None: no failure)."""
+    ends: dict[str, int] = {}
+    for s in services:
+        for end, n in s.failures.items():
+            ends[end] = ends.get(end, 0) + n
+    failed = sum(s.failed_episodes or 0 for s in services)
+    if not ends:
+        return failed, None
+    end, n = max(sorted(ends.items()), key=lambda kv: kv[1])
+    return failed, f"{end}: {n}"
 
 
 def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
@@ -137,6 +157,8 @@ def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
         samples_per_s=samples / life if samples is not None and life > 0 else None,
         weights_version=_count(beat.get("weights_version")),
         pulled_bytes=_count(beat.get("pulled_bytes")),
+        failed_episodes=_count(beat.get("failed_episodes")),
+        failures=_counts(beat.get("failures")),
     )
 
 
@@ -166,6 +188,18 @@ def _count(value: Any) -> int | None:
     if not math.isfinite(value) or value < 0 or value != int(value):
         return None
     return int(value)
+
+
+def _counts(value: Any) -> dict[str, int]:
+    """A heartbeat's {name: count}, what is malformed left out (at most 32 names)."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for name, n in list(value.items())[:32]:
+        key, count = _name(name), _count(n)
+        if key is not None and count is not None:
+            out[key] = count
+    return out
 
 
 def _rate(value: Any) -> float | None:

@@ -119,6 +119,17 @@ def renew_claim(store: Store, model_id: str, claim: Claim, etag: str, ttl: timed
     return renewed, new_etag
 
 
+def give_up_claim(store: Store, model_id: str, claim: Claim, etag: str) -> bool:
+    """Expire a claim now (compare-and-swap on its etag), so the dataflow reissues the task at its next look
+    at claims instead of when the claim would have run out; False when it was no longer this holder's."""
+    expired = claim.model_copy(update={"expires_at": datetime.now(UTC)})
+    try:
+        store.put_if_match(layout.claim_key(model_id, claim.task_id), expired.model_dump_json().encode(), etag)
+    except (FileNotFoundError, EtagMismatchError):
+        return False
+    return True
+
+
 def release_task(store: Store, model_id: str, task_id: str) -> None:
     """Remove a task and its claim (finished, or to reissue it under a new id)."""
     store.delete(layout.task_key(model_id, task_id))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from lakeflow.lake.tasks import Task
@@ -19,6 +19,7 @@ class Group:
     trajectories: list[Trajectory]
     seconds: float
     dropped: str = ""
+    failures: dict[str, int] = field(default_factory=dict)  # its failed episodes by end (the service counts them)
 
 
 class Admitted:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -26,6 +27,7 @@ import yaml
 from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
+from lakeflow.lake.heartbeats import failure_summary, production, read_heartbeats
 from lakeflow.lake.run_record import write_run_manifest
 from lakeflow.run.config import RunConfig
 from lakeflow.run.observe import eval_specs
@@ -52,6 +54,8 @@ class Progress:
     version: int | None = None
     reward: float | None = None
     wait_fraction: float | None = None
+    failed: int = 0  # episodes of the model's rollout services whose agent or environment failed
+    top_failure: str | None = None  # the most frequent end of those, with its count
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -174,8 +178,10 @@ class Launcher:
         return failure
 
     def progress(self) -> dict[str, Progress]:
-        """Per model: newest published version, latest trainer step's reward and wait fraction."""
+        """Per model: newest published version, latest trainer step's reward and wait fraction, failed
+        episodes of its rollout services."""
         out = {}
+        services = production(read_heartbeats(self.store), datetime.now(UTC)).services
         for m in self.config.models:
             p = Progress()
             p.version = latest_version(self.store, m.id)
@@ -186,6 +192,7 @@ class Launcher:
                     p.reward = stats.get("reward_mean")
                     total = stats.get("wait_s", 0) + stats.get("step_s", 0)
                     p.wait_fraction = stats.get("wait_s", 0) / total if total else None
+            p.failed, p.top_failure = failure_summary([s for s in services if s.model_id == m.id])
             out[m.id] = p
         return out
 

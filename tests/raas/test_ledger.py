@@ -137,3 +137,14 @@ def test_the_heartbeat_counters_name_the_tasks_in_flight(tmp_path: Path) -> None
     book.finish(held.task.task_id, trajectories(2), 0.5)
     beat = book.counters()
     assert beat["task_ids"] == [] and beat["pending_groups"] == 1 and beat["tokens_per_s"] == 6 / 0.5
+
+
+def test_a_group_the_runner_gives_up_gives_its_claim_up_for_a_prompt_reissue(tmp_path: Path) -> None:
+    store = lake_with_tasks(tmp_path, 1)
+    book = ledger(store)
+    held = book.claim({"policy": 0})
+    assert held is not None
+    book.drop(held.task.task_id, "1 of 2 episodes failed")
+    found = lake_tasks.read_claim(store, "policy", held.task.task_id)
+    assert found is not None and found[0].expired(datetime.now(UTC))  # the dataflow reissues it at its next look
+    assert not book.in_flight and book.stats.unscored == 1 and not book.renew(held, force=True)

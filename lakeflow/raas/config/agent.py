@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -60,8 +60,15 @@ class AgentConfig(StrictConfig):
     failed_reward: float = Field(
         0.0,
         allow_inf_nan=False,
-        description="Reward of an episode whose program failed (raised, timed out, exited "
-        "non-zero, returned something that is not a result).",
+        description="With on_failure 'score': the reward of an episode whose program failed (raised, timed out, "
+        "exited non-zero, returned something that is not a result, never called the model).",
+    )
+    on_failure: Literal["reissue", "score"] = Field(
+        "reissue",
+        description="A group with an episode whose program failed (agent_error, timeout, no_requests): 'reissue' "
+        "(default) writes nothing and gives the task up, so it is played again, and trains no zero that a broken "
+        "harness earned; 'score' stores every failed episode with `failed_reward`. Either way the failed episodes "
+        "are counted per end in the service's heartbeat (`lakeflow status`, the progress bar).",
     )
     max_concurrent_episodes: int = Field(32, ge=1, le=4096, description="Most episodes in flight in one service.")
     tool_parser: str = Field(

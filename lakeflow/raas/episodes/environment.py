@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable, Hashable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from lakeflow.errors import ConfigError
@@ -27,7 +28,7 @@ from lakeflow.raas.agent.tools import run_call
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes import rounds
-from lakeflow.raas.episodes.ends import EpisodeEnd
+from lakeflow.raas.episodes.ends import FAILURES, EpisodeEnd
 from lakeflow.raas.episodes.episode import Episode
 from lakeflow.raas.episodes.flight import Flight, FlightGroup
 from lakeflow.raas.outcome import Reward
@@ -49,6 +50,7 @@ class FinishedGroup:
     task: Task
     trajectories: list[Trajectory]
     seconds: float
+    failures: dict[str, int] = field(default_factory=dict)  # its failed episodes by end (environment_error)
 
 
 class EpisodeScheduler:
@@ -213,7 +215,8 @@ class EpisodeScheduler:
             trajectories += e.trajectories(
                 uuid.uuid4().hex, self._reward(e), self.sampling, self.config.per_turn_samples
             )
-        return FinishedGroup(group.key, group.task, trajectories, group.seconds)
+        failures = dict(Counter(str(e.end) for e in group.episodes if e.end in FAILURES))
+        return FinishedGroup(group.key, group.task, trajectories, group.seconds, failures)
 
     def _reward(self, episode: Episode) -> Reward:
         if episode.end == EpisodeEnd.ENVIRONMENT_ERROR:

@@ -21,7 +21,7 @@ import re
 import secrets
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,7 +34,8 @@ from lakeflow.raas.config.agent import AgentConfig
 from lakeflow.raas.engines import Completion, Engine
 from lakeflow.raas.episodes import rounds
 from lakeflow.raas.episodes.agent_episode import AgentEpisode, samples
-from lakeflow.raas.episodes.flight import Flight
+from lakeflow.raas.episodes.ends import FAILURES
+from lakeflow.raas.episodes.flight import Flight, FlightGroup
 from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
 from lakeflow.raas.episodes.segments import Prepared
 from lakeflow.raas.gateway import protocols
@@ -174,15 +175,23 @@ class GatewayRunner:
                     message = f"timeout: the episode ran past {self.agent.max_seconds:g} s"
                     self._end(e, Outcome(error=message, timed_out=True))
         self._playing = {f for f in self._playing if not f.done()}
-        out = []
-        for group in self.flight.ended():
-            trajectories = [
-                t
-                for e in group.episodes
-                for t in samples(e, group.task, self.engine, self.agent, self.sampling.temperature, self.reward)
-            ]
-            out.append(Group(group.key, trajectories, group.seconds))
-        return out
+        return [self._finished(group) for group in self.flight.ended()]
+
+    def _finished(self, group: FlightGroup[AgentEpisode]) -> Group:
+        """An ended group: its samples; or, with `on_failure: reissue` and a failed episode, given up."""
+        trajectories = [
+            t
+            for e in group.episodes
+            for t in samples(e, group.task, self.engine, self.agent, self.sampling.temperature, self.reward)
+        ]  # (scored first: a reward function that fails makes its episode fail too)
+        failed = [e for e in group.episodes if e.end in FAILURES]
+        ends = dict(Counter(str(e.end) for e in failed))
+        if failed and self.agent.on_failure == "reissue":
+            first = failed[0].outcome.error if failed[0].outcome is not None else ""
+            why = f"{len(failed)} of {len(group.episodes)} episodes failed ({ends}; first: {first[:200]})"
+            log.warning("group %s given up, its task goes out again: %s", group.key, why)
+            return Group(group.key, [], group.seconds, dropped=why, failures=ends)
+        return Group(group.key, trajectories, group.seconds, failures=ends)
 
     def close(self) -> None:
         """Refuse every request queued or carried (503), end every episode's token, kill running commands and

@@ -123,11 +123,17 @@ class ClaimLedger:
             self.pending.append(Finished(held, trajectories, seconds))
 
     def drop(self, task_id: str, reason: str) -> None:
-        """The runner gave up the group of an in-flight task: nothing is written, and the claim is no longer
-        renewed, so it expires and the dataflow reissues the task (counted in `stats.unscored`)."""
+        """The runner gave up the group of an in-flight task: nothing is written, and the claim is given up
+        (expired now), so the dataflow reissues the task at its next look at claims (counted in
+        `stats.unscored`)."""
         with self.lock:
-            self.in_flight.pop(task_id)
+            held = self.in_flight.pop(task_id)
+            held.lost = True  # never renewed again
         self.stats.add(unscored=1)
+        try:
+            lake_tasks.give_up_claim(self.store, self.model_id, held.claim, held.etag)
+        except OSError as e:  # it expires by itself then
+            log.warning("%s: could not give up the claim on %s: %s", self.raas_id, task_id, e)
         log.warning("%s: dropped the group of %s unwritten: %s", self.raas_id, task_id, reason)
 
     # --- committing -----------------------------------------------------------------------

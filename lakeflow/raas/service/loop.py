@@ -215,6 +215,7 @@ class RolloutService:
         """Advance the runner once; its finished groups join the commit window. True when any finished."""
         finished = self.runner.advance(self.config.poll_s)
         for group in finished:
+            self.stats.failed(group.failures)
             if group.dropped:
                 self.ledger.drop(group.key, group.dropped)
             else:

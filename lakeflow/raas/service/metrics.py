@@ -34,6 +34,8 @@ class RaasStats:
     reloads: int = 0  # weight versions loaded into the engine
     pulled_bytes: int = 0  # weight bytes fetched from the weights source (every model)
     pull_s: float = 0.0  # seconds spent pulling and verifying them
+    failed_episodes: int = 0  # episodes whose agent or environment failed (their groups reissued, or scored)
+    failures: dict[str, int] = field(default_factory=dict)  # failed episodes by end (agent_error, timeout, ...)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: float) -> None:
@@ -42,10 +44,19 @@ class RaasStats:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
 
+    def failed(self, ends: Mapping[str, int]) -> None:
+        """Count failed episodes by their end."""
+        with self._lock:
+            for end, n in ends.items():
+                self.failed_episodes += n
+                self.failures[end] = self.failures.get(end, 0) + n
+
     def snapshot(self) -> dict[str, Any]:
         """The counters, read together."""
         with self._lock:
-            return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+            out = {k: v for k, v in vars(self).items() if not k.startswith("_")}
+            out["failures"] = dict(self.failures)
+            return out
 
 
 @dataclass

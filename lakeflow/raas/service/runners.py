@@ -73,7 +73,8 @@ class EpisodeRunner:
         self.scheduler.add(key, task)
 
     def advance(self, wait_s: float) -> list[Group]:
-        return [Group(str(g.key), g.trajectories, g.seconds) for g in self.scheduler.advance(wait_s=wait_s)]
+        finished = self.scheduler.advance(wait_s=wait_s)
+        return [Group(str(g.key), g.trajectories, g.seconds, failures=g.failures) for g in finished]
 
     def close(self) -> None:
         self.scheduler.close()

@@ -68,6 +68,23 @@ def sleeps(task: dict[str, Any], client: dict[str, str]) -> float:
     return 1.0
 
 
+_calls = itertools.count()
+
+
+def every_other_fails(task: dict[str, Any], client: dict[str, str]) -> float:
+    """Calls the model once; every second episode then fails (a harness that breaks half the time)."""
+    OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0).chat.completions.create(
+        model=client["model"], messages=[{"role": "user", "content": "hi"}]
+    )
+    if next(_calls) % 2:
+        raise RuntimeError("the harness broke")
+    return 1.0
+
+
+def never_asks(task: dict[str, Any], client: dict[str, str]) -> float:
+    return 1.0  # a result without a single model call: nothing to train on
+
+
 def hands_over(task: dict[str, Any], client: dict[str, str]) -> float:
     """Give the test this episode's client settings, then wait until it is done with them."""
     handed.put(client)

@@ -102,18 +102,35 @@ def test_programs_that_fail_end_their_own_episode_with_the_reason(tok: Any, driv
         "sleeps": ("timeout: the episode ran past 1 s", "timeout"),
     }
     for name, (error, end) in cases.items():
-        config = AgentConfig(program=f"tests.raas.gateway.programs:{name}", max_seconds=1, failed_reward=-1)
+        program = f"tests.raas.gateway.programs:{name}"
+        config = AgentConfig(program=program, max_seconds=1, failed_reward=-1, on_failure="score")
         driver = drive(engine, config)
         driver.add(name, make_task(2))
         (group,) = driver.groups()
         for t in group.trajectories:
             assert t.extra["error"].startswith(error) and t.extra["end"] == end
             assert t.reward == -1 and t.finish_reason == "error" and t.response_ids == []
-    bad_exit = [sys.executable, "-c", "import sys; print('oops'); sys.exit(3)"]
-    driver = drive(engine, AgentConfig(command=bad_exit, failed_reward=-1))
+    bad_exit = [sys.executable, "-c", "import sys; print('oops'); print('trace', file=sys.stderr); sys.exit(3)"]
+    driver = drive(engine, AgentConfig(command=bad_exit, failed_reward=-1, on_failure="score"))
     driver.add("exit", make_task(1))
-    (t,) = driver.groups()[0].trajectories
+    (group,) = driver.groups()
+    (t,) = group.trajectories
     assert t.extra["error"].startswith("the command exited with 3") and t.reward == -1
+    assert t.extra["stderr"] == "trace\n" and group.failures == {"agent_error": 1}
+
+
+def test_a_group_with_a_failed_episode_is_given_up_not_trained_with_a_zero(tok: Any, drive: Any) -> None:
+    engine = Scripted(tok, lambda context: "fine")
+    driver = drive(engine, AgentConfig(program="tests.raas.gateway.programs:every_other_fails"))  # reissue: default
+    for key in ("a", "b"):
+        driver.add(key, make_task(2))
+    for group in driver.groups(2):
+        assert group.trajectories == [] and group.failures == {"agent_error": 1}
+        assert group.dropped.startswith("1 of 2 episodes failed") and "the harness broke" in group.dropped
+    driver = drive(engine, AgentConfig(program="tests.raas.gateway.programs:never_asks", on_failure="score"))
+    driver.add("c", make_task(1))
+    (group,) = driver.groups()
+    assert group.failures == {"no_requests": 1} and group.trajectories[0].extra["end"] == "no_requests"
 
 
 def test_gateway_episodes_of_the_real_engine_match_the_trainer_segments_included(
