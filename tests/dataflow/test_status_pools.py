@@ -29,8 +29,26 @@ def test_status_shows_services_and_pools(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
     now = datetime.now(UTC)
     for b in (
-        beat("raas-a", 120, life_s=40.0, now=now, weights_version=2, pulled_bytes=3_000_000),
-        beat("raas-b", 40, life_s=20.0, now=now, weights_version=1, pulled_bytes=1_500_000),
+        beat(
+            "raas-a",
+            120,
+            life_s=40.0,
+            now=now,
+            weights_version=2,
+            pulled_bytes=3_000_000,
+            failed_episodes=3,
+            failures={"agent_error": 2, "timeout": 1},
+        ),
+        beat(
+            "raas-b",
+            40,
+            life_s=20.0,
+            now=now,
+            weights_version=1,
+            pulled_bytes=1_500_000,
+            failed_episodes=2,
+            failures={"agent_error": 1, "timeout": 1, "bad": "many"},
+        ),
         beat("raas-bad", "many", now=now, tokens_per_s=None, started_at=None, weights_version="latest"),
     ):
         store.put(layout.raas_stats_key(b["raas_id"]), json.dumps(b).encode())
@@ -50,7 +68,22 @@ def test_status_shows_services_and_pools(tmp_path: Path) -> None:
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  ")}
     assert lines["raas-a"][-6:] == ["30", "120", "50.0", "3.00", "75%", "2"]
     assert lines["raas-bad"][-6:] == ["-", "-", "-", "-", "-", "-"]
-    assert lines["policy"] == ["policy", "eu", "3/3", "40", "160", "5.00", "1-2", "2", "4.5", "MB"]
+    assert lines["policy"] == [
+        "policy",
+        "eu",
+        "3/3",
+        "40",
+        "160",
+        "5.00",
+        "1-2",
+        "2",
+        "4.5",
+        "MB",
+        "5",
+        "(agent_error:",
+        "3)",
+    ]
+    assert (pool["failed_episodes"], pool["top_failure"]) == (5, "agent_error: 3")  # a malformed count is left out
 
 
 def test_status_json_through_the_cli(tmp_path: Path) -> None:
