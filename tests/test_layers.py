@@ -33,6 +33,7 @@ ALLOWED = {
     "report": {"configfile", "text", "lakeview", "weights", "lake", "io", "errors"},
     "notebook": {"text", "lakeview", "dataflow", "lake", "io", "errors"},
     "run": {
+        "catalog",  # the starvation rule the progress bar shows (catalog/stats.py)
         "models",
         "configfile",
         "text",

@@ -101,6 +101,8 @@ def run(
                 }
                 if p.failed:  # episodes whose agent or environment failed: never silent
                     shown["failed"] = f"{p.failed} ({p.top_failure})"
+                if p.starving:  # the filter keeps too few groups: the trainer waits for data
+                    shown["starving"] = p.starving
                 bar.set_postfix(shown)
     finally:
         launcher.stop()

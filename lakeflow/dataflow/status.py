@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakeflow.catalog.stats import recent_numbers, starvation
 from lakeflow.dataflow.checkpoint import load_manifest
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
@@ -91,6 +92,7 @@ def lake_status(store: Store) -> dict[str, Any]:
     uningested: dict[str, int] = {}
     for _, record in newer:
         uningested[record.model_id] = uningested.get(record.model_id, 0) + record.rows
+    recent = recent_numbers(tables["groups"]) if "groups" in tables else {}
     for m in models:
         latest = latest_version(store, m)
         open_ids, claimed = lake_tasks.list_tasks(store, m)
@@ -106,7 +108,8 @@ def lake_status(store: Store) -> dict[str, Any]:
             "samples_not_ingested": uningested.get(m, 0),
             "tasks_open": len(open_ids - claimed),
             "tasks_claimed": len(open_ids & claimed),
-        }
+        } | recent.get(m, {})
+        report["models"][m]["starving"] = starvation(report["models"][m])
     report["quarantined_rows"] = (
         int(tables["quarantine"].column("rows").to_numpy().sum()) if "quarantine" in tables else 0
     )
@@ -162,6 +165,9 @@ def render_status(report: dict[str, Any]) -> str:
     ]
     rows = [[m] + [str(v[k]) if v[k] is not None else "-" for k in keys] for m, v in report["models"].items()]
     lines += text_table(cols, rows)
+    for m, v in report["models"].items():
+        if v.get("starving"):
+            lines.append(f"{m}: the trainer starves: {v['starving']}")
     lines.append(f"quarantined rows: {report['quarantined_rows']}")
     b = report.get("balance")
     if b:

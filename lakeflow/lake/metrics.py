@@ -198,6 +198,10 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         MetricColumn("tasks_claimed", _I, "Outstanding tasks with a claim, at the end."),
         MetricColumn("trainer_version", _I, "The model's newest published weight version."),
         MetricColumn("next_step", _I, "The next batch step to serve."),
+        MetricColumn("recent_groups", _I, "The model's newest complete groups (at most 64), at the end."),
+        MetricColumn("recent_kept", _I, "Of those, groups the filter kept (few: the trainer starves)."),
+        MetricColumn("recent_all_solved", _I, "Of those, dropped for zero advantage with mean reward > 0.5."),
+        MetricColumn("recent_all_failed", _I, "Of those, dropped for zero advantage with mean reward <= 0.5."),
         MetricColumn("trainer_wait_fraction", _F, "Balance report (all models): trainers' wait / (wait + step)."),
         MetricColumn("raas", _I, "Balance report: live rollout services."),
         MetricColumn("target_raas", _I, "Balance report: the seed formula's target pool size."),
@@ -350,6 +354,18 @@ def visible_objects(store: Store, table: str) -> tuple[list[str], list[tuple[str
     for ident in sorted(set(objects) - commits):
         skipped.append((objects[ident], "no commit record (being written, or its writer died)"))
     return [objects[i] for i in sorted(objects) if i in commits], skipped
+
+
+def latest_metrics(store: Store, table: str) -> pa.Table | None:
+    """The rows of a metric table's newest committed object of its writer that sorts last (None: none or
+    unreadable): what a live view polls instead of reading the whole table."""
+    keys, _ = visible_objects(store, table)
+    if not keys:
+        return None
+    try:
+        return pq.read_table(io.BytesIO(store.get(keys[-1])))
+    except (FileNotFoundError, pa.ArrowInvalid, OSError):
+        return None
 
 
 def read_metrics(store: Store, table: str, threads: int = 8) -> tuple[pa.Table, list[tuple[str, str]]]:

@@ -24,10 +24,12 @@ from typing import IO, Any
 
 import yaml
 
+from lakeflow.catalog.stats import starvation
 from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.heartbeats import failure_summary, production, read_heartbeats
+from lakeflow.lake.metrics import latest_metrics
 from lakeflow.lake.run_record import write_run_manifest
 from lakeflow.run.config import RunConfig
 from lakeflow.run.observe import eval_specs
@@ -47,6 +49,9 @@ class Component:
     restarts: int = 0  # times started again after a signal killed it
 
 
+STARVATION_POLL_S = 10.0  # how often the progress looks at the dataflow's newest dataflow_stats window
+
+
 @dataclass
 class Progress:
     """What the launcher reports per model."""
@@ -56,6 +61,7 @@ class Progress:
     wait_fraction: float | None = None
     failed: int = 0  # episodes of the model's rollout services whose agent or environment failed
     top_failure: str | None = None  # the most frequent end of those, with its count
+    starving: str | None = None  # why the trainer starves (catalog/stats.py starvation), from dataflow_stats
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,6 +84,8 @@ class Launcher:
         self.components: list[Component] = []
         self.notices: list[str] = []  # one line per process started again after a signal killed it
         self._stopping = False
+        self._starving_read = -STARVATION_POLL_S  # time.monotonic() of the last look at dataflow_stats
+        self._starving_seen: dict[str, str | None] = {}
 
     def _write(self, name: str, data: dict[str, Any]) -> Path:
         path = self.run_dir / "configs" / name
@@ -182,6 +190,7 @@ class Launcher:
         episodes of its rollout services."""
         out = {}
         services = production(read_heartbeats(self.store), datetime.now(UTC)).services
+        starving = self._starving()
         for m in self.config.models:
             p = Progress()
             p.version = latest_version(self.store, m.id)
@@ -193,8 +202,20 @@ class Launcher:
                     total = stats.get("wait_s", 0) + stats.get("step_s", 0)
                     p.wait_fraction = stats.get("wait_s", 0) / total if total else None
             p.failed, p.top_failure = failure_summary([s for s in services if s.model_id == m.id])
+            p.starving = starving.get(m.id)
             out[m.id] = p
         return out
+
+    def _starving(self) -> dict[str, str | None]:
+        """Per model, why its trainer starves, from the dataflow's newest dataflow_stats window (read at most
+        every STARVATION_POLL_S)."""
+        if time.monotonic() - self._starving_read < STARVATION_POLL_S:
+            return self._starving_seen
+        self._starving_read = time.monotonic()
+        rows = latest_metrics(self.store, "dataflow_stats")
+        if rows is not None:
+            self._starving_seen = {str(r.get("model_id")): starvation(r) for r in rows.to_pylist()}
+        return self._starving_seen
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The

@@ -60,6 +60,8 @@ def test_metrics_eval_and_trackers_after_a_tiny_run(tmp_path: Path, monkeypatch:
         == sql(lake, "SELECT count(*) AS n FROM trajectories")[0]["n"]
     )  # every committed sample is counted in exactly one window
     assert sql(lake, "SELECT count(*) AS n FROM dataflow_stats")[0]["n"] >= 1  # type: ignore[operator]
+    recent = sql(lake, "SELECT max(recent_groups) AS n, max(recent_kept) AS kept FROM dataflow_stats")[0]
+    assert recent["n"] >= recent["kept"] > 0  # type: ignore[operator]  # the starvation window is counted
 
     def tb_scalars(logdir: Path, tag: str) -> list[tuple[int, float]]:
         acc = EventAccumulator(str(logdir))

@@ -1,0 +1,62 @@
+"""Starvation in sight: of a model's newest complete groups, how many the filter kept, and what the dropped
+ones say (all solved, all failed), from the catalog's `groups` table."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from lakeflow.catalog.stats import RECENT_GROUPS, recent_numbers, starvation
+from lakeflow.dataflow.status import render_status
+
+
+def groups(model_id: str, outcomes: list[tuple[bool, bool, float]], first_arrival: int = 0) -> pa.Table:
+    """One row per group, oldest first: (kept, zero_adv, reward_mean)."""
+    n = len(outcomes)
+    return pa.table(
+        {
+            "model_id": [model_id] * n,
+            "arrival": list(range(first_arrival, first_arrival + n)),
+            "kept": [k for k, _, _ in outcomes],
+            "zero_adv": [z for _, z, _ in outcomes],
+            "reward_mean": [r for _, _, r in outcomes],
+        }
+    )
+
+
+def test_only_the_newest_groups_count_and_saturation_says_harder_prompts() -> None:
+    learning = [(True, False, 0.5)] * 100  # long ago every group taught something
+    solved = [(False, True, 1.0)] * 60 + [(True, False, 0.75)] * 4  # now nearly every group is all right
+    table = pa.concat_tables([groups("a", learning + solved), groups("b", [(True, False, 0.5)] * 20, 500)])
+    numbers = recent_numbers(table)
+    assert numbers["a"] == {
+        "recent_groups": RECENT_GROUPS,
+        "recent_kept": 4,
+        "recent_all_solved": 60,
+        "recent_all_failed": 0,
+    }
+    assert (
+        starvation(numbers["a"])
+        == "4 of the last 64 groups kept, 60 all solved: harder or fresh prompts (curation: skip_solved or greso)"
+    )
+    assert starvation(numbers["b"]) is None  # every group kept
+
+
+def test_failing_groups_say_larger_groups_and_too_few_say_nothing() -> None:
+    failing = recent_numbers(groups("a", [(False, True, 0.0)] * 30 + [(True, False, 0.2)] * 2))["a"]
+    assert (
+        starvation(failing)
+        == "2 of the last 32 groups kept, 30 all failed: a larger group (n_samples), easier prompts or a warm-up"
+    )
+    assert starvation(recent_numbers(groups("a", [(False, True, 0.0)] * 10))["a"]) is None  # 10 groups: too early
+
+
+COLUMNS = ("weights_version", "batches", "fresh_groups", "replay_groups", "incomplete_groups", "stale_groups",
+           "filtered_groups", "samples", "tasks_open", "tasks_claimed")  # fmt: skip
+
+
+def test_status_says_which_model_starves() -> None:
+    report = {
+        "lake": "x", "checkpoint": 3, "commits_after_checkpoint": 0, "quarantined_rows": 0, "balance": None,
+        "models": {"a": dict.fromkeys(COLUMNS, 0) | {"starving": "4 of the last 64 groups kept, 60 all solved: ..."}},
+    }  # fmt: skip
+    assert "a: the trainer starves: 4 of the last 64 groups kept, 60 all solved" in render_status(report)
