@@ -28,6 +28,7 @@ COMMANDS = {
     "ingest": "benchmarks.ingest:bench_ingest",
     "scale": "benchmarks.scale:bench_scale",
     "text": "benchmarks.text:bench_text",
+    "recipe": "benchmarks.recipe:bench_recipe",
 }
 
 SUMMARIES = {
@@ -46,6 +47,7 @@ SUMMARIES = {
     "ingest": "The dataflow's ingest from S3 behind an added round trip, sequential vs concurrent.",
     "scale": "`lakeflow sql` over N one-group shards, uncompacted and compacted.",
     "text": "Bytes per sample with and without decoded text columns.",
+    "recipe": "A shipped recipe run N times with its own seeds: its curve per version, mean and range.",
 }
 
 

@@ -50,6 +50,7 @@ def load_job(config_path: str, engine: str | None) -> RunConfig:
     is_flag=True,
     help="Size the rollout pools with `lakeflow autoscale` (the config's `autoscale` section, else 1 to 4 each).",
 )
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="The run's seed (over the config's `seed`).")
 @outage_option
 @tracker_options
 def run(
@@ -59,6 +60,7 @@ def run(
     run_dir: str | None,
     engine: str | None,
     autoscale: bool,
+    seed: int | None,
     outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
@@ -66,6 +68,8 @@ def run(
     """Run CONFIG's dataflow process, rollout services and trainers as local processes until every
     trainer has published version `steps`. Ctrl-C stops everything; running it again resumes."""
     config = load_job(config_path, engine)
+    if seed is not None:
+        config = config.model_copy(update={"seed": seed})
     if autoscale and config.autoscale is None:
         config = config.model_copy(update={"autoscale": AutoscaleConfig()})
     directory = Path(run_dir or Path("runs") / config.name)

@@ -171,6 +171,13 @@ class RunConfig(StrictConfig):
     name: str = Field(description="Run name; the default lake is ./runs/<name>.")
     lake: str | None = Field(None, description="Lake URL (default: ./runs/<name>; --lake overrides).")
     steps: int = Field(ge=1, description="Stop when every trainer has published weight version `steps`.")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Seed of the run: every trainer's torch seed (its warm-up order, its initial model) and every "
+        "rollout service's sampler (replica i of a pool: seed * 1000 + i), over what their sections say. The "
+        "tasks and their order come from the datasets' own seeds. None: the sections' own seeds.",
+    )
     models: list[RunModel] = Field(min_length=1, description="The models of the run.")
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Dataflow task settings.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Dataflow loop settings.")

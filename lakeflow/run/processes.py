@@ -35,6 +35,8 @@ def trainer_spec(config: RunConfig, m: RunModel) -> ProcessSpec:
     # --wait: a restarted trainer waits out its killed predecessor's lease (one trainer per model)
     flags = ("--model", m.id, "--steps", str(config.steps), "--wait")
     trainer = m.trainer.model_dump(mode="json")
+    if config.seed is not None:
+        trainer["seed"] = config.seed
     return ProcessSpec(f"train-{m.id}", "trainer", m.id, "train", flags, f"trainer-{m.id}.yaml", trainer)
 
 
@@ -47,6 +49,8 @@ def raas_spec(
     name = base if index is None else f"{base}-{index}"
     raas_id = None if index is None else f"{config.name}-{name.removeprefix('raas-')}"[:64]
     raas = (pool or m.raas).config.model_copy(update={"id": raas_id}).model_dump(mode="json")
+    if config.seed is not None:
+        raas["seed"] = config.seed * 1000 + (index or 0)  # replicas of a pool sample apart
     return ProcessSpec(name, "raas", m.id, "raas", ("--model", m.id), f"{name}.yaml", raas, region)
 
 
