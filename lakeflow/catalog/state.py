@@ -26,7 +26,7 @@ from lakeflow.catalog.credit import CreditTables
 from lakeflow.catalog.policy import Policy
 from lakeflow.catalog.serving import ServingTables
 from lakeflow.catalog.statedb import StateDB, identifier
-from lakeflow.catalog.stats import QUARANTINE_QUERY, QUERIES, fold_numbers
+from lakeflow.catalog.stats import QUARANTINE_QUERY, QUERIES, RECENT, RECENT_ROWS_QUERY, fold_numbers, recent_counts
 from lakeflow.catalog.tasks_table import TaskTables
 
 APPEND_ONLY = ("shards", "sample_hashes", "groups", "served", "dropped", "batches", "quarantine", "table_log")
@@ -309,7 +309,9 @@ class Catalog:
     def model_numbers(self, models: list[str]) -> dict[str, dict[str, Any]]:
         """Per model: the `dataflow_stats` counters and gauges now (see stats.py)."""
         rows = {name: self._db.rows(query) for name, query in QUERIES.items()}
-        return fold_numbers(rows, self._db.rows(QUARANTINE_QUERY), models)
+        numbers = fold_numbers(rows, self._db.rows(QUARANTINE_QUERY), models)
+        recent = recent_counts(self._db.rows(RECENT_ROWS_QUERY))
+        return {m: v | dict.fromkeys(RECENT, 0) | recent.get(m, {}) for m, v in numbers.items()}
 
     # --- checkpoints ---------------------------------------------------------------------------
 

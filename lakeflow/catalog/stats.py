@@ -9,11 +9,8 @@ ones it dropped for zero advantage how many were all solved (mean reward above 0
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
-
-import duckdb
-import pyarrow as pa
 
 from lakeflow.lake import layout
 
@@ -40,19 +37,12 @@ _GAUGES = {
 RECENT_GROUPS = 64  # the window starvation is judged over: the model's newest complete groups
 STARVING_BELOW = 0.25  # a kept share of the recent groups below this starves the trainer
 _MIN_RECENT = 16  # fewer recent groups than this say nothing yet
-# the newest RECENT_GROUPS complete groups of each model (a table named `groups`)
-RECENT = (
-    f"(SELECT * FROM groups QUALIFY row_number() OVER (PARTITION BY model_id ORDER BY arrival DESC) <= {RECENT_GROUPS})"
+# the rows of each model's newest RECENT_GROUPS complete groups, folded by `recent_counts`
+RECENT_ROWS_QUERY = (
+    "SELECT model_id, arrival, kept, zero_adv, reward_mean FROM groups "
+    f"QUALIFY row_number() OVER (PARTITION BY model_id ORDER BY arrival DESC) <= {RECENT_GROUPS}"
 )
-_SOLVED = "NOT kept AND zero_adv AND reward_mean > 0.5"
-_FAILED = "NOT kept AND zero_adv AND reward_mean <= 0.5"
-RECENT_QUERIES = {
-    "recent_groups": f"SELECT model_id, count(*) FROM {RECENT} GROUP BY 1",
-    "recent_kept": f"SELECT model_id, count(*) FILTER (WHERE kept) FROM {RECENT} GROUP BY 1",
-    "recent_all_solved": f"SELECT model_id, count(*) FILTER (WHERE {_SOLVED}) FROM {RECENT} GROUP BY 1",
-    "recent_all_failed": f"SELECT model_id, count(*) FILTER (WHERE {_FAILED}) FROM {RECENT} GROUP BY 1",
-}
-_GAUGES |= RECENT_QUERIES
+RECENT = ("recent_groups", "recent_kept", "recent_all_solved", "recent_all_failed")
 QUERIES = _COUNTERS | _GAUGES
 QUARANTINE_QUERY = "SELECT key, sum(rows) FROM quarantine GROUP BY 1"  # rows quarantined, by object key
 COUNTERS = (*_COUNTERS, "quarantined_rows")
@@ -72,18 +62,23 @@ def starvation(numbers: Mapping[str, Any]) -> str | None:
     return f"{head}, {failed} all failed: a larger group (n_samples), easier prompts or a warm-up"
 
 
-def recent_numbers(groups: pa.Table) -> dict[str, dict[str, int]]:
-    """Per model, the recent_* numbers over a `groups` table held outside a catalog (a checkpoint's)."""
-    con = duckdb.connect()
-    try:
-        con.register("groups", groups)
-        out: dict[str, dict[str, int]] = {}
-        for name, query in RECENT_QUERIES.items():
-            for model_id, value in con.execute(query).fetchall():
-                out.setdefault(str(model_id), {})[name] = int(value)
-        return out
-    finally:
-        con.close()
+def recent_counts(rows: Iterable[tuple[Any, ...]]) -> dict[str, dict[str, int]]:
+    """Per model, the RECENT numbers over its newest RECENT_GROUPS groups of `rows`: (model_id, arrival,
+    kept, zero_adv, reward_mean) of complete groups, the catalog's or a checkpoint's, in any order."""
+    by_model: dict[str, list[tuple[Any, ...]]] = {}
+    for row in rows:
+        by_model.setdefault(str(row[0]), []).append(row)
+    out = {}
+    for model_id, found in by_model.items():
+        newest = sorted(found, key=lambda r: r[1], reverse=True)[:RECENT_GROUPS]
+        dropped = [r for r in newest if not r[2] and r[3]]  # not kept, every reward equal
+        out[model_id] = {
+            "recent_groups": len(newest),
+            "recent_kept": sum(bool(r[2]) for r in newest),
+            "recent_all_solved": sum(r[4] > 0.5 for r in dropped),
+            "recent_all_failed": sum(r[4] <= 0.5 for r in dropped),
+        }
+    return out
 
 
 def fold_numbers(

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakeflow.catalog.stats import recent_numbers, starvation
+from lakeflow.catalog.stats import recent_counts, starvation
 from lakeflow.dataflow.checkpoint import load_manifest
 from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
@@ -92,7 +92,11 @@ def lake_status(store: Store) -> dict[str, Any]:
     uningested: dict[str, int] = {}
     for _, record in newer:
         uningested[record.model_id] = uningested.get(record.model_id, 0) + record.rows
-    recent = recent_numbers(tables["groups"]) if "groups" in tables else {}
+    groups = tables.get("groups")
+    columns = ["model_id", "arrival", "kept", "zero_adv", "reward_mean"]
+    recent = (
+        recent_counts(zip(*(groups.column(c).to_pylist() for c in columns), strict=True)) if groups is not None else {}
+    )
     for m in models:
         latest = latest_version(store, m)
         open_ids, claimed = lake_tasks.list_tasks(store, m)

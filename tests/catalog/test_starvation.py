@@ -3,31 +3,20 @@ ones say (all solved, all failed), from the catalog's `groups` table."""
 
 from __future__ import annotations
 
-import pyarrow as pa
-
-from lakeflow.catalog.stats import RECENT_GROUPS, recent_numbers, starvation
+from lakeflow.catalog.state import Catalog
+from lakeflow.catalog.stats import RECENT_GROUPS, recent_counts, starvation
 from lakeflow.dataflow.status import render_status
 
 
-def groups(model_id: str, outcomes: list[tuple[bool, bool, float]], first_arrival: int = 0) -> pa.Table:
-    """One row per group, oldest first: (kept, zero_adv, reward_mean)."""
-    n = len(outcomes)
-    return pa.table(
-        {
-            "model_id": [model_id] * n,
-            "arrival": list(range(first_arrival, first_arrival + n)),
-            "kept": [k for k, _, _ in outcomes],
-            "zero_adv": [z for _, z, _ in outcomes],
-            "reward_mean": [r for _, _, r in outcomes],
-        }
-    )
+def groups(model_id: str, outcomes: list[tuple[bool, bool, float]], first_arrival: int = 0) -> list[tuple]:
+    """Rows (model_id, arrival, kept, zero_adv, reward_mean), one per group, oldest first."""
+    return [(model_id, first_arrival + i, k, z, r) for i, (k, z, r) in enumerate(outcomes)]
 
 
 def test_only_the_newest_groups_count_and_saturation_says_harder_prompts() -> None:
     learning = [(True, False, 0.5)] * 100  # long ago every group taught something
     solved = [(False, True, 1.0)] * 60 + [(True, False, 0.75)] * 4  # now nearly every group is all right
-    table = pa.concat_tables([groups("a", learning + solved), groups("b", [(True, False, 0.5)] * 20, 500)])
-    numbers = recent_numbers(table)
+    numbers = recent_counts(groups("a", learning + solved) + groups("b", [(True, False, 0.5)] * 20, 500))
     assert numbers["a"] == {
         "recent_groups": RECENT_GROUPS,
         "recent_kept": 4,
@@ -42,12 +31,12 @@ def test_only_the_newest_groups_count_and_saturation_says_harder_prompts() -> No
 
 
 def test_failing_groups_say_larger_groups_and_too_few_say_nothing() -> None:
-    failing = recent_numbers(groups("a", [(False, True, 0.0)] * 30 + [(True, False, 0.2)] * 2))["a"]
+    failing = recent_counts(groups("a", [(False, True, 0.0)] * 30 + [(True, False, 0.2)] * 2))["a"]
     assert (
         starvation(failing)
         == "2 of the last 32 groups kept, 30 all failed: a larger group (n_samples), easier prompts or a warm-up"
     )
-    assert starvation(recent_numbers(groups("a", [(False, True, 0.0)] * 10))["a"]) is None  # 10 groups: too early
+    assert starvation(recent_counts(groups("a", [(False, True, 0.0)] * 10))["a"]) is None  # 10 groups: too early
 
 
 COLUMNS = ("weights_version", "batches", "fresh_groups", "replay_groups", "incomplete_groups", "stale_groups",
@@ -60,3 +49,13 @@ def test_status_says_which_model_starves() -> None:
         "models": {"a": dict.fromkeys(COLUMNS, 0) | {"starving": "4 of the last 64 groups kept, 60 all solved: ..."}},
     }  # fmt: skip
     assert "a: the trainer starves: 4 of the last 64 groups kept, 60 all solved" in render_status(report)
+
+
+def test_the_catalog_reports_the_recent_numbers_in_dataflow_stats() -> None:
+    catalog = Catalog()
+    try:
+        (numbers,) = catalog.model_numbers(["a"]).values()
+        assert {k: numbers[k] for k in ("recent_groups", "recent_kept")} == {"recent_groups": 0, "recent_kept": 0}
+        assert starvation(numbers) is None
+    finally:
+        catalog.close()
