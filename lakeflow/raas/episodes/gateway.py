@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 _CALL_BLOCK = re.compile(r"<tool_call>.*?</tool_call>", re.S)  # hermes calls, left out of the returned text
 _FORGET = 65536  # ended tokens remembered (410) before they read as unknown (404)
-_CLOSE_WAIT_S = 10.0  # how long `close` waits for function programs to return once their requests are refused
+_CLOSE_WAIT_S = 2.0  # how long `close` waits for function programs to return once their requests are refused
 
 
 @dataclass
