@@ -102,7 +102,7 @@ class EpisodeScheduler:
 
     def add(self, key: Hashable, task: Task) -> None:
         """Start the task's `n_samples` episodes."""
-        if key in self.flight.groups:
+        if str(key) in self.flight.groups:  # before any environment starts
             raise ValueError(f"group {key!r} is already in flight")
         group = self.flight.open(str(key), task, [self._start(task) for _ in range(task.n_samples)])
         for episode in group.episodes:
