@@ -68,15 +68,18 @@ def sleeps(task: dict[str, Any], client: dict[str, str]) -> float:
     return 1.0
 
 
-_calls = itertools.count()
+_seen: dict[str, int] = {}  # task id -> episodes of it started so far
+_seen_lock = threading.Lock()
 
 
 def every_other_fails(task: dict[str, Any], client: dict[str, str]) -> float:
-    """Calls the model once; every second episode then fails (a harness that breaks half the time)."""
+    """Calls the model once; the second episode of each task then fails (a harness that breaks half the time)."""
+    with _seen_lock:
+        nth = _seen[task["task_id"]] = _seen.get(task["task_id"], 0) + 1
     OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0).chat.completions.create(
         model=client["model"], messages=[{"role": "user", "content": "hi"}]
     )
-    if next(_calls) % 2:
+    if nth == 2:
         raise RuntimeError("the harness broke")
     return 1.0
 

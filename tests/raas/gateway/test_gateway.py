@@ -123,7 +123,7 @@ def test_a_group_with_a_failed_episode_is_given_up_not_trained_with_a_zero(tok: 
     engine = Scripted(tok, lambda context: "fine")
     driver = drive(engine, AgentConfig(program="tests.raas.gateway.programs:every_other_fails"))  # reissue: default
     for key in ("a", "b"):
-        driver.add(key, make_task(2))
+        driver.add(key, make_task(2, task_id=f"every-other-{key}"))
     for group in driver.groups(2):
         assert group.trajectories == [] and group.failures == {"agent_error": 1}
         assert group.dropped.startswith("1 of 2 episodes failed") and "the harness broke" in group.dropped
