@@ -33,13 +33,15 @@ def main() -> None:
             extra["IS_SANDBOX"] = "1"  # it refuses --dangerously-skip-permissions as root otherwise
         command = [str(claude), "-p", "--output-format", "json", "--max-turns", str(args.max_turns)]
         command += ["--dangerously-skip-permissions", "--model", MODEL, "--system-prompt", SYSTEM, "--tools", "Bash"]
-        out = run(command, child_env(home, **extra), work, args.seconds, stdin=prompt)  # -p reads it from stdin
+        # -p reads the prompt from stdin; on an error it exits 1 with the reason in its JSON result
+        out = run(command, child_env(home, **extra), work, args.seconds, stdin=prompt, check=False)
     try:
         result = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         fail(f"claude printed no JSON result: {out[-500:]!r}")
     if not isinstance(result.get("result"), str) or result.get("is_error"):
-        fail(f"claude gave no final answer ({result.get('subtype')}): {json.dumps(result)[:500]}")
+        why = result.get("result") or result.get("errors") or json.dumps(result)[-500:]
+        fail(f"claude gave no final answer ({result.get('subtype')}, {result.get('num_turns')} turns): {why}")
     answer(result["result"])
 
 

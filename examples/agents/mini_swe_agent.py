@@ -47,8 +47,8 @@ def play(prompt: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     )
     env = LocalEnvironment(cwd=str(work), env=config["environment"]["env"], timeout=args.command_seconds)
     agent_config = {**config["agent"], "step_limit": args.step_limit, "wall_time_limit_seconds": int(args.seconds)}
-    agent = DefaultAgent(model, env, **agent_config)
-    return agent.run(prompt)
+    result: dict[str, Any] = DefaultAgent(model, env, **agent_config).run(prompt)  # exit_status, submission
+    return result
 
 
 def main() -> None:
