@@ -24,7 +24,8 @@ def _in_harness_venv() -> None:
     """Re-run this file with the mini-swe-agent environment's Python unless it is that one already."""
     python = installed("mini-swe-agent", "bin", "python")
     if Path(sys.prefix).resolve() != python.parent.parent.resolve():
-        os.execv(python, [str(python), __file__, *sys.argv[1:]])
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        os.execve(python, [str(python), __file__, *sys.argv[1:]], env)  # its packages only, not the caller's
 
 
 def _on_alarm(signum: int, frame: Any) -> None:

@@ -3,9 +3,10 @@ examples/agents/ that its task's prompt_id names (`claude_code-0` → claude_cod
 service and one engine serve all three harnesses. Usage: harness_agent.py LOG [WRAPPER ARGS...]; it appends
 `<harness> <task_id> <seconds> <exit status>` to LOG and passes the wrapper's output and exit status on.
 
-Only the first task of each prompt is played: the dataflow issues the next step's tasks while the trainer
-trains the run's one step, and a second task of a prompt ends at once, without calling the model (its
-episodes end `no_requests`), so it does not take the cores from the trainer.
+Only the first task of each prompt is played (its id is written to LOG.<prompt_id>): the dataflow issues
+the next step's tasks while the trainer trains the run's one step, and a second task of a prompt ends at
+once, without calling the model (its episodes end `no_requests`), so it does not take the cores from the
+trainer.
 """
 
 from __future__ import annotations
