@@ -68,6 +68,8 @@ def _job(tmp_path: Path, log: Path) -> Path:
 
 
 # untraced: the gateway runner is measured in process (tests/raas/gateway/), the rest of the run by test_run.py
+# 60-146 s on 2 cores beside other work (65-80 s of CPU): the run's start, publish and stop ~40 s, six harness
+# episodes ~20 s (mini-swe-agent's litellm import ~6 s of CPU each), one training step ~6 s, the check ~5 s.
 @pytest.mark.usefixtures("untraced_children")
 def test_coding_harnesses_train_through_lakeflow_run_with_exact_tokens(tmp_path: Path) -> None:
     _require_harnesses()
