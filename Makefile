@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv test test-fast lint format bench demo lock clean gpu-check check-wheel image
+.PHONY: help venv test test-fast lint format bench demo lock clean gpu-check check-wheel image harnesses
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ test: venv  ## the whole test suite (local, memory, moto S3), and beside it lint
 	wait; cat build/checks.log; checks=$$(cat build/checks.rc); \
 	echo "make test: suite exit $$suite, lint and wheel check exit $$checks"; \
 	test $$suite -eq 0 && test $$checks -eq 0
+
+harnesses:  ## install Claude Code, Codex CLI and mini-swe-agent (pinned) under build/harnesses/ for their test
+	scripts/install-harnesses
 
 check-wheel: venv  ## build the wheel, install it with only the base dependencies, run the analyst commands
 	PY=$(PY) scripts/check-wheel

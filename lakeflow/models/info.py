@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lakeflow.errors import ConfigError
-from lakeflow.models.tiny import CHAT_TEMPLATE, SPECIAL, TINY_POSITIONS, TINY_PREFIX, TINY_VOCAB
+from lakeflow.models.tiny import CHAT_TEMPLATE, SPECIAL, TINY_PREFIX, tiny_shape
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class _Tokens:
 def _tiny(ref: str) -> ModelInfo:
     # The tiny recipe's special tokens are its first ids (the BPE trainer adds them first): see tiny.py.
     eos, pad = SPECIAL.index("<|im_end|>"), SPECIAL.index("<|endoftext|>")
-    return ModelInfo(ref, TINY_VOCAB, TINY_POSITIONS, (eos,), pad, True)
+    return ModelInfo(ref, *tiny_shape(ref), (eos,), pad, True)
 
 
 FILES = (

@@ -4,6 +4,11 @@
 vLLM's CPU backend accepts (head_dim 64), with a tokenizer trained on arithmetic text and a
 chat template, so the whole RL loop runs on 2 CPU cores. Any other reference (a local
 directory, or a Hugging Face hub id for users who can reach the hub) is passed through.
+Every name builds the same model (512 positions, 512 tokens) except those of `TINY_RECIPES`:
+`tiny:long` has 32768 positions and 4096 tokens whose tokenizer also learnt English prose (the
+Python documentation's topics, shipped with Python as `pydoc_data`), for coding harnesses whose
+system prompts and tool lists are thousands of words (Claude Code's, Codex CLI's): ~3 characters
+a token where the arithmetic tokenizer gets ~1.2, so their prompts are a third as long.
 
 The template takes `tools=` the way Qwen's does (a system block of the tools' JSON schemas, calls as
 `<tool_call>{"name": ..., "arguments": ...}</tool_call>`); without tools it renders as before. Like
@@ -27,6 +32,8 @@ from lakeflow.errors import MissingExtraError
 TINY_PREFIX = "tiny:"
 TINY_VOCAB = 512  # rows of the tiny recipe's embedding (its tokenizer has at most this many tokens)
 TINY_POSITIONS = 512  # its max_position_embeddings: longest prompt + completion, tokens
+# build_tiny_model's keywords of the names that are not the default recipe
+TINY_RECIPES: dict[str, dict[str, Any]] = {"long": {"positions": 32768, "vocab_size": 4096, "prose": True}}
 TINY_VERSION = 3  # of the recipe (corpus, shapes, tokens): part of the cache path, so a changed recipe is rebuilt
 CHAT_TEMPLATE = (
     "{% if tools %}<|im_start|>system\n"
@@ -62,9 +69,16 @@ def _corpus(n: int, seed: int) -> list[str]:
 
 
 def build_tiny_model(
-    dest: str | Path, vocab_size: int = TINY_VOCAB, hidden: int = 64, layers: int = 2, seed: int = 0
+    dest: str | Path,
+    vocab_size: int = TINY_VOCAB,
+    hidden: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+    positions: int = TINY_POSITIONS,
+    prose: bool = False,
 ) -> Path:
-    """Write a tiny randomly initialised Qwen2 + tokenizer to `dest` (a Hugging Face directory)."""
+    """Write a tiny randomly initialised Qwen2 + tokenizer to `dest` (a Hugging Face directory); `prose`: the
+    tokenizer learns English prose too (Python's documentation topics) beside the arithmetic corpus."""
     try:
         import torch
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -79,7 +93,7 @@ def build_tiny_model(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size - len(ADDED), special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    tok.train_from_iterator(_corpus(2000, seed), trainer=trainer)
+    tok.train_from_iterator(_corpus(2000, seed) + (_prose() if prose else []), trainer=trainer)
     tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in ADDED])  # the last ids, within vocab_size
     fast = tf.PreTrainedTokenizerFast(
         tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
@@ -94,7 +108,7 @@ def build_tiny_model(
         num_attention_heads=1,
         num_key_value_heads=1,
         head_dim=64,  # vLLM's CPU attention refuses smaller heads
-        max_position_embeddings=TINY_POSITIONS,
+        max_position_embeddings=positions,
         tie_word_embeddings=True,
         eos_token_id=fast.convert_tokens_to_ids("<|im_end|>"),
         pad_token_id=fast.convert_tokens_to_ids("<|endoftext|>"),
@@ -104,10 +118,27 @@ def build_tiny_model(
     tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=dest.parent if dest.parent.exists() else None))
     model.save_pretrained(tmp, safe_serialization=True)
     fast.save_pretrained(tmp)
-    (tmp / "lakeflow-tiny.json").write_text(json.dumps({"vocab_size": vocab_size, "hidden": hidden, "layers": layers}))
+    (tmp / "lakeflow-tiny.json").write_text(
+        json.dumps(
+            {"vocab_size": vocab_size, "hidden": hidden, "layers": layers, "positions": positions, "prose": prose}
+        )
+    )
     dest.parent.mkdir(parents=True, exist_ok=True)
     os.replace(tmp, dest)  # atomic: a half-built model is never visible
     return dest
+
+
+def _prose() -> list[str]:
+    """English text every Python has: the documentation's topics (~460 kB; the text of help('if') & co)."""
+    from pydoc_data.topics import topics
+
+    return [topics[k] for k in sorted(topics)]
+
+
+def tiny_shape(ref: str) -> tuple[int, int]:
+    """(vocabulary size, positions) of the tiny model `ref` (`tiny:<name>`) builds."""
+    recipe = TINY_RECIPES.get(ref[len(TINY_PREFIX) :] or "default", {})
+    return int(recipe.get("vocab_size", TINY_VOCAB)), int(recipe.get("positions", TINY_POSITIONS))
 
 
 def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
@@ -119,7 +150,7 @@ def resolve_model(ref: str, cache_dir: str | Path | None = None) -> str:
         path = base / f"tiny-{name}-v{TINY_VERSION}"
         if not (path / "config.json").exists():
             try:
-                build_tiny_model(path)
+                build_tiny_model(path, **TINY_RECIPES.get(name, {}))
             except OSError:
                 if not (path / "config.json").exists():  # lost a race with another builder: fine if it won
                     raise

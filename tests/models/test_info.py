@@ -66,11 +66,13 @@ def test_what_cannot_be_read_here(tmp_path: Path) -> None:
     assert read_model_info("nobody/nothing") is None  # a hub id that is not in the cache
 
 
-def test_the_tiny_recipes_facts_are_those_of_the_built_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("ref", "shape"), [("tiny:facts", (512, 512)), ("tiny:long", (4096, 32768))])
+def test_the_tiny_recipes_facts_are_those_of_the_built_model(tmp_path: Path, ref: str, shape: tuple[int, int]) -> None:
     pytest.importorskip("transformers")
-    built = read_model_info(resolve_model("tiny:facts", tmp_path))
-    recipe = read_model_info("tiny:facts")
+    built = read_model_info(resolve_model(ref, tmp_path))
+    recipe = read_model_info(ref)
     assert built is not None and recipe is not None
+    assert (recipe.vocab_size, recipe.max_positions) == shape  # tiny:long: the coding harnesses' recipe
     assert (built.vocab_size, built.max_positions, built.eos_token_ids, built.pad_token_id, built.chat_template) == (
         recipe.vocab_size,
         recipe.max_positions,

@@ -1,0 +1,81 @@
+"""One episode of mini-swe-agent (pinned by scripts/install-harnesses in its own virtual environment),
+unchanged, as a lakeflow command agent: `agent: {command: [python, examples/agents/mini_swe_agent.py]}`.
+
+Started by any Python, it re-runs itself with the harness's own interpreter (build/harnesses/mini-swe-agent),
+then plays the task with mini-swe-agent's `DefaultAgent`, its `LitellmModel` on the episode's
+OPENAI_BASE_URL and a `LocalEnvironment` in a scratch folder (removed after the episode), configured by the
+package's own mini.yaml. Its submission (what it printed after COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) is the
+answer; an agent that stopped without one (step limit, repeated format errors) fails the episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import answer, fail, installed, scratch, task_prompt
+
+
+def _in_harness_venv() -> None:
+    """Re-run this file with the mini-swe-agent environment's Python unless it is that one already."""
+    python = installed("mini-swe-agent", "bin", "python")
+    if Path(sys.prefix).resolve() != python.parent.parent.resolve():
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        os.execve(python, [str(python), __file__, *sys.argv[1:]], env)  # its packages only, not the caller's
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    fail("mini-swe-agent ran past its --seconds")
+
+
+def play(prompt: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+    from minisweagent.agents.default import DefaultAgent
+    from minisweagent.config import builtin_config_dir
+    from minisweagent.environments.local import LocalEnvironment
+    from minisweagent.models.litellm_model import LitellmModel
+
+    config = yaml.safe_load((builtin_config_dir / "mini.yaml").read_text())
+    endpoint = {"api_base": os.environ["OPENAI_BASE_URL"], "api_key": os.environ["OPENAI_API_KEY"]}
+    model = LitellmModel(
+        **{**config["model"], "model_kwargs": {**config["model"].get("model_kwargs", {}), **endpoint}},
+        model_name=f"openai/{os.environ.get('OPENAI_MODEL', 'policy')}",
+        cost_tracking="ignore_errors",  # a model litellm has no price for
+    )
+    env = LocalEnvironment(cwd=str(work), env=config["environment"]["env"], timeout=args.command_seconds)
+    agent_config = {**config["agent"], "step_limit": args.step_limit, "wall_time_limit_seconds": int(args.seconds)}
+    result: dict[str, Any] = DefaultAgent(model, env, **agent_config).run(prompt)  # exit_status, submission
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=50, help="time limit (below the agent's max_seconds)")
+    parser.add_argument("--step-limit", type=int, default=4, help="mini-swe-agent's step_limit (model calls)")
+    parser.add_argument("--command-seconds", type=int, default=10, help="time limit of one shell command")
+    args = parser.parse_args()
+    _in_harness_venv()
+    prompt = task_prompt()
+    with scratch("mini-swe-agent") as home:
+        work = home / "work"
+        work.mkdir()
+        os.environ.update(
+            MSWEA_GLOBAL_CONFIG_DIR=str(home / "config"),  # not the user's ~/.config
+            MSWEA_SILENT_STARTUP="1",
+            LITELLM_LOCAL_MODEL_COST_MAP="True",  # litellm would otherwise fetch its price list at import
+        )
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.alarm(max(1, int(args.seconds)))
+        result = play(prompt, work, args)
+        signal.alarm(0)
+    if result.get("exit_status") != "Submitted":
+        fail(f"mini-swe-agent stopped without a submission: {result.get('exit_status')}")
+    answer(str(result.get("submission", "")))
+
+
+if __name__ == "__main__":
+    main()
