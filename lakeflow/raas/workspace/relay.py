@@ -99,8 +99,11 @@ class Relay:
             self.loop.call_soon_threadsafe(server.close)
 
     def stop(self) -> None:
+        """Stop the loop (connections still open are dropped) and close it."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
 
     async def _serve(self, sock: socket.socket, target: Target) -> asyncio.Server:
         async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

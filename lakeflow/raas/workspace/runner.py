@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import subprocess
 import tempfile
 import threading
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from lakeflow.errors import LakeflowError
+from lakeflow.errors import ConfigError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.sandbox_processes import collect_output, kill_group, kill_uid, limit_of, sandbox_uid
@@ -76,7 +77,8 @@ class EpisodeSandbox:
     ) -> None:
         """`method`: overlay or copy (`checks.copy_method`). `store`: where states go (None: not stored)."""
         self.config, self.backend, self.store, self.model_id, self.method = config, backend, store, model_id, method
-        root = Path(config.work_dir or os.path.join(tempfile.gettempdir(), "lakeflow-workspaces"))
+        root = Path(config.work_dir or os.path.join(tempfile.gettempdir(), "lakeflow-workspaces")).absolute()
+        _searchable(root)
         self.bases = Bases(root / "bases", store, model_id)
         self.episodes_dir = root / "episodes"
         sweep(self.episodes_dir)
@@ -183,3 +185,13 @@ class EpisodeSandbox:
         if self.relay is not None:
             with contextlib.suppress(RuntimeError):  # the loop has stopped already
                 self.relay.stop()
+
+
+def _searchable(root: Path) -> None:
+    """The sandbox's uid passes through `root` and its parents to its own workspace: each must let it."""
+    for p in [root, *root.parents]:
+        if p.exists() and not os.stat(p).st_mode & stat.S_IXOTH:
+            raise ConfigError(
+                f"agent.sandbox.work_dir {root}: {p} is not searchable by other users, and each episode's uid passes "
+                f"through it to its workspace: chmod o+x {p}, or choose another work_dir"
+            )
