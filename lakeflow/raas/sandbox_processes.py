@@ -26,10 +26,14 @@ UID_BASE, UID_SPAN = 1 << 28, 1 << 27  # uids handed to sandboxed programs when 
 
 
 def collect_output(
-    proc: subprocess.Popen[bytes], output_bytes: int, deadline: float, check: Callable[[], str] | None = None
+    proc: subprocess.Popen[bytes],
+    output_bytes: int,
+    deadline: float,
+    check: Callable[[], str] | None = None,
+    poll_s: float = 0.05,
 ) -> tuple[bytes, bytes, str]:
     """Read both pipes until EOF or exit; returns (stdout, stderr, why it was stopped: '', wall, output, or
-    what `check` (called every 50 ms) returned when it returned a reason to stop)."""
+    what `check` (called every `poll_s` while the program is quiet) returned when it returned a reason)."""
     assert proc.stdout is not None and proc.stderr is not None  # PIPE was asked for
     buffers: dict[IO[bytes], bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     stopped = ""
@@ -41,7 +45,7 @@ def collect_output(
             if remaining <= 0:
                 stopped = "wall"
                 break
-            events = selector.select(min(remaining, 0.05))
+            events = selector.select(min(remaining, poll_s))
             if check is not None and (stopped := check()):
                 break
             if not events and exited(proc.pid):

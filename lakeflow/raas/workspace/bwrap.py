@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.sandbox_processes import SAFE_PATH, prlimit_prefix, system_binds
@@ -115,9 +116,15 @@ def start(argv: list[str], config: SandboxConfig, seconds: float, uid: int | Non
     prefix = prlimit_prefix(rlimits(config, seconds))
     if prefix is None:
         raise OSError("util-linux's prlimit is not on the PATH: the sandbox's limits cannot be set")
-    ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
+    ids: dict[str, Any] = {}
+    if uid is not None:  # setpriv leaves Popen its vfork: a fork of a large service would copy its page tables
+        setpriv = shutil.which("setpriv", path=SAFE_PATH)
+        if setpriv is not None:
+            prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *prefix]
+        else:
+            ids = {"user": uid, "group": uid, "extra_groups": []}
     try:
-        proc = subprocess.Popen(  # type: ignore[call-overload]
+        proc = subprocess.Popen(
             [*prefix, *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

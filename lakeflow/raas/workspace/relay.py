@@ -12,6 +12,7 @@ agent reaches the gateway at the same URL, and nothing else exists on its networ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -52,7 +53,8 @@ def listen_in(pid: int, ports: list[int]) -> list[socket.socket]:
             try:
                 _setns(target)
                 for port in ports:
-                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on what it accepts (no Nagle stalls)
+                    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
                     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     s.bind(("127.0.0.1", port))
                     s.listen(128)
@@ -84,19 +86,25 @@ class Relay:
         self._thread = threading.Thread(target=self.loop.run_forever, name="lakeflow-relay", daemon=True)
         self._thread.start()
 
-    def open(self, pid: int, routes: Mapping[int, Target]) -> list[asyncio.Server]:
-        """Serve `routes` (port inside -> target outside) in the network namespace of `pid`."""
+    def open(self, pid: int, routes: Mapping[int, Target]) -> list[Future[asyncio.Server]]:
+        """Serve `routes` (port inside -> target outside) in the network namespace of `pid`. The sockets listen
+        when this returns (a connection waits in the backlog until the loop serves it), so it does not wait
+        for the loop."""
         sockets = listen_in(pid, list(routes))
-        servers = []
-        for sock, target in zip(sockets, routes.values(), strict=True):
-            future: Future[asyncio.Server] = asyncio.run_coroutine_threadsafe(self._serve(sock, target), self.loop)
-            servers.append(future.result(timeout=10))
-        return servers
+        return [
+            asyncio.run_coroutine_threadsafe(self._serve(sock, target), self.loop)
+            for sock, target in zip(sockets, routes.values(), strict=True)
+        ]
 
-    def close(self, servers: list[asyncio.Server]) -> None:
+    def close(self, servers: list[Future[asyncio.Server]]) -> None:
         """Stop accepting (the sandbox's processes are gone, so are their connections)."""
-        for server in servers:
-            self.loop.call_soon_threadsafe(server.close)
+        for future in servers:
+            future.add_done_callback(self._close)
+
+    def _close(self, future: Future[asyncio.Server]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            with contextlib.suppress(RuntimeError):  # the loop was closed: its servers with it
+                self.loop.call_soon_threadsafe(future.result().close)
 
     def stop(self) -> None:
         """Stop the loop (connections still open are dropped) and close it."""

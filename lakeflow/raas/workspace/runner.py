@@ -9,6 +9,7 @@ command does: it reports it (`SandboxRun`), and the episode ends with the reason
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,6 +38,7 @@ from lakeflow.raas.workspace.state import pack
 log = logging.getLogger(__name__)
 
 OUTPUT_BYTES = 1 << 20  # of stdout and of stderr kept; more stops the command (limit 'output')
+POLL_S = 0.25  # how often a quiet episode's disk is looked at (its exit ends the wait at once: EOF)
 
 
 @dataclass(frozen=True)
@@ -109,9 +112,7 @@ class EpisodeSandbox:
         finally:
             with self._lock:
                 self._running.pop(id(episode), None)
-            if uid is not None:
-                kill_uid(uid)
-            copy.remove()
+            copy.remove()  # its processes are gone: the sandbox's pid namespace ended with its command
 
     def _play(
         self, e: _Episode, command: list[str], episode_env: dict[str, str], seconds: float, t0: float
@@ -124,7 +125,7 @@ class EpisodeSandbox:
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # ConfigError is a ValueError
             return SandboxRun(error=str(err))
         e.pid = launched.proc.pid
-        servers = []
+        servers: list[Future[asyncio.Server]] = []
         try:
             if self.relay is not None and plan.ports:
                 servers = self.relay.open(launched.netns_pid, plan.ports)
@@ -137,7 +138,8 @@ class EpisodeSandbox:
             os.close(launched.release_fd)
         ready = time.monotonic() - t0
         with launched.proc as proc:
-            out, err_bytes, stopped = collect_output(proc, OUTPUT_BYTES, e.started + seconds, self._watch(e.copy))
+            deadline = e.started + seconds
+            out, err_bytes, stopped = collect_output(proc, OUTPUT_BYTES, deadline, self._watch(e.copy), POLL_S)
             if launched.stop is not None:
                 launched.stop()
             kill_group(proc.pid)
