@@ -28,6 +28,7 @@ COMMANDS = {
     "ingest": "benchmarks.ingest:bench_ingest",
     "scale": "benchmarks.scale:bench_scale",
     "text": "benchmarks.text:bench_text",
+    "sandbox": "benchmarks.sandbox:bench_sandbox",
 }
 
 SUMMARIES = {
@@ -46,6 +47,7 @@ SUMMARIES = {
     "ingest": "The dataflow's ingest from S3 behind an added round trip, sequential vs concurrent.",
     "scale": "`lakeflow sql` over N one-group shards, uncompacted and compacted.",
     "text": "Bytes per sample with and without decoded text columns.",
+    "sandbox": "Agent episodes' start latency in a bwrap sandbox beside a plain subprocess; workspace copies.",
 }
 
 
