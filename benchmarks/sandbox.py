@@ -188,6 +188,7 @@ def run(
     workspace_mb: int = 50,
     files: int = 500,
     rounds: int = 2,
+    one_at_a_time: int = 20,
 ) -> dict[str, Any]:
     """Every setting at every concurrency (`episodes_per` x N episodes a round), CPU per episode, the relay's
     round trip and the prepare table."""
@@ -207,12 +208,12 @@ def run(
         base_s = time.monotonic() - t0
         with socket.create_server(("127.0.0.1", 0)) as gateway:  # relayed to, never called by the command
             port = gateway.getsockname()[1]
-            cpu = {k: cpu_per_episode(e, 20) for k, e in _settings(base, sandbox, port, 0.0).items()}
+            cpu = {k: cpu_per_episode(e, one_at_a_time) for k, e in _settings(base, sandbox, port, 0.0).items()}
             settings = _settings(base, sandbox, port, hold_s)
             rows = [row for n in concurrency for row in _latencies(settings, n, episodes_per * n, rounds)]
-        relay = relay_round_trip(sandbox)
+        relay = relay_round_trip(sandbox, 10 * one_at_a_time)
         sandbox.close()
-        prepare = prepare_costs(base, root / "prepare", 5)
+        prepare = prepare_costs(base, root / "prepare", max(1, one_at_a_time // 4))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     result = {"workspace_mb": workspace_mb, "files": files, "hold_s": hold_s, "method": sandbox.method}
@@ -261,6 +262,7 @@ def relay_round_trip(sandbox: EpisodeSandbox, requests: int = 200) -> dict[str, 
         return {"direct": round(direct, 3), "relayed": round(float(run.stdout), 3)}
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def render(result: dict[str, Any]) -> str:
