@@ -48,11 +48,13 @@ class Launched:
 
 @dataclass(frozen=True)
 class Argv:
-    """What to run: the command, its wall time, the uid it runs as (None: this process's)."""
+    """What to run: the command, its wall time, the uid it runs as (None: this process's), and the network
+    namespace it joins (an fd of a pooled one, `netns.py`; None: a new one of its own)."""
 
     command: list[str]
     seconds: float
     uid: int | None
+    netns_fd: int | None = None
 
 
 def base_env(config: SandboxConfig) -> dict[str, str]:
@@ -83,11 +85,14 @@ def command_line(
     env: Mapping[str, str],
     command: list[str],
     fds: tuple[int, int],
+    own_netns: bool = True,
 ) -> list[str]:
     """bwrap's arguments for one episode; `hosts`: the /etc/hosts to mount (None: the root's own); `fds`:
-    (info fd, block fd)."""
+    (info fd, block fd); `own_netns`: a new network namespace (False: the one bwrap is started in)."""
     binary = shutil.which("bwrap", path=SAFE_PATH) or "bwrap"
-    cmd = [binary, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+    cmd = [binary, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    cmd += ["--unshare-net"] if own_netns else []
+    cmd += ["--disable-userns", "--die-with-parent", "--new-session"]
     cmd += ["--hostname", "sandbox", "--clearenv"] + [a for k, v in env.items() for a in ("--setenv", k, v)]
     cmd += ["--ro-bind", config.root, "/"] if config.root else system_binds()
     for path in config.binds:
@@ -110,27 +115,37 @@ def hosts_file(path: Path, names: list[str]) -> Path:
     return path
 
 
-def start(argv: list[str], config: SandboxConfig, seconds: float, uid: int | None, fds: dict[str, int]) -> Launched:
-    """Start bwrap (its command held back) and wait for its command's pid; OSError when it cannot start.
-    `fds`: info_r, info_w, block_r, block_w (the two pipes in `argv`); the child's ends are closed here."""
-    prefix = prlimit_prefix(rlimits(config, seconds))
-    if prefix is None:
-        raise OSError("util-linux's prlimit is not on the PATH: the sandbox's limits cannot be set")
+def _prefix(config: SandboxConfig, argv: Argv) -> tuple[list[str], dict[str, Any]]:
+    """What runs before bwrap: nsenter (into the pooled namespace), setpriv (the episode's uid: it leaves Popen
+    its vfork, where Popen's own `user=` forks and copies a large service's page tables), prlimit."""
+    util = {name: shutil.which(name, path=SAFE_PATH) for name in ("prlimit", "setpriv", "nsenter")}
+    limits = prlimit_prefix(rlimits(config, argv.seconds))
+    if limits is None or (argv.netns_fd is not None and util["nsenter"] is None):
+        raise OSError("util-linux's prlimit and nsenter must be on the PATH: the sandbox cannot be set up")
+    prefix: list[str] = []
+    if argv.netns_fd is not None:
+        prefix += [str(util["nsenter"]), f"--net=/proc/self/fd/{argv.netns_fd}", "--"]
     ids: dict[str, Any] = {}
-    if uid is not None:  # setpriv leaves Popen its vfork: a fork of a large service would copy its page tables
-        setpriv = shutil.which("setpriv", path=SAFE_PATH)
-        if setpriv is not None:
-            prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *prefix]
-        else:
-            ids = {"user": uid, "group": uid, "extra_groups": []}
+    if argv.uid is not None and util["setpriv"] is not None:
+        prefix += [util["setpriv"], f"--reuid={argv.uid}", f"--regid={argv.uid}", "--clear-groups"]
+    elif argv.uid is not None:
+        ids = {"user": argv.uid, "group": argv.uid, "extra_groups": []}
+    return [*prefix, *limits], ids
+
+
+def start(line: list[str], config: SandboxConfig, argv: Argv, fds: dict[str, int]) -> Launched:
+    """Start bwrap (its command held back) and wait for its command's pid; OSError when it cannot start.
+    `fds`: info_r, info_w, block_r, block_w (the two pipes in `line`); the child's ends are closed here."""
+    prefix, ids = _prefix(config, argv)
+    passed = (fds["info_w"], fds["block_r"], *([argv.netns_fd] if argv.netns_fd is not None else []))
     try:
         proc = subprocess.Popen(
-            [*prefix, *argv],
+            [*prefix, *line],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={},
-            pass_fds=(fds["info_w"], fds["block_r"]),
+            pass_fds=passed,
             start_new_session=True,
             **ids,
         )
@@ -181,6 +196,7 @@ class BwrapBackend:
     """Starts each episode's bwrap sandbox (the backend `runner.EpisodeSandbox` drives)."""
 
     name = "bwrap"
+    pooled_netns = True  # it joins a network namespace of the pool (netns.py)
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
@@ -190,5 +206,6 @@ class BwrapBackend:
         pin = self.config.root is None or names  # a root of the user's keeps its /etc/hosts unless names are relayed
         hosts = hosts_file(space / "hosts", names) if pin else None
         fds = pipes()
-        line = command_line(self.config, copy, hosts, env, argv.command, (fds["info_w"], fds["block_r"]))
-        return start(line, self.config, argv.seconds, argv.uid, fds)
+        own = argv.netns_fd is None
+        line = command_line(self.config, copy, hosts, env, argv.command, (fds["info_w"], fds["block_r"]), own)
+        return start(line, self.config, argv, fds)

@@ -13,7 +13,7 @@ from lakeflow.raas.sandbox import bwrap_status
 from lakeflow.raas.workspace.bwrap import BwrapBackend
 from lakeflow.raas.workspace.docker import DockerBackend, daemon_status
 from lakeflow.raas.workspace.mounts import can_mount
-from lakeflow.raas.workspace.relay import listen_in
+from lakeflow.raas.workspace.netns import inside
 from lakeflow.raas.workspace.runner import Backend, EpisodeSandbox
 
 
@@ -33,9 +33,10 @@ def copy_method(config: SandboxConfig) -> str:
 
 @functools.cache
 def can_enter_netns() -> tuple[bool, str]:
-    """Whether this process may enter a network namespace (setns needs CAP_SYS_ADMIN): the relay's need."""
+    """Whether this process may make and enter network namespaces (unshare and setns need CAP_SYS_ADMIN): the
+    pool's and the relay's need."""
     try:
-        listen_in(os.getpid(), [])
+        inside(None, lambda: None)
     except OSError as e:
         return False, str(e)
     return True, ""
@@ -53,10 +54,11 @@ def _bwrap(config: SandboxConfig) -> Backend:
             "agent.sandbox.backend bwrap runs each episode as a fresh uid (its own process limit, killed by uid): "
             "run the rollout service as root (in its container), or use backend docker"
         )
-    if config.network != "none" and not (entered := can_enter_netns())[0]:
+    if not (entered := can_enter_netns())[0]:
         raise ConfigError(
-            f"agent.sandbox.network {config.network!r}: the gateway is relayed into each sandbox's network namespace, "
-            f"which needs CAP_SYS_ADMIN ({entered[1]}); grant it, or use network: none"
+            "agent.sandbox.backend bwrap: each sandbox's network namespace comes from a pool the service makes, "
+            f"and the gateway is relayed into it, which needs CAP_SYS_ADMIN ({entered[1]}); grant it, or use "
+            "backend docker"
         )
     return BwrapBackend(config)
 

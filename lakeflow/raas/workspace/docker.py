@@ -75,6 +75,7 @@ class DockerBackend:
     """Starts each episode's container (the backend `runner.EpisodeSandbox` drives)."""
 
     name = "docker"
+    pooled_netns = False  # docker makes the container's (--network none); the relay listens in it
 
     def __init__(self, config: SandboxConfig) -> None:
         binary = client()

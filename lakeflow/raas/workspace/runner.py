@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import stat
@@ -28,10 +29,11 @@ from lakeflow.errors import ConfigError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.sandbox_processes import collect_output, kill_group, kill_uid, limit_of, sandbox_uid
-from lakeflow.raas.workspace import bwrap, lake_states
+from lakeflow.raas.workspace import bwrap, lake_states, netns
 from lakeflow.raas.workspace.base import Base, Bases
 from lakeflow.raas.workspace.copies import EpisodeCopy, make_copy, sweep
-from lakeflow.raas.workspace.relay import Relay
+from lakeflow.raas.workspace.netns import NetnsPool, Slot
+from lakeflow.raas.workspace.relay import Relay, Target
 from lakeflow.raas.workspace.routes import routes
 from lakeflow.raas.workspace.state import pack
 
@@ -58,6 +60,7 @@ class Backend(Protocol):
     """Starts one episode's sandbox, its command held back until released (bwrap.py, docker.py)."""
 
     name: str
+    pooled_netns: bool  # it joins a network namespace of the pool (else it makes its own)
 
     def launch(
         self, copy: Path, space: Path, env: Mapping[str, str], names: list[str], argv: bwrap.Argv
@@ -68,6 +71,7 @@ class Backend(Protocol):
 class _Episode:
     copy: EpisodeCopy
     uid: int | None
+    slot: Slot | None  # the pooled network namespace it borrows (bwrap)
     started: float = field(default_factory=time.monotonic)
     pid: int | None = None  # bwrap's, once started
 
@@ -86,6 +90,7 @@ class EpisodeSandbox:
         self.episodes_dir = root / "episodes"
         sweep(self.episodes_dir)
         self.relay = Relay() if config.network != "none" else None
+        self.slots = NetnsPool() if backend.pooled_netns else None
         self._running: dict[int, _Episode] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -101,10 +106,16 @@ class EpisodeSandbox:
             return SandboxRun(error="the rollout service is stopping")
         try:
             uid = sandbox_uid()
+            slot = self.slots.acquire() if self.slots is not None else None
+        except OSError as e:
+            return SandboxRun(error=f"cannot make the episode's network namespace: {e}")
+        try:
             copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid)
         except (OSError, LakeflowError) as e:
+            if slot is not None and self.slots is not None:
+                self.slots.release(slot)
             return SandboxRun(error=f"cannot make the episode's workspace: {e}")
-        episode = _Episode(copy, uid)
+        episode = _Episode(copy, uid, slot)
         with self._lock:
             self._running[id(episode)] = episode
         try:
@@ -113,6 +124,8 @@ class EpisodeSandbox:
             with self._lock:
                 self._running.pop(id(episode), None)
             copy.remove()  # its processes are gone: the sandbox's pid namespace ended with its command
+            if slot is not None and self.slots is not None:
+                self.slots.release(slot)
 
     def _play(
         self, e: _Episode, command: list[str], episode_env: dict[str, str], seconds: float, t0: float
@@ -120,14 +133,16 @@ class EpisodeSandbox:
         try:
             plan = routes(self.config, episode_env)
             env = bwrap.base_env(self.config) | plan.env
-            argv = bwrap.Argv(command, seconds, e.uid)
+            if e.slot is not None:
+                self._listen(e.slot, plan.ports)
+            argv = bwrap.Argv(command, seconds, e.uid, e.slot.fd if e.slot is not None else None)
             launched = self.backend.launch(e.copy.path, e.copy.space, env, plan.names, argv)
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # ConfigError is a ValueError
             return SandboxRun(error=str(err))
         e.pid = launched.proc.pid
         servers: list[Future[asyncio.Server]] = []
         try:
-            if self.relay is not None and plan.ports:
+            if self.relay is not None and plan.ports and e.slot is None:
                 servers = self.relay.open(launched.netns_pid, plan.ports)
             os.write(launched.release_fd, b"1")
         except OSError as err:
@@ -150,6 +165,16 @@ class EpisodeSandbox:
         exit_code = None if stopped else bwrap.exit_code(code)
         limit = stopped or limit_of(exit_code, stderr) or ("disk" if e.copy.full() else "")
         return SandboxRun(exit_code, out.decode(errors="replace"), stderr, limit, "", self._store(e), ready)
+
+    def _listen(self, slot: Slot, ports: Mapping[int, Target]) -> None:
+        """The slot's listeners are exactly `ports`, each relayed to its target (kept between episodes)."""
+        for port in [p for p, (_, target) in slot.listeners.items() if ports.get(p) != target]:
+            if self.relay is not None:
+                self.relay.close([slot.listeners.pop(port)[0]])
+        for port, target in ports.items():
+            if port not in slot.listeners and self.relay is not None:
+                sock = netns.inside(slot.fd, functools.partial(netns.listener, port))
+                slot.listeners[port] = (self.relay.serve(sock, target), target)
 
     def _watch(self, copy: EpisodeCopy) -> Callable[[], str]:
         def check() -> str:
@@ -184,7 +209,9 @@ class EpisodeSandbox:
                 kill_group(e.pid)
             if e.uid is not None:
                 kill_uid(e.uid)
+        slots = self.slots.close() if self.slots is not None else []
         if self.relay is not None:
+            self.relay.close([server for slot in slots for server, _ in slot.listeners.values()])
             with contextlib.suppress(RuntimeError):  # the loop has stopped already
                 self.relay.stop()
 
