@@ -55,6 +55,7 @@ class Argv:
     seconds: float
     uid: int | None
     netns_fd: int | None = None
+    mntns_fd: int | None = None  # the mount namespace holding its workspace's overlay (None: the service's)
 
 
 def base_env(config: SandboxConfig) -> dict[str, str]:
@@ -120,11 +121,13 @@ def _prefix(config: SandboxConfig, argv: Argv) -> tuple[list[str], dict[str, Any
     its vfork, where Popen's own `user=` forks and copies a large service's page tables), prlimit."""
     util = {name: shutil.which(name, path=SAFE_PATH) for name in ("prlimit", "setpriv", "nsenter")}
     limits = prlimit_prefix(rlimits(config, argv.seconds))
-    if limits is None or (argv.netns_fd is not None and util["nsenter"] is None):
+    if limits is None or util["nsenter"] is None:
         raise OSError("util-linux's prlimit and nsenter must be on the PATH: the sandbox cannot be set up")
     prefix: list[str] = []
-    if argv.netns_fd is not None:
-        prefix += [str(util["nsenter"]), f"--net=/proc/self/fd/{argv.netns_fd}", "--"]
+    enter = [f"--net=/proc/self/fd/{argv.netns_fd}"] if argv.netns_fd is not None else []
+    enter += [f"--mount=/proc/self/fd/{argv.mntns_fd}"] if argv.mntns_fd is not None else []
+    if enter:
+        prefix += [str(util["nsenter"]), *enter, "--"]
     ids: dict[str, Any] = {}
     if argv.uid is not None and util["setpriv"] is not None:
         prefix += [util["setpriv"], f"--reuid={argv.uid}", f"--regid={argv.uid}", "--clear-groups"]
@@ -137,7 +140,7 @@ def start(line: list[str], config: SandboxConfig, argv: Argv, fds: dict[str, int
     """Start bwrap (its command held back) and wait for its command's pid; OSError when it cannot start.
     `fds`: info_r, info_w, block_r, block_w (the two pipes in `line`); the child's ends are closed here."""
     prefix, ids = _prefix(config, argv)
-    passed = (fds["info_w"], fds["block_r"], *([argv.netns_fd] if argv.netns_fd is not None else []))
+    passed = (fds["info_w"], fds["block_r"], *(fd for fd in (argv.netns_fd, argv.mntns_fd) if fd is not None))
     try:
         proc = subprocess.Popen(
             [*prefix, *line],
@@ -163,9 +166,11 @@ def start(line: list[str], config: SandboxConfig, argv: Argv, fds: dict[str, int
 def _read_info(fd: int) -> dict[str, object]:
     data = b""
     deadline = time.monotonic() + _INFO_WAIT_S
+    poller = select.poll()  # not select(): a busy service has fds past 1024
+    poller.register(fd, select.POLLIN)
     try:
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
             chunk = os.read(fd, 4096) if ready else b""
             if not chunk:
                 break
@@ -197,6 +202,7 @@ class BwrapBackend:
 
     name = "bwrap"
     pooled_netns = True  # it joins a network namespace of the pool (netns.py)
+    private_mounts = True  # it starts in its overlay's own mount namespace (copies.py)
 
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config

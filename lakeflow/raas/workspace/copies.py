@@ -11,6 +11,7 @@ one left by a service that died is unmounted and removed by the next service's `
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import secrets
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from lakeflow.raas.workspace.base import Base
 from lakeflow.raas.workspace.changes import copy_change, overlay_change
-from lakeflow.raas.workspace.mounts import mount_overlay, mount_tmpfs, unmount
+from lakeflow.raas.workspace.mounts import in_own_namespace, mount_overlay, mount_tmpfs, unmount
 from lakeflow.raas.workspace.state import Change
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,14 @@ class EpisodeCopy:
     method: str  # overlay or copy
     base: Base
     disk_bytes: int
-    mounts: list[Path] = field(default_factory=list)
+    mounts: list[Path] = field(default_factory=list)  # in the service's own mount namespace (docker)
+    fds: dict[str, int] = field(default_factory=dict)  # mntns, upper: an overlay in a namespace of its own
     _checked: float = 0.0
+
+    @property
+    def mntns_fd(self) -> int | None:
+        """The mount namespace the sandbox must start in (None: the service's)."""
+        return self.fds.get("mntns")
 
     @property
     def path(self) -> Path:
@@ -52,7 +59,7 @@ class EpisodeCopy:
     def full(self) -> bool:
         """Whether the episode has used its `disk_mb` (measured at most every COPY_CHECK_S for a copy)."""
         if self.method == "overlay":
-            st = os.statvfs(self.space / "disk")
+            st = os.fstatvfs(self.fds["upper"]) if self.fds else os.statvfs(self.space / "disk")  # on the tmpfs
             return st.f_bavail * st.f_frsize < _FULL_BYTES
         now = time.monotonic()
         if now - self._checked < COPY_CHECK_S:
@@ -66,10 +73,14 @@ class EpisodeCopy:
             if self.path in self.mounts:
                 unmount(self.path)
                 self.mounts.remove(self.path)
-            return overlay_change(self.upper, self.base.tree, self.upper)
+            upper = Path(f"/proc/self/fd/{self.fds['upper']}") if self.fds else self.upper  # through the fd
+            return overlay_change(upper, self.base.tree, upper)
         return copy_change(self.path, self.base.tree)
 
     def remove(self) -> None:
+        for fd in self.fds.values():  # the last reference to its namespace: its mounts end with it
+            os.close(fd)
+        self.fds.clear()
         for m in reversed(self.mounts):
             with contextlib.suppress(OSError):  # already gone
                 unmount(m)
@@ -77,8 +88,11 @@ class EpisodeCopy:
         shutil.rmtree(self.space, ignore_errors=True)
 
 
-def make_copy(root: Path, base: Base, method: str, disk_mb: int, uid: int | None) -> EpisodeCopy:
-    """A new workspace of `base` for an episode run as `uid` (None: as this process)."""
+def make_copy(
+    root: Path, base: Base, method: str, disk_mb: int, uid: int | None, own_namespace: bool = False
+) -> EpisodeCopy:
+    """A new workspace of `base` for an episode run as `uid` (None: as this process); `own_namespace`: an
+    overlay's mounts in a mount namespace of their own (`mntns_fd`), where the sandbox starts."""
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o711)  # the sandbox's uid passes through to its own directory, lists nothing
     space = root / f"{os.getpid()}-{secrets.token_hex(8)}"
@@ -86,7 +100,10 @@ def make_copy(root: Path, base: Base, method: str, disk_mb: int, uid: int | None
     copy = EpisodeCopy(space, method, base, disk_mb << 20)
     try:
         if method == "overlay":
-            _overlay(copy, disk_mb, uid)
+            copy.path.mkdir()
+            (space / "disk").mkdir()
+            mount = functools.partial(_overlay, copy, disk_mb, uid, own_namespace)
+            copy.fds = in_own_namespace(mount) if own_namespace else mount()
         else:
             shutil.copytree(base.tree, copy.path, symlinks=True)
             if uid is not None:
@@ -97,18 +114,23 @@ def make_copy(root: Path, base: Base, method: str, disk_mb: int, uid: int | None
     return copy
 
 
-def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None) -> None:
+def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool) -> dict[str, int]:
+    """Mount the tmpfs and the overlay in the calling thread's mount namespace; with `own` (a namespace of
+    their own), the fds that keep it and reach the upper directory (on the tmpfs) from outside it."""
     disk = copy.space / "disk"
-    disk.mkdir()
-    copy.path.mkdir()
     mount_tmpfs(disk, disk_mb, None)
-    copy.mounts.append(disk)
     copy.upper.mkdir()
     (disk / "work").mkdir()
     if uid is not None:
         os.chown(copy.upper, uid, uid)  # the workspace's root is the episode's own
+    if not own:
+        copy.mounts.append(disk)
     mount_overlay(copy.base.tree, copy.upper, disk / "work", copy.path)
-    copy.mounts.append(copy.path)
+    if not own:
+        copy.mounts.append(copy.path)
+        return {}
+    flags = os.O_RDONLY | os.O_DIRECTORY
+    return {"upper": os.open(copy.upper, flags), "mntns": os.open("/proc/thread-self/ns/mnt", os.O_RDONLY)}
 
 
 def _chown_tree(root: Path, uid: int) -> None:

@@ -76,6 +76,7 @@ class DockerBackend:
 
     name = "docker"
     pooled_netns = False  # docker makes the container's (--network none); the relay listens in it
+    private_mounts = False  # the daemon mounts the workspace: it must be in the service's mount namespace
 
     def __init__(self, config: SandboxConfig) -> None:
         binary = client()

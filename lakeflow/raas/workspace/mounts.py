@@ -12,12 +12,17 @@ import functools
 import logging
 import os
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
 
 _MNT_DETACH = 2
-_MS_NOSUID, _MS_NODEV = 2, 4
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+_CLONE_NEWNS = 0x00020000
+T = TypeVar("T")
 
 
 @functools.cache
@@ -51,28 +56,55 @@ def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
     mount("overlay", target, "overlay", f"lowerdir={lower},upperdir={upper},workdir={work}")
 
 
+def in_own_namespace(fn: Callable[[], T]) -> T:
+    """Run `fn` on a new thread in a mount namespace of its own (a copy of this one, private: nothing
+    propagates either way), which it never leaves; `fn` keeps what it mounts alive by returning an fd of
+    /proc/thread-self/ns/mnt. Mounts made there are in no other namespace: not in the service's, so not in
+    what every new sandbox copies (bwrap copies its parent's mount table, then detaches it)."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if _libc().unshare(_CLONE_NEWNS) != 0:  # with CLONE_FS implied: this thread alone
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"unshare a mount namespace: {os.strerror(errno)}")
+            if _libc().mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"make the mount namespace private: {os.strerror(errno)}")
+            out.append(fn())
+        except OSError as e:
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="lakeflow-mntns")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out[0]
+
+
 @functools.cache
 def can_mount() -> tuple[bool, str]:
-    """Whether this process may mount a tmpfs and an overlay (and why not); probed once."""
+    """Whether this process may mount a tmpfs and an overlay in a mount namespace of its own (and why not);
+    probed once. The probe's mounts end with its namespace."""
     root = Path(tempfile.mkdtemp(prefix="lakeflow-mount-probe-"))
     lower, space, merged = root / "lower", root / "space", root / "merged"
     for d in (lower, space, merged):
         d.mkdir()
-    mounted: list[Path] = []
-    try:
+
+    def probe() -> None:
         mount_tmpfs(space, 1, None)
-        mounted.append(space)
         (space / "upper").mkdir()
         (space / "work").mkdir()
         mount_overlay(lower, space / "upper", space / "work", merged)
-        mounted.append(merged)
+
+    try:
+        in_own_namespace(probe)
         return True, ""
     except OSError as e:
         return False, str(e)
     finally:
-        for m in reversed(mounted):
-            with contextlib.suppress(OSError):
-                unmount(m)
         with contextlib.suppress(OSError):
             for d in (merged, space, lower, root):
                 d.rmdir()

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import os
+import resource
 import stat
 import subprocess
 import tempfile
@@ -61,6 +62,7 @@ class Backend(Protocol):
 
     name: str
     pooled_netns: bool  # it joins a network namespace of the pool (else it makes its own)
+    private_mounts: bool  # it starts in the mount namespace of its workspace's overlay (else the service's)
 
     def launch(
         self, copy: Path, space: Path, env: Mapping[str, str], names: list[str], argv: bwrap.Argv
@@ -86,6 +88,7 @@ class EpisodeSandbox:
         self.config, self.backend, self.store, self.model_id, self.method = config, backend, store, model_id, method
         root = Path(config.work_dir or os.path.join(tempfile.gettempdir(), "lakeflow-workspaces")).absolute()
         _searchable(root)
+        _more_files()
         self.bases = Bases(root / "bases", store, model_id)
         self.episodes_dir = root / "episodes"
         sweep(self.episodes_dir)
@@ -110,7 +113,8 @@ class EpisodeSandbox:
         except OSError as e:
             return SandboxRun(error=f"cannot make the episode's network namespace: {e}")
         try:
-            copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid)
+            own = self.backend.private_mounts
+            copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid, own)
         except (OSError, LakeflowError) as e:
             if slot is not None and self.slots is not None:
                 self.slots.release(slot)
@@ -135,7 +139,8 @@ class EpisodeSandbox:
             env = bwrap.base_env(self.config) | plan.env
             if e.slot is not None:
                 self._listen(e.slot, plan.ports)
-            argv = bwrap.Argv(command, seconds, e.uid, e.slot.fd if e.slot is not None else None)
+            slot = e.slot.fd if e.slot is not None else None
+            argv = bwrap.Argv(command, seconds, e.uid, slot, e.copy.mntns_fd)
             launched = self.backend.launch(e.copy.path, e.copy.space, env, plan.names, argv)
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # ConfigError is a ValueError
             return SandboxRun(error=str(err))
@@ -224,3 +229,12 @@ def _searchable(root: Path) -> None:
                 f"agent.sandbox.work_dir {root}: {p} is not searchable by other users, and each episode's uid passes "
                 f"through it to its workspace: chmod o+x {p}, or choose another work_dir"
             )
+
+
+def _more_files(wanted: int = 1 << 16) -> None:
+    """Raise this process's soft limit on open files towards the hard one: each running episode holds a
+    few (its pipes, its namespaces, its relayed connections)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
