@@ -18,7 +18,9 @@ from lakeflow.errors import InputError, LakeFormatError
 from lakeflow.io import open_store
 from lakeflow.lake import layout
 from lakeflow.raas.workspace import lake_states
+from lakeflow.raas.workspace.base import Bases
 from lakeflow.raas.workspace.changes import copy_change, overlay_change, snapshot
+from lakeflow.raas.workspace.copies import make_copy
 from lakeflow.raas.workspace.mounts import can_mount, mount_overlay, unmount
 from lakeflow.raas.workspace.state import MANIFEST, apply_state, pack, read_manifest
 
@@ -173,3 +175,16 @@ def test_a_state_whose_bytes_do_not_match_its_name_is_refused(tmp_path: Path) ->
     with pytest.raises(LakeFormatError, match="not a workspace state key"):
         lake_states.lake_key("lake://workspaces/policy/../x.tar.zst")
     assert read_manifest(good.data)["parent"] is None
+
+
+@pytest.mark.skipif(not can_mount()[0], reason=f"no mount rights here: {can_mount()[1]}")
+@pytest.mark.parametrize("own_namespace", [True, False], ids=["own mount namespace (bwrap)", "service's (docker)"])
+def test_an_overlay_copy_is_made_and_removed_leaving_no_mount(tmp_path: Path, own_namespace: bool) -> None:
+    base = Bases(tmp_path / "bases", None, "policy").get(str(_base(tmp_path)))
+    copy = make_copy(tmp_path / "episodes", base, "overlay", 1, None, own_namespace)
+    if not own_namespace:  # the service sees the merged view: write through it
+        (copy.path / "new.txt").write_text("new\n")
+    assert (copy.mntns_fd is not None) == own_namespace and not copy.full()
+    assert [e.path for e in copy.change().entries] == ([] if own_namespace else ["new.txt"])
+    copy.remove()
+    assert str(tmp_path) not in Path("/proc/self/mountinfo").read_text() and not copy.space.exists()
