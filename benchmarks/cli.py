@@ -29,6 +29,7 @@ COMMANDS = {
     "scale": "benchmarks.scale:bench_scale",
     "text": "benchmarks.text:bench_text",
     "recipe": "benchmarks.recipe:bench_recipe",
+    "sandbox": "benchmarks.sandbox:bench_sandbox",
 }
 
 SUMMARIES = {
@@ -48,6 +49,7 @@ SUMMARIES = {
     "scale": "`lakeflow sql` over N one-group shards, uncompacted and compacted.",
     "text": "Bytes per sample with and without decoded text columns.",
     "recipe": "A shipped recipe run N times with its own seeds: its curve per version, mean and range.",
+    "sandbox": "Agent episodes' start latency in a bwrap sandbox beside a plain subprocess; workspace copies.",
 }
 
 

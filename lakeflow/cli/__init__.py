@@ -35,6 +35,7 @@ COMMANDS = {
     "eval": "lakeflow.cli.evaluate:evaluate",
     "export-metrics": "lakeflow.cli.metrics:export_metrics",
     "models": "lakeflow.cli.models:models",
+    "workspace": "lakeflow.cli.workspace:workspace",
 }
 
 # One line each in `lakeflow --help`, so listing the commands imports none of them.
@@ -58,6 +59,7 @@ SUMMARIES = {
     "eval": "Evaluate a model's published versions on held-out prompts (the eval table).",
     "export-metrics": "Replay a lake's metric tables into W&B, TensorBoard or MLflow.",
     "models": "Prepare a model directory (from a GGUF file, a wheel holding one, a hub id).",
+    "workspace": "Show or restore what a sandboxed agent episode changed in its workspace.",
 }
 
 

@@ -89,6 +89,7 @@ BALANCE = layout.BALANCE_REPORT
 RAAS_STATS = glob(layout.raas_stats_key(_RAAS))
 TRAINER_STATS = glob(layout.trainer_stats_prefix(_MODEL)).split("*", 1)[0] + "*"
 EVERYTHING = "*"
+WORKSPACES = glob(layout.WORKSPACES)
 ROLLOUT_METRICS = glob(layout.metrics_prefix("rollout_stats"))
 DATAFLOW_METRICS = glob(layout.metrics_prefix("dataflow_stats"))
 TRAINER_METRICS = glob(layout.metrics_prefix("trainer_steps"))
@@ -101,6 +102,7 @@ MODEL_BATCHES = scoped(layout.batches_prefix(_MODEL))
 MODEL_WEIGHTS = scoped(layout.weights_prefix(_MODEL))
 MODEL_CHECKPOINTS = scoped(layout.checkpoint_prefix(_MODEL, 0).rsplit("/", 2)[0] + "/")
 MODEL_TRAINER_STATS = scoped(layout.trainer_stats_prefix(_MODEL))
+MODEL_WORKSPACES = scoped(layout.workspaces_prefix(_MODEL))
 
 GRANTS: tuple[Grant, ...] = (
     # --- rollout service: lakeflow/raas/service/loop.py, lakeflow/lake/tasks.py, lakeflow/lake/writer.py
@@ -117,6 +119,19 @@ GRANTS: tuple[Grant, ...] = (
     Grant("raas", "create", ROLLOUT_METRICS, "its rollout_stats metric rows (object, then commit record)"),
     Grant("raas", "read", ROLLOUT_METRICS, "a retried create-only write compares the bytes already there"),
     Grant("raas", "delete", MODEL_CLAIM, "drops its own claim on a task released between listing and claiming"),
+    Grant(
+        "raas",
+        "create",
+        MODEL_WORKSPACES,
+        "sandboxed agent episodes: each base and each episode's change, create-only (raas/workspace/lake_states.py)",
+    ),
+    Grant(
+        "raas",
+        "read",
+        WORKSPACES,
+        "a pool whose workspace is a stored state (lake://, a fork of any model's episode); a retried create-only "
+        "write compares the bytes already there",
+    ),
     # --- dataflow process: lakeflow/dataflow/*
     Grant("dataflow", "list", COMMITS, "tails commit records (LakeReader.poll)"),
     Grant("dataflow", "list", TASKS, "rebuilds outstanding tasks and claims (TaskIssuer.sync)"),

@@ -225,6 +225,34 @@ def autoscale_stats_key(model_id: str) -> str:
     return f"stats/autoscale/{check_name(model_id, 'model id')}.json"
 
 
+# --- workspaces (agent episodes' sandboxed workspaces, written by the rollout service) -------
+
+WORKSPACES = "workspaces/"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_WORKSPACE = re.compile(r"^workspaces/([^/]+)/([0-9a-f]{64})\.tar\.zst$")
+
+
+def workspaces_prefix(model_id: str) -> str:
+    """Every stored workspace state of one model's episodes."""
+    return f"{WORKSPACES}{check_name(model_id, 'model id')}/"
+
+
+def workspace_key(model_id: str, sha256: str) -> str:
+    """A workspace state (a base, or an episode's change against its parent), named by the SHA-256 of its
+    bytes: create-only, and the same state written twice is one object."""
+    if not _SHA256.match(sha256):
+        raise InputError(f"a workspace state is named by a lowercase hex SHA-256, got {sha256!r}")
+    return f"{workspaces_prefix(model_id)}{sha256}.tar.zst"
+
+
+def parse_workspace_key(key: str) -> tuple[str, str]:
+    """(model id, sha256) of a workspace state key; LakeFormatError for any other key."""
+    m = _WORKSPACE.match(key)
+    if not m:
+        raise LakeFormatError(f"not a workspace state key (workspaces/<model>/<sha256>.tar.zst): {key!r}")
+    return check_name(m[1], "model id"), m[2]
+
+
 def _number(n: int, what: str) -> str:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InputError(f"{what} must be a non-negative integer, got {n!r}")

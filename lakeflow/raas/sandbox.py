@@ -43,7 +43,9 @@ from lakeflow.raas.sandbox_processes import (
     kill_group,
     kill_uid,
     limit_of,
+    prlimit_prefix,
     sandbox_uid,
+    system_binds,
     tasks_of,
 )
 
@@ -53,7 +55,6 @@ Mode = Literal["auto", "bwrap", "rlimit"]
 MODES = ("auto", "bwrap", "rlimit")
 INNER_DIR = "/sandbox"  # the work directory as the program sees it under bwrap
 _MIB = 1 << 20
-_PRLIMIT = "prlimit"  # util-linux; without it limits are set in preexec_fn
 
 
 @dataclass(frozen=True)
@@ -206,12 +207,7 @@ def _bwrap_command(work: Path, interpreter: str, env: Mapping[str, str], limits:
     binary = shutil.which("bwrap", path=SAFE_PATH) or "bwrap"
     cmd = [binary, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
     cmd += ["--clearenv"] + [a for key, value in env.items() for a in ("--setenv", key, value)]
-    cmd += ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            cmd += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            cmd += ["--ro-bind", top, top]
+    cmd += system_binds()
     prefix = Path(interpreter).parent.parent  # <prefix>/bin/python3 -> <prefix>
     if not any(prefix.is_relative_to(p) for p in ("/usr", "/bin", "/lib", "/lib64")):
         cmd += ["--ro-bind", str(prefix), str(prefix)]
@@ -233,12 +229,10 @@ def _execute(
         resource.RLIMIT_NOFILE: (limits.open_files,) * 2,
         resource.RLIMIT_CORE: (0, 0),
     }
-    prlimit = shutil.which(_PRLIMIT, path=SAFE_PATH)
+    prefix = prlimit_prefix(rlimits)
     preexec: Callable[[], None] | None = None
-    if prlimit:
-        flags = {"CPU": "cpu", "AS": "as", "FSIZE": "fsize", "NPROC": "nproc", "NOFILE": "nofile", "CORE": "core"}
-        names = {getattr(resource, f"RLIMIT_{k}"): v for k, v in flags.items()}
-        command = [prlimit, *(f"--{names[r]}={soft}:{hard}" for r, (soft, hard) in rlimits.items()), "--", *command]
+    if prefix is not None:
+        command = [*prefix, *command]
     else:  # not thread-safe in theory (Python code between fork and exec), hence prlimit first
 
         def preexec() -> None:

@@ -8,12 +8,14 @@ import contextlib
 import logging
 import os
 import re
+import resource
 import secrets
 import selectors
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -23,8 +25,15 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"  # the programs' PATH, and where the 
 UID_BASE, UID_SPAN = 1 << 28, 1 << 27  # uids handed to sandboxed programs when we are root
 
 
-def collect_output(proc: subprocess.Popen[bytes], output_bytes: int, deadline: float) -> tuple[bytes, bytes, str]:
-    """Read both pipes until EOF or exit; returns (stdout, stderr, why it was stopped: '', wall, output)."""
+def collect_output(
+    proc: subprocess.Popen[bytes],
+    output_bytes: int,
+    deadline: float,
+    check: Callable[[], str] | None = None,
+    poll_s: float = 0.05,
+) -> tuple[bytes, bytes, str]:
+    """Read both pipes until EOF or exit; returns (stdout, stderr, why it was stopped: '', wall, output, or
+    what `check` (called every `poll_s` while the program is quiet) returned when it returned a reason)."""
     assert proc.stdout is not None and proc.stderr is not None  # PIPE was asked for
     buffers: dict[IO[bytes], bytearray] = {proc.stdout: bytearray(), proc.stderr: bytearray()}
     stopped = ""
@@ -36,7 +45,9 @@ def collect_output(proc: subprocess.Popen[bytes], output_bytes: int, deadline: f
             if remaining <= 0:
                 stopped = "wall"
                 break
-            events = selector.select(min(remaining, 0.05))
+            events = selector.select(min(remaining, poll_s))
+            if check is not None and (stopped := check()):
+                break
             if not events and exited(proc.pid):
                 break  # the program is gone; a descendant may still hold the pipes open
             for key, _ in events:
@@ -52,8 +63,36 @@ def collect_output(proc: subprocess.Popen[bytes], output_bytes: int, deadline: f
     while not stopped and not exited(proc.pid):  # pipes closed early: wait for the exit, up to the deadline
         if time.monotonic() >= deadline:
             stopped = "wall"
+        elif check is not None:
+            stopped = check()
         time.sleep(0.01)
     return bytes(buffers[proc.stdout]), bytes(buffers[proc.stderr]), stopped
+
+
+def system_binds() -> list[str]:
+    """bwrap arguments for this machine's system: /usr and /etc read-only, /bin, /sbin and /lib* as links or
+    read-only binds, as they are here."""
+    args = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return args
+
+
+PRLIMIT = "prlimit"  # util-linux; without it limits are set in preexec_fn
+PRLIMIT_FLAGS = {"CPU": "cpu", "AS": "as", "FSIZE": "fsize", "NPROC": "nproc", "NOFILE": "nofile", "CORE": "core"}
+
+
+def prlimit_prefix(rlimits: Mapping[int, tuple[int, int]]) -> list[str] | None:
+    """`prlimit --<limit>=soft:hard ... --`, to put before a command (limits set after the fork, so safe from
+    a threaded service); None where util-linux's prlimit is missing."""
+    prlimit = shutil.which(PRLIMIT, path=SAFE_PATH)
+    if prlimit is None:
+        return None
+    names = {getattr(resource, f"RLIMIT_{k}"): v for k, v in PRLIMIT_FLAGS.items()}
+    return [prlimit, *(f"--{names[r]}={soft}:{hard}" for r, (soft, hard) in rlimits.items()), "--"]
 
 
 def exited(pid: int) -> bool:

@@ -117,6 +117,7 @@ def test_every_key_the_code_writes_is_allowed_to_its_writer_only_where_it_must_b
         ("raas", "swap", layout.claim_key("policy", "t1")),
         ("raas", "delete", layout.claim_key("policy", "t1")),
         ("raas", "put", layout.raas_stats_key("raas-1")),
+        ("raas", "create", layout.workspace_key("policy", "a" * 64)),
         ("dataflow", "create", layout.task_key("policy", "t1")),
         ("dataflow", "delete", layout.task_key("policy", "t1")),
         ("dataflow", "delete", layout.claim_key("policy", "t1")),
@@ -181,6 +182,7 @@ CROSS_MODEL = [  # what an identity of model "policy" must never write: model "o
     ("swap", layout.claim_key("other", "t1")),
     ("delete", layout.claim_key("other", "t1")),
     ("create", layout.shard_key("other", NOW, "raas-1", 3)),
+    ("create", layout.workspace_key("other", "a" * 64)),
 ]
 
 
@@ -206,6 +208,8 @@ def test_per_model_identities_write_nothing_of_another_model() -> None:
         ("create", layout.claim_key("policy", "t1")),
         ("swap", layout.claim_key("policy", "t1")),
         ("create", layout.shard_key("policy", NOW, "raas-1", 3)),
+        ("create", layout.workspace_key("policy", "a" * 64)),
+        ("get", layout.workspace_key("other", "a" * 64)),  # a pool may start from another model's state
         ("list", layout.tasks_prefix("policy")),
         ("get", layout.latest_weights_key("other")),  # reads every model's weights (multi-model workflows)
     ]:

@@ -20,11 +20,13 @@ ALLOWED = {
     FLOOR: {"config", "engines"},
     "gateway": set(),  # the HTTP adapter: wire formats and the server, nothing of the service
     "agent": {"config", "engines", FLOOR},
-    "episodes": {"config", "engines", "agent", "gateway", FLOOR},
+    # sandboxed workspaces of command episodes: the config, the floor's sandbox pieces (uids, kills, limits)
+    "workspace": {"config", FLOOR},
+    "episodes": {"config", "engines", "agent", "gateway", "workspace", FLOOR},
     "workflows": {"config", "engines", "episodes", FLOOR},
     "scoring": {"config", "engines", "workflows", FLOOR},
     "check": {"config", "engines", "agent", "scoring", "workflows", FLOOR},
-    "service": {"config", "engines", "episodes", "scoring", "workflows", FLOOR},
+    "service": {"config", "engines", "episodes", "scoring", "workflows", "workspace", FLOOR},
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from lakeflow.raas import sandbox
+from lakeflow.raas import sandbox, sandbox_processes
 from lakeflow.raas.sandbox import Limits, bwrap_status, run_python
 
 # For tests where the wall clock must stop the program (it sleeps, or spins until a limit stops it).
@@ -222,7 +222,7 @@ def test_network(mode: str) -> None:
 
 
 def test_limits_without_prlimit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "_PRLIMIT", "no-such-prlimit")  # limits set in preexec_fn instead
+    monkeypatch.setattr(sandbox_processes, "PRLIMIT", "no-such-prlimit")  # limits set in preexec_fn instead
     assert run_python("while True: pass", mode="rlimit", limits=SLOW_WALL).limit == "cpu"
     assert run_python("hog = bytearray(1 << 30)", mode="rlimit", limits=SLOW_WALL).limit == "memory"
 

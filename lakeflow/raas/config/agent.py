@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from lakeflow.configfile import StrictConfig
+from lakeflow.raas.config.sandbox import SandboxConfig
 
 
 class GatewayConfig(StrictConfig):
@@ -77,9 +78,23 @@ class AgentConfig(StrictConfig):
         "'package.module:attr', or a name in the entry-point group 'lakeflow.tool_parsers'.",
     )
     gateway: GatewayConfig = Field(default_factory=GatewayConfig, description="Where the gateway listens.")
+    sandbox: SandboxConfig = Field(
+        default_factory=SandboxConfig,
+        description="Where a `command` episode runs: its workspace, limits and network (docs/sandbox.md); "
+        "backend 'none' (default) runs it as a plain subprocess.",
+    )
 
     @model_validator(mode="after")
     def _one_program(self) -> AgentConfig:
         if (self.program is None) == (self.command is None):
             raise ValueError("agent: give exactly one of `program` (package.module:attr) or `command` (a list)")
+        if self.sandbox.backend != "none" and self.command is None:
+            raise ValueError(
+                "agent.sandbox runs a `command`; a `program` runs inside the service and cannot be sandboxed"
+            )
+        if self.sandbox.seconds is not None and self.sandbox.seconds >= self.max_seconds:
+            raise ValueError(
+                f"agent.sandbox.seconds ({self.sandbox.seconds:g}) must be below agent.max_seconds "
+                f"({self.max_seconds:g}), so the workspace is stored before the episode's time is up"
+            )
         return self

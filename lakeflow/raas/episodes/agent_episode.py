@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakeflow.lake.tasks import Task
@@ -49,7 +49,7 @@ class AgentEpisode:
             self.end = EpisodeEnd.AGENT_ERROR
         elif self.tokens.requests == 0:
             self.end = EpisodeEnd.NO_REQUESTS
-            outcome = Outcome(error="the program ended without calling the model", stderr=outcome.stderr)
+            outcome = replace(outcome, error="the program ended without calling the model", reward=None, answer=None)
         else:
             self.end = EpisodeEnd.DONE
         self.outcome = outcome
@@ -91,6 +91,8 @@ def samples(
     stderr = episode.outcome.stderr if episode.outcome is not None else ""
     if error and stderr:
         extra["stderr"] = stderr[-STDERR_KEPT:]
+    if episode.outcome is not None and episode.outcome.workspace is not None:
+        extra["workspace"] = episode.outcome.workspace  # a sandboxed command's stored workspace
     episode_id = uuid.uuid4().hex
     if not segments:  # the program never called the model: one empty sample keeps the group whole
         prompt = engine.encode_chat(task_view(task)["messages"])

@@ -45,6 +45,7 @@ from lakeflow.raas.gateway.server import GatewayServer
 from lakeflow.raas.groups import Group
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.trajectory import Sampling
+from lakeflow.raas.workspace import EpisodeSandbox
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +76,19 @@ class GatewayRunner:
         reward: Callable[[Task], RewardFn],
         version: Callable[[], int | None] | None = None,
         chunk_tokens: int | None = None,
+        sandbox: EpisodeSandbox | None = None,
     ) -> None:
         """`version`: the engine's weights version, stamped on the tokens it samples where weights change
         between rounds (`weights_update: interrupt`); None stamps nothing. `chunk_tokens`: most tokens of a
-        turn per round (the rest next round, from its ids: a new version takes over mid-turn); None: whole."""
+        turn per round (the rest next round, from its ids: a new version takes over mid-turn); None: whole.
+        `sandbox`: where commands run (`agent.sandbox`, `workspace/checks.py`); None: plain subprocesses."""
         self.engine, self.agent, self.sampling, self.model, self.reward = engine, agent, sampling, model, reward
         self.rounds = rounds.RoundSampler(engine, sampling.temperature, chunk_tokens, version)
         self.flight: Flight[AgentEpisode] = Flight(agent.max_concurrent_episodes)
         self._carried: list[_Request] = []  # turns sampled in chunks that go on next round
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
-        self.commands = CommandRunner(agent.command) if agent.command else None
+        self.commands = CommandRunner(agent.command, sandbox) if agent.command else None
         # one thread per live episode at most, joined on close
         self._programs = ThreadPoolExecutor(agent.max_concurrent_episodes, thread_name_prefix="lakeflow-program")
         self._playing: set[Future[None]] = set()

@@ -6,7 +6,9 @@ run as a subprocess (its own process group, killed at the time limit) with the c
 the same URL without `/v1`, and `ANTHROPIC_API_KEY`) and the task in `LAKEFLOW_TASK`. Either gives a
 result: a number (the reward), a string (the final answer, for the pool's reward function) or an
 object with `reward` or `answer`; a command gives it as its last JSON line on stdout. Anything else,
-an exception, a non-zero exit or a timeout is a failure with its reason.
+an exception, a non-zero exit or a timeout is a failure with its reason. In a pool with a sandbox
+(`agent.sandbox`, `lakeflow/raas/workspace/`) a command runs there instead, with a clean environment
+(the same variables, no others of the service's), and its outcome carries its stored workspace.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.trajectory import task_messages
+from lakeflow.raas.workspace import EpisodeSandbox, SandboxRun
 
 _SHOWN = 300  # characters of a failure's output kept in its reason
 
@@ -38,6 +41,7 @@ class Outcome:
     error: str = ""
     timed_out: bool = False  # it ran past its time limit (then `error` says so)
     stderr: str = ""  # a command's standard error (its tail is kept with a failed episode's samples)
+    workspace: dict[str, Any] | None = None  # a sandboxed command's stored workspace (extra.workspace)
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -90,24 +94,33 @@ async def _wait(awaitable: Any) -> Any:
     return await awaitable
 
 
-class CommandRunner:
-    """Runs command programs and kills the ones still running when the service closes."""
+def episode_env(task: dict[str, Any], client: dict[str, str]) -> dict[str, str]:
+    """The variables a command gets for its episode: the client settings and the task."""
+    return {
+        "OPENAI_BASE_URL": client["base_url"],
+        "OPENAI_API_KEY": client["api_key"],
+        "OPENAI_MODEL": client["model"],
+        "ANTHROPIC_BASE_URL": client["base_url"].removesuffix("/v1"),  # Anthropic clients add /v1/messages
+        "ANTHROPIC_API_KEY": client["api_key"],
+        "LAKEFLOW_TASK": json.dumps(task),
+    }
 
-    def __init__(self, command: list[str]) -> None:
+
+class CommandRunner:
+    """Runs command programs (in the pool's sandbox when it has one) and kills the ones still running when
+    the service closes."""
+
+    def __init__(self, command: list[str], sandbox: EpisodeSandbox | None = None) -> None:
         self.command = command
+        self.sandbox = sandbox
         self._running: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
 
     def __call__(self, task: dict[str, Any], client: dict[str, str], timeout_s: float) -> Outcome:
-        env = dict(os.environ)
-        env.update(
-            OPENAI_BASE_URL=client["base_url"],
-            OPENAI_API_KEY=client["api_key"],
-            OPENAI_MODEL=client["model"],
-            ANTHROPIC_BASE_URL=client["base_url"].removesuffix("/v1"),  # Anthropic clients add /v1/messages
-            ANTHROPIC_API_KEY=client["api_key"],
-            LAKEFLOW_TASK=json.dumps(task),
-        )
+        if self.sandbox is not None:
+            seconds = self.sandbox.config.command_seconds(timeout_s)
+            return sandboxed(self.sandbox.run(self.command, episode_env(task, client), seconds), seconds)
+        env = dict(os.environ) | episode_env(task, client)
         try:
             proc = subprocess.Popen(
                 self.command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -126,17 +139,42 @@ class CommandRunner:
         finally:
             with self._lock:
                 self._running.discard(proc)
-        stderr = err.decode(errors="replace")
-        if proc.returncode != 0:
-            why = f"the command exited with {proc.returncode}: {stderr.strip()[-_SHOWN:]}"
-            return Outcome(error=why, stderr=stderr)
-        outcome = last_json_line(out.decode(errors="replace"))
-        return replace(outcome, stderr=stderr) if outcome.error else outcome
+        return ended(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
     def close(self) -> None:
         with self._lock:
             for proc in self._running:
                 _kill(proc)
+        if self.sandbox is not None:
+            self.sandbox.close()
+
+
+def ended(code: int | None, stdout: str, stderr: str, limit: str = "") -> Outcome:
+    """The outcome of a command that exited with `code` (`limit`: the sandbox limit it likely hit)."""
+    if code != 0:
+        hit = f" (it likely hit its {limit} limit)" if limit else ""
+        return Outcome(error=f"the command exited with {code}{hit}: {stderr.strip()[-_SHOWN:]}", stderr=stderr)
+    outcome = last_json_line(stdout)
+    return replace(outcome, stderr=stderr) if outcome.error else outcome
+
+
+_STOPPED = {
+    "disk": "it filled its workspace (agent.sandbox.disk_mb)",
+    "output": "it printed more than the sandbox keeps (1 MiB per stream)",
+}
+
+
+def sandboxed(run: SandboxRun, seconds: float) -> Outcome:
+    """The outcome of a command the sandbox ran, with its stored workspace."""
+    if run.error:
+        return Outcome(error=f"the sandbox could not run the command: {run.error}")
+    if run.limit == "wall":
+        why = f"timeout: the sandbox stopped the command at {seconds:g} s (agent.sandbox.seconds)"
+        return Outcome(error=why, timed_out=True, stderr=run.stderr, workspace=run.workspace)
+    if run.limit in _STOPPED:
+        why = f"the sandbox stopped the command: {_STOPPED[run.limit]}"
+        return Outcome(error=why, stderr=run.stderr, workspace=run.workspace)
+    return replace(ended(run.exit_code, run.stdout, run.stderr, run.limit), workspace=run.workspace)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

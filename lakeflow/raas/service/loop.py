@@ -71,7 +71,7 @@ class RolloutService:
             for m in models
         }
         self.runner = build_runner(
-            self.config, engines, self.roles, self.model_id, lambda: self.stopping, lambda: self.version
+            self.config, engines, self.roles, self.model_id, lambda: self.stopping, lambda: self.version, store
         )
         self.state = "starting"
         self.started_at = datetime.now(UTC)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lakeflow.errors import ConfigError
+from lakeflow.io import Store
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import JudgeConfig, RaasConfig, RewardModelConfig, reward_function
 from lakeflow.raas.engines import Engine
@@ -90,6 +91,7 @@ class Pool:
     own: str  # the service's own model (it plays every turn of an agent)
     stopping: Callable[[], bool]  # the service is stopping (a runner that holds groups tries once more)
     stamp: Callable[[], int | None] | None  # the own engine's version, where it changes between rounds
+    store: Store | None = None  # the lake: where sandboxed agent episodes store their workspaces
 
     @property
     def sampling(self) -> Sampling:
@@ -113,6 +115,7 @@ def _environment(pool: Pool) -> GroupRunner:
 def _gateway(pool: Pool) -> GroupRunner:
     # imported here: the gateway's web stack (starlette, uvicorn) loads only in services that use it
     from lakeflow.raas.episodes.gateway import GatewayRunner
+    from lakeflow.raas.workspace.checks import build_sandbox
 
     c = pool.config
     assert c.agent is not None  # the kind says so
@@ -122,7 +125,9 @@ def _gateway(pool: Pool) -> GroupRunner:
         return build_reward(task.task_type, c.reward_max_chars, name)
 
     engine = pool.engines[pool.own]
-    return GatewayRunner(engine, c.agent, pool.sampling, pool.own, reward, pool.stamp, c.interrupt_chunk_tokens)
+    sandbox = build_sandbox(c.agent.sandbox, pool.store, pool.own)  # None: backend none
+    chunks = c.interrupt_chunk_tokens
+    return GatewayRunner(engine, c.agent, pool.sampling, pool.own, reward, pool.stamp, chunks, sandbox)
 
 
 def _judged(pool: Pool) -> GroupRunner:
@@ -179,15 +184,17 @@ def build_runner(
     own: str,
     stopping: Callable[[], bool] = lambda: False,
     version: Callable[[], int | None] | None = None,
+    store: Store | None = None,
 ) -> GroupRunner:
     """The runner of the pool `config` describes: `engines` maps each model id to its engine, `roles` each
     role to the model that plays it, `own` is the service's own model. `stopping` tells a runner that holds
     groups (a judge's) that the service is stopping; `version` is the own engine's weights version, stamped
-    on each agent turn when `weights_update` is `interrupt`."""
+    on each agent turn when `weights_update` is `interrupt`; `store` is the lake (sandboxed agent episodes
+    store their workspaces there)."""
     kind, scorer = workflow_kind(config), scorer_kind(config)
     factory = RUNNERS.get((kind, scorer)) or RUNNERS.get(("*", scorer))
     if factory is None:
         scores = sorted(k for k, s in RUNNERS if s == scorer)
         raise ConfigError(f"reward: a {scorer} scores workflow {', '.join(scores)} only, not {config.workflow!r}")
     stamp = version if config.weights_update == "interrupt" else None
-    return factory(Pool(config, engines, roles, own, stopping, stamp))
+    return factory(Pool(config, engines, roles, own, stopping, stamp, store))

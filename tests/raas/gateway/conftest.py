@@ -33,9 +33,15 @@ class Driver:
     """A GatewayRunner advanced on a thread until closed; `groups()` waits for finished groups."""
 
     def __init__(
-        self, engine: Any, config: AgentConfig, sampling: Sampling, version: Any = None, chunk_tokens: int | None = None
+        self,
+        engine: Any,
+        config: AgentConfig,
+        sampling: Sampling,
+        version: Any = None,
+        chunk_tokens: int | None = None,
+        sandbox: Any = None,
     ) -> None:
-        self.runner = GatewayRunner(engine, config, sampling, "policy", _math_reward, version, chunk_tokens)
+        self.runner = GatewayRunner(engine, config, sampling, "policy", _math_reward, version, chunk_tokens, sandbox)
         self.finished: list[Group] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -67,7 +73,8 @@ class Driver:
 
 @pytest.fixture
 def drive() -> Iterator[Any]:
-    """drive(engine, agent_config, sampling, version, chunk_tokens) -> a started Driver, closed after the test."""
+    """drive(engine, agent_config, sampling, version, chunk_tokens, sandbox) -> a started Driver, closed after the
+    test."""
     made: list[Driver] = []
 
     def start(
@@ -76,8 +83,9 @@ def drive() -> Iterator[Any]:
         sampling: Sampling | None = None,
         version: Any = None,
         chunk_tokens: Any = None,
+        sandbox: Any = None,
     ) -> Driver:
-        made.append(Driver(engine, config, sampling or Sampling(16, 1.0), version, chunk_tokens))
+        made.append(Driver(engine, config, sampling or Sampling(16, 1.0), version, chunk_tokens, sandbox))
         return made[-1]
 
     yield start

@@ -1,0 +1,174 @@
+"""Each episode's own writable copy of its base, how full it is, what changed in it, and its removal.
+
+`overlay`: a tmpfs of `disk_mb` holds the overlay's upper and work directories, and the overlay of the
+cached base and that upper is the episode's workspace: nothing is copied, a file is copied up when it
+is first written, and the tmpfs's size is the disk limit (writes past it fail with ENOSPC, and the
+episode is stopped). `copy`: a plain copy of the base, owned by the episode's uid, its growth measured
+by walking it (every `COPY_CHECK_S`). An episode's directory is `<work_dir>/episodes/<pid>-<random>/`;
+one left by a service that died is unmounted and removed by the next service's `sweep`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lakeflow.raas.workspace.base import Base
+from lakeflow.raas.workspace.changes import copy_change, overlay_change
+from lakeflow.raas.workspace.mounts import in_own_namespace, mount_overlay, mount_tmpfs, unmount
+from lakeflow.raas.workspace.state import Change
+
+log = logging.getLogger(__name__)
+
+COPY_CHECK_S = 0.5  # how often a plain copy's size is measured (a walk of the tree)
+_FULL_BYTES = 64 << 10  # a tmpfs with less free space than this is full
+
+
+@dataclass
+class EpisodeCopy:
+    """One episode's workspace: `path` is what the sandbox mounts at /workspace."""
+
+    space: Path  # the episode's directory
+    method: str  # overlay or copy
+    base: Base
+    disk_bytes: int
+    mounts: list[Path] = field(default_factory=list)  # in the service's own mount namespace (docker)
+    fds: dict[str, int] = field(default_factory=dict)  # mntns, upper: an overlay in a namespace of its own
+    _checked: float = 0.0
+
+    @property
+    def mntns_fd(self) -> int | None:
+        """The mount namespace the sandbox must start in (None: the service's)."""
+        return self.fds.get("mntns")
+
+    @property
+    def path(self) -> Path:
+        return self.space / "ws"
+
+    @property
+    def upper(self) -> Path:
+        return self.space / "disk" / "upper"
+
+    def full(self) -> bool:
+        """Whether the episode has used its `disk_mb` (measured at most every COPY_CHECK_S for a copy)."""
+        if self.method == "overlay":
+            st = os.fstatvfs(self.fds["upper"]) if self.fds else os.statvfs(self.space / "disk")  # on the tmpfs
+            return st.f_bavail * st.f_frsize < _FULL_BYTES
+        now = time.monotonic()
+        if now - self._checked < COPY_CHECK_S:
+            return False
+        self._checked = now
+        return _tree_bytes(self.path) - self.base.bytes >= self.disk_bytes
+
+    def change(self) -> Change:
+        """What the episode changed (call once its processes are gone)."""
+        if self.method == "overlay":
+            if self.path in self.mounts:
+                unmount(self.path)
+                self.mounts.remove(self.path)
+            upper = Path(f"/proc/self/fd/{self.fds['upper']}") if self.fds else self.upper  # through the fd
+            return overlay_change(upper, self.base.tree, upper)
+        return copy_change(self.path, self.base.tree)
+
+    def remove(self) -> None:
+        for fd in self.fds.values():  # the last reference to its namespace: its mounts end with it
+            os.close(fd)
+        self.fds.clear()
+        for m in reversed(self.mounts):
+            with contextlib.suppress(OSError):  # already gone
+                unmount(m)
+        self.mounts.clear()
+        shutil.rmtree(self.space, ignore_errors=True)
+
+
+def make_copy(
+    root: Path, base: Base, method: str, disk_mb: int, uid: int | None, own_namespace: bool = False
+) -> EpisodeCopy:
+    """A new workspace of `base` for an episode run as `uid` (None: as this process); `own_namespace`: an
+    overlay's mounts in a mount namespace of their own (`mntns_fd`), where the sandbox starts."""
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o711)  # the sandbox's uid passes through to its own directory, lists nothing
+    space = root / f"{os.getpid()}-{secrets.token_hex(8)}"
+    space.mkdir(mode=0o711)
+    copy = EpisodeCopy(space, method, base, disk_mb << 20)
+    try:
+        if method == "overlay":
+            copy.path.mkdir()
+            (space / "disk").mkdir()
+            mount = functools.partial(_overlay, copy, disk_mb, uid, own_namespace)
+            copy.fds = in_own_namespace(mount) if own_namespace else mount()
+        else:
+            shutil.copytree(base.tree, copy.path, symlinks=True)
+            if uid is not None:
+                _chown_tree(copy.path, uid)
+    except BaseException:
+        copy.remove()
+        raise
+    return copy
+
+
+def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool) -> dict[str, int]:
+    """Mount the tmpfs and the overlay in the calling thread's mount namespace; with `own` (a namespace of
+    their own), the fds that keep it and reach the upper directory (on the tmpfs) from outside it."""
+    disk = copy.space / "disk"
+    mount_tmpfs(disk, disk_mb, None)
+    copy.upper.mkdir()
+    (disk / "work").mkdir()
+    if uid is not None:
+        os.chown(copy.upper, uid, uid)  # the workspace's root is the episode's own
+    if not own:
+        copy.mounts.append(disk)
+    mount_overlay(copy.base.tree, copy.upper, disk / "work", copy.path)
+    if not own:
+        copy.mounts.append(copy.path)
+        return {}
+    flags = os.O_RDONLY | os.O_DIRECTORY
+    return {"upper": os.open(copy.upper, flags), "mntns": os.open("/proc/thread-self/ns/mnt", os.O_RDONLY)}
+
+
+def _chown_tree(root: Path, uid: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def sweep(root: Path) -> None:
+    """Unmount and remove the episode directories of services that are no longer running."""
+    if not root.is_dir():
+        return
+    for space in root.iterdir():
+        pid = space.name.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        for m in (space / "ws", space / "disk"):
+            with contextlib.suppress(OSError):  # not mounted
+                unmount(m)
+        shutil.rmtree(space, ignore_errors=True)
+        log.info("removed the workspace %s left by a stopped service", space)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,110 @@
+"""Mounts of the overlay workspaces: a tmpfs of `disk_mb` per episode holding the overlay's upper and work
+directories, and the overlay of the cached base and that upper. Made with the mount(2) and umount2(2)
+system calls (through libc), which needs CAP_SYS_ADMIN: `can_mount()` probes it once, and without it
+workspaces are plain copies."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+log = logging.getLogger(__name__)
+
+_MNT_DETACH = 2
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+_CLONE_NEWNS = 0x00020000
+T = TypeVar("T")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+
+
+def mount(source: str, target: Path, fstype: str, options: str) -> None:
+    """mount(2); OSError with the reason when refused."""
+    flags = _MS_NOSUID | _MS_NODEV
+    done = _libc().mount(source.encode(), str(target).encode(), fstype.encode(), flags, options.encode())
+    if done != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {fstype} on {target}: {os.strerror(errno)}")
+
+
+def unmount(target: Path) -> None:
+    """Detach the mount at `target` (lazily: a process still inside cannot keep it)."""
+    if _libc().umount2(str(target).encode(), _MNT_DETACH) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"umount {target}: {os.strerror(errno)}")
+
+
+def mount_tmpfs(target: Path, size_mb: int, uid: int | None) -> None:
+    """A tmpfs of `size_mb` at `target`, its root owned by `uid` (mode 0700)."""
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    mount("tmpfs", target, "tmpfs", f"size={size_mb}m,mode=0700{owner}")
+
+
+def mount_overlay(lower: Path, upper: Path, work: Path, target: Path) -> None:
+    mount("overlay", target, "overlay", f"lowerdir={lower},upperdir={upper},workdir={work}")
+
+
+def in_own_namespace(fn: Callable[[], T]) -> T:
+    """Run `fn` on a new thread in a mount namespace of its own (a copy of this one, private: nothing
+    propagates either way), which it never leaves; `fn` keeps what it mounts alive by returning an fd of
+    /proc/thread-self/ns/mnt. Mounts made there are in no other namespace: not in the service's, so not in
+    what every new sandbox copies (bwrap copies its parent's mount table, then detaches it)."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if _libc().unshare(_CLONE_NEWNS) != 0:  # with CLONE_FS implied: this thread alone
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"unshare a mount namespace: {os.strerror(errno)}")
+            if _libc().mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"make the mount namespace private: {os.strerror(errno)}")
+            out.append(fn())
+        except OSError as e:
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="lakeflow-mntns")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return out[0]
+
+
+@functools.cache
+def can_mount() -> tuple[bool, str]:
+    """Whether this process may mount a tmpfs and an overlay in a mount namespace of its own (and why not);
+    probed once. The probe's mounts end with its namespace."""
+    root = Path(tempfile.mkdtemp(prefix="lakeflow-mount-probe-"))
+    lower, space, merged = root / "lower", root / "space", root / "merged"
+    for d in (lower, space, merged):
+        d.mkdir()
+
+    def probe() -> None:
+        mount_tmpfs(space, 1, None)
+        (space / "upper").mkdir()
+        (space / "work").mkdir()
+        mount_overlay(lower, space / "upper", space / "work", merged)
+
+    try:
+        in_own_namespace(probe)
+        return True, ""
+    except OSError as e:
+        return False, str(e)
+    finally:
+        with contextlib.suppress(OSError):
+            for d in (merged, space, lower, root):
+                d.rmdir()
