@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 from tqdm import tqdm
@@ -96,18 +97,7 @@ def run(
             outcome = launcher.poll()
             while launcher.notices:
                 tqdm.write(launcher.notices.pop(0), file=sys.stderr)
-            for model_id, p in launcher.progress().items():
-                bar = bars[model_id]
-                bar.n = min(config.steps, p.version or 0)
-                shown = {
-                    "reward": "-" if p.reward is None else f"{p.reward:.3f}",
-                    "wait": "-" if p.wait_fraction is None else f"{p.wait_fraction:.0%}",
-                }
-                if p.failed:  # episodes whose agent or environment failed: never silent
-                    shown["failed"] = f"{p.failed} ({p.top_failure})"
-                if p.starving:  # the filter keeps too few groups: the trainer waits for data
-                    shown["starving"] = p.starving
-                bar.set_postfix(shown)
+            _show_progress(bars, launcher, config.steps)
     finally:
         launcher.stop()
         for bar in bars.values():
@@ -121,3 +111,20 @@ def run(
         raise click.ClickException(outcome)
     click.echo(f"done: {config.steps} steps per model in {url}")
     click.echo(f"report: lakeflow report --lake {url} --out {directory / 'report'}")
+
+
+def _show_progress(bars: dict[str, Any], launcher: Launcher, steps: int) -> None:
+    """Each model's bar: its newest version, reward, trainer wait, and what must not go unseen (failed
+    episodes, a starving trainer)."""
+    for model_id, p in launcher.progress().items():
+        bar = bars[model_id]
+        bar.n = min(steps, p.version or 0)
+        shown = {
+            "reward": "-" if p.reward is None else f"{p.reward:.3f}",
+            "wait": "-" if p.wait_fraction is None else f"{p.wait_fraction:.0%}",
+        }
+        if p.failed:  # episodes whose agent or environment failed: never silent
+            shown["failed"] = f"{p.failed} ({p.top_failure})"
+        if p.starving:  # the filter keeps too few groups: the trainer waits for data
+            shown["starving"] = p.starving
+        bar.set_postfix(shown)

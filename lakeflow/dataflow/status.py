@@ -92,11 +92,7 @@ def lake_status(store: Store) -> dict[str, Any]:
     uningested: dict[str, int] = {}
     for _, record in newer:
         uningested[record.model_id] = uningested.get(record.model_id, 0) + record.rows
-    groups = tables.get("groups")
-    columns = ["model_id", "arrival", "kept", "zero_adv", "reward_mean"]
-    recent = (
-        recent_counts(zip(*(groups.column(c).to_pylist() for c in columns), strict=True)) if groups is not None else {}
-    )
+    recent = _recent(tables.get("groups"))
     for m in models:
         latest = latest_version(store, m)
         open_ids, claimed = lake_tasks.list_tasks(store, m)
@@ -117,15 +113,29 @@ def lake_status(store: Store) -> dict[str, Any]:
     report["quarantined_rows"] = (
         int(tables["quarantine"].column("rows").to_numpy().sum()) if "quarantine" in tables else 0
     )
-    try:
-        report["balance"] = json.loads(store.get(layout.BALANCE_REPORT))
-    except (FileNotFoundError, ValueError):
-        report["balance"] = None
+    report["balance"] = _balance(store)
     heartbeats = read_heartbeats(store)
     report["raas"] = heartbeats
     made = production(heartbeats, now, {m: r["weights_version"] for m, r in report["models"].items()})
     report["rollout_services"] = [asdict(r) for r in made.services]
     report["rollout_pools"] = [asdict(r) for r in made.pools]
+    return report
+
+
+def _recent(groups: pa.Table | None) -> dict[str, dict[str, int]]:
+    """The starvation window's numbers per model (catalog/stats.py) from the checkpoint's groups."""
+    if groups is None:
+        return {}
+    columns = ["model_id", "arrival", "kept", "zero_adv", "reward_mean"]
+    return recent_counts(zip(*(groups.column(c).to_pylist() for c in columns), strict=True))
+
+
+def _balance(store: Store) -> dict[str, Any] | None:
+    """The newest balance report, or None."""
+    try:
+        report: dict[str, Any] = json.loads(store.get(layout.BALANCE_REPORT))
+    except (FileNotFoundError, ValueError):
+        return None
     return report
 
 
