@@ -104,7 +104,9 @@ def pod(config_path: str, run: str, namespace: str, gateway_url: str | None) -> 
     config = load_config(config_path)
     if config.agent is None or config.agent.command is None:
         raise InputError(f"{config_path}: its agent section names no `command` (only commands run in pods)")
-    sandbox = config.agent.sandbox.model_copy(update={"image": config.agent.sandbox.image or "IMAGE"})
+    own = config.agent.sandbox
+    seconds = own.command_seconds(config.agent.max_seconds)
+    sandbox = own.model_copy(update={"image": own.image or "IMAGE", "seconds": seconds})
     url = gateway_url or config.agent.gateway.public_url or "http://GATEWAY:8000"
     env = base_env(sandbox) | {"OPENAI_BASE_URL": f"{url.rstrip('/')}/e/TOKEN/v1", "LAKEFLOW_TASK": "{}"}
     names = {"run": run, "episode": "example", "namespace": namespace}

@@ -54,7 +54,7 @@ def episode_pod(
             f"sandbox.workspace {config.workspace!r}: a pod's workspace is a directory of its image (an absolute "
             "path); archives and lake:// states are not fetched into pods (docs/sandbox.md)"
         )
-    seconds = config.seconds or 3600.0
+    seconds = config.seconds or 3600.0  # the caller passes the pool's (`command_seconds`)
     volumes = [
         {"name": "workspace", "emptyDir": {"sizeLimit": f"{config.disk_mb}Mi"}},
         {"name": "tmp", "emptyDir": {"sizeLimit": f"{config.tmp_mb}Mi"}},

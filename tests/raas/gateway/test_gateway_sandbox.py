@@ -151,13 +151,26 @@ def bucket() -> Iterator[socket.socket]:
         yield server
 
 
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A host directory anyone may write (not under /tmp: a sandbox has a /tmp of its own); removed after."""
+    path = Path(tempfile.mkdtemp(prefix="lakeflow-ws-host-", dir="/var/tmp"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def test_hostile_agents_are_stopped_or_refused_and_the_others_go_on(
-    tok: Any, drive: Any, tmp_path: Path, work_dir: str, bucket: socket.socket, monkeypatch: pytest.MonkeyPatch
+    tok: Any,
+    drive: Any,
+    tmp_path: Path,
+    work_dir: str,
+    bucket: socket.socket,
+    shared: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     secret = f"service-secret-{uuid.uuid4().hex}"
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)  # the service's credentials: never the agent's
-    shared = Path(tempfile.mkdtemp(prefix="lakeflow-ws-host-", dir="/var/tmp"))  # not under the sandbox's own /tmp
-    shared.chmod(0o777)  # a host directory anyone may write: still out of every sandbox's reach
     (shared / "secret.txt").write_text(secret)
     (shared / "secret.txt").chmod(0o644)
     store = open_store(str(tmp_path / "lake"))
@@ -197,7 +210,6 @@ def test_hostile_agents_are_stopped_or_refused_and_the_others_go_on(
 
     assert sorted(p.name for p in shared.iterdir()) == ["secret.txt"]  # nothing written outside
     assert not (tmp_path / "lake" / "probe").exists() and not Path(work_dir, "probe").exists()
-    shutil.rmtree(shared)
     with pytest.raises(BlockingIOError):
         bucket.accept()  # nobody connected to the "bucket"
     leftovers = [p for p in Path("/proc").glob("[0-9]*/environ") if marker.encode() in _read(p)]

@@ -154,3 +154,20 @@ def test_a_kubernetes_episode_is_a_validated_pod_and_network_policy(tmp_path: Pa
     assert out.exit_code == 0, out.output
     kinds = [d["kind"] for d in yaml.safe_load_all(out.output)]
     assert kinds == ["Pod", "NetworkPolicy"]
+
+
+@pytest.mark.skipif(bool(_can_bwrap()), reason=_can_bwrap() or "-")
+def test_the_service_gives_a_sandboxed_pool_its_lake(tmp_path: Path, work_dir: str) -> None:
+    from lakeflow.io import open_store
+    from lakeflow.raas.config import RaasConfig
+    from lakeflow.raas.service.runners import build_runner
+
+    sandbox = {"backend": "bwrap", "work_dir": work_dir}
+    config = RaasConfig.model_validate({"workflow": "agent", "agent": {"command": ["agent"], "sandbox": sandbox}})
+    store = open_store(str(tmp_path / "lake"))
+    engines: dict[str, Any] = {"policy": object()}  # the runner only keeps it until an episode runs
+    runner: Any = build_runner(config, engines, {"policy": "policy"}, "policy", store=store)
+    try:
+        assert runner.commands.sandbox.store is store and runner.commands.sandbox.model_id == "policy"
+    finally:
+        runner.close()
