@@ -49,7 +49,7 @@ class Component:
     restarts: int = 0  # times started again after a signal killed it
 
 
-STARVATION_POLL_S = 10.0  # how often the progress looks at the dataflow's newest dataflow_stats window
+STARVATION_POLL_S = 10.0  # how often the progress reads dataflow_stats and the rollout heartbeats
 
 
 @dataclass
@@ -86,6 +86,7 @@ class Launcher:
         self._stopping = False
         self._starving_read = -STARVATION_POLL_S  # time.monotonic() of the last look at dataflow_stats
         self._starving_seen: dict[str, str | None] = {}
+        self._failures_seen: dict[str, tuple[int, str | None]] = {}
 
     def _write(self, name: str, data: dict[str, Any]) -> Path:
         path = self.run_dir / "configs" / name
@@ -189,8 +190,7 @@ class Launcher:
         """Per model: newest published version, latest trainer step's reward and wait fraction, failed
         episodes of its rollout services."""
         out = {}
-        services = production(read_heartbeats(self.store), datetime.now(UTC)).services
-        starving = self._starving()
+        starving, failures = self._slow_view()
         for m in self.config.models:
             p = Progress()
             p.version = latest_version(self.store, m.id)
@@ -201,21 +201,24 @@ class Launcher:
                     p.reward = stats.get("reward_mean")
                     total = stats.get("wait_s", 0) + stats.get("step_s", 0)
                     p.wait_fraction = stats.get("wait_s", 0) / total if total else None
-            p.failed, p.top_failure = failure_summary([s for s in services if s.model_id == m.id])
+            p.failed, p.top_failure = failures.get(m.id, (0, None))
             p.starving = starving.get(m.id)
             out[m.id] = p
         return out
 
-    def _starving(self) -> dict[str, str | None]:
-        """Per model, why its trainer starves, from the dataflow's newest dataflow_stats window (read at most
-        every STARVATION_POLL_S)."""
+    def _slow_view(self) -> tuple[dict[str, str | None], dict[str, tuple[int, str | None]]]:
+        """Per model, why its trainer starves (the dataflow's newest dataflow_stats window) and its rollout
+        services' failed episodes (their heartbeats): read at most every STARVATION_POLL_S, not every poll."""
         if time.monotonic() - self._starving_read < STARVATION_POLL_S:
-            return self._starving_seen
+            return self._starving_seen, self._failures_seen
         self._starving_read = time.monotonic()
         rows = latest_metrics(self.store, "dataflow_stats")
         if rows is not None:
             self._starving_seen = {str(r.get("model_id")): starvation(r) for r in rows.to_pylist()}
-        return self._starving_seen
+        services = production(read_heartbeats(self.store), datetime.now(UTC)).services
+        models = {s.model_id for s in services if s.model_id is not None}
+        self._failures_seen = {m: failure_summary([s for s in services if s.model_id == m]) for m in models}
+        return self._starving_seen, self._failures_seen
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The
