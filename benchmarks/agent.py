@@ -9,7 +9,10 @@ setting runs the real `RolloutService` (workflow `agent`) on a local lake until 
 `episodes` one-episode groups; only `environment.max_concurrent_episodes` differs. The gateway
 setting swaps the `environment` section for an `agent` section running `waiting_agent` (the same
 tool, rules and reward, written against the `openai` client) with as many episodes in flight as the
-widest environment setting; everything else in the config is the same.
+widest environment setting; everything else in the config is the same. The gateway settings differ in
+where the program runs (`agent.processes`: a worker process, or threads of the service) and whether
+its episodes share one HTTP client (`GATEWAY_SETTINGS`); each also reports the gateway's own cost per
+request.
 """
 
 from __future__ import annotations
@@ -71,14 +74,20 @@ _SHARED_HTTP: list[Any] = []  # waiting_agent's one httpx.Client when `shared_ht
 
 
 def waiting_agent(
-    task: dict[str, Any], client: dict[str, str], tool_s: float = 0.2, calls: int = 2, shared_http: bool = False
+    task: dict[str, Any],
+    client: dict[str, str],
+    tool_s: float = 0.2,
+    calls: int = 2,
+    shared_http: bool = False,
+    log: str = "",
 ) -> float:
     """`Waiting` as an agent program for the gateway, with the real `openai` client (no retries, so a
     gateway error fails the episode rather than hiding as a slow one): every tool call sleeps `tool_s`
     and is answered "waited"; the episode stops after `calls` calls or at a turn without one. Reward 1
     for `calls` calls, else 0. Each episode builds its own `OpenAI` client, as the examples do (about 20 ms
     of CPU: httpx builds an SSL context even for http://); `shared_http` passes every episode's client one
-    `httpx.Client` instead, so the program's own start costs next to nothing."""
+    `httpx.Client` instead, so the program's own start costs next to nothing. With `log`, each request's
+    start and end (`time.monotonic()`, the same clock in every process) are appended to that file."""
     import httpx
     from openai import OpenAI
 
@@ -87,9 +96,11 @@ def waiting_agent(
     http = _SHARED_HTTP[0] if shared_http else None
     openai = OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0, http_client=http)
     messages: list[Any] = list(task["messages"])
-    made = 0
+    made, spans = 0, []
     while made < calls:
+        started = time.monotonic()
         reply = openai.chat.completions.create(model=client["model"], messages=messages, tools=TOOLS)
+        spans.append(f"{started} {time.monotonic()}\n")
         message = reply.choices[0].message
         if not message.tool_calls:
             break
@@ -98,6 +109,9 @@ def waiting_agent(
             time.sleep(tool_s)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": "waited"})
             made += 1
+    if log:
+        with open(log, "a") as f:
+            f.write("".join(spans))
     return float(made >= calls)
 
 
@@ -190,16 +204,18 @@ def _run(
         engine_config |= {"max_model_len": 512, "enforce_eager": True}
     settings = [("environment", width) for width in concurrency]
     if gateway:
-        settings += [("gateway", max(concurrency)), ("gateway-shared", max(concurrency))]
+        settings += [(setting, max(concurrency)) for setting in GATEWAY_SETTINGS]
     results: list[dict[str, Any]] = []
     engines: list[Any] = []
+    busy: list[tuple[float, float]] = []  # (start, end) of every engine call
 
     def play(setting: str, width: int, n: int, tag: str) -> tuple[int, float, Any]:
         store = open_store(str(work / f"lake-{tag}"))
         issue(store, n, f"{tag}-")
-        config = RaasConfig.model_validate({**common, **_section(setting, width, tool_s, calls)})
+        section = _section(setting, width, tool_s, calls, str(work / f"requests-{tag}"))
+        config = RaasConfig.model_validate({**common, **section})
         if not engines:
-            engines.append(build_engine(config.engine, seed=0))
+            engines.append(_timed(build_engine(config.engine, seed=0), busy))
         service = RolloutService(store, "policy", config, engine=engines[0])
         started = time.perf_counter()
         stats = service.run(max_groups=n)
@@ -233,6 +249,7 @@ def _run(
                 "episodes_per_s": round(groups / seconds, 3),
                 "tool_calls_per_episode": round(tool_calls / max(groups, 1), 3),
                 "turns_per_episode": round(turns / max(groups, 1), 3),
+                **_gateway_cost(work / f"requests-{setting}-{width}", busy),
             }
         )
     engine = engines[0] if engines else None
@@ -250,15 +267,57 @@ def _run(
     return out
 
 
-def _section(setting: str, width: int, tool_s: float, calls: int) -> dict[str, Any]:
+GATEWAY_SETTINGS = {  # setting: (agent.processes, every episode's client on one shared httpx.Client)
+    "gateway": (1, False),
+    "gateway-threads": (0, False),
+    "gateway-shared": (1, True),
+}
+
+
+def _section(setting: str, width: int, tool_s: float, calls: int, log: str) -> dict[str, Any]:
     """The config section that differs between settings: the environment, or the agent program (the default
     gather_s, 0.05 s: a round goes as soon as every running episode has asked)."""
     if setting == "environment":
         environment = {"name": f"{__name__}:Waiting", "args": {"tool_s": tool_s, "calls": calls}}
         return {"environment": {**environment, "max_concurrent_episodes": width, "max_turns": calls + 1}}
-    args = {"tool_s": tool_s, "calls": calls, "shared_http": setting == "gateway-shared"}
-    program = {"program": f"{__name__}:waiting_agent", "args": args}
+    processes, shared = GATEWAY_SETTINGS[setting]
+    args = {"tool_s": tool_s, "calls": calls, "shared_http": shared, "log": log}
+    program = {"program": f"{__name__}:waiting_agent", "args": args, "processes": processes}
     return {"agent": {**program, "max_concurrent_episodes": width, "max_seconds": 600}}
+
+
+def _timed(engine: Any, busy: list[tuple[float, float]]) -> Any:
+    """The engine, its `generate` calls' (start, end) appended to `busy`."""
+    generate = engine.generate
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            busy.append((started, time.monotonic()))
+
+    engine.generate = timed
+    return engine
+
+
+def _gateway_cost(log: Path, busy: list[tuple[float, float]]) -> dict[str, Any]:
+    """The gateway's own cost per request of a gateway setting: the time its client waited for the answer
+    less the engine's time in those same seconds (HTTP, parsing, rendering, tokenizing, the gather window
+    and waiting for the service's loop), p50 and p99 in milliseconds."""
+    if not log.exists():
+        return {}
+    costs = []
+    for line in log.read_text().splitlines():
+        start, end = map(float, line.split())
+        engine = sum(max(0.0, min(end, b_end) - max(start, b_start)) for b_start, b_end in busy)
+        costs.append((end - start - engine) * 1000)
+    costs.sort()
+
+    def at(q: float) -> float:
+        return round(costs[min(len(costs) - 1, int(q * len(costs)))], 1)
+
+    return {"requests": len(costs), "gateway_ms_p50": at(0.5), "gateway_ms_p99": at(0.99)}
 
 
 def _structure(store: Any, decode: Callable[[list[int]], str]) -> tuple[int, int]:
@@ -308,6 +367,9 @@ def render(result: dict[str, Any]) -> str:
     for r in result["results"]:
         if "vs_environment" in r:
             lines.append(f"{r['setting']} / environment at the same concurrency: {r['vs_environment']}x")
+        if "requests" in r:
+            cost = f"p50 {r['gateway_ms_p50']} ms, p99 {r['gateway_ms_p99']} ms over {r['requests']} requests"
+            lines.append(f"{r['setting']}: the gateway's own cost per request (wait less engine time) {cost}")
     return "\n".join(lines)
 
 

@@ -18,8 +18,9 @@ from lakeflow.lake.tasks import Task
 from lakeflow.raas.config.agent import AgentConfig
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes.ends import FAILURES, EpisodeEnd
-from lakeflow.raas.episodes.programs import Outcome, task_view
+from lakeflow.raas.episodes.programs import task_view
 from lakeflow.raas.episodes.record import episode_extra, version_extra
+from lakeflow.raas.episodes.results import Outcome
 from lakeflow.raas.episodes.segments import EpisodeTokens
 from lakeflow.raas.outcome import Reward, RewardFn
 from lakeflow.raas.trajectory import POLICY, Trajectory

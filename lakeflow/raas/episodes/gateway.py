@@ -2,7 +2,8 @@
 
 `add(key, task)` starts the task's `n_samples` episodes (admission: `flight.py`): each gets a secret
 token (its base URL is `<gateway>/e/<token>/v1`, the token is also its API key) and its program starts
-on the runner's bounded pool of program threads. Requests arrive on the server's thread (`gateway/`, the
+from the runner's bounded pool of program threads (a function program plays in a worker process,
+`workers.py`). Requests arrive on the server's thread (`gateway/`, the
 HTTP adapter), are checked there and queued; every `advance()` is one round on the service's thread: it
 waits for the first request (or a program's end), gathers the other running episodes' requests for at
 most `gateway.gather_s`, prepares each (`segments.py`: the exact ids), samples them together
@@ -36,8 +37,10 @@ from lakeflow.raas.episodes import rounds
 from lakeflow.raas.episodes.agent_episode import AgentEpisode, samples
 from lakeflow.raas.episodes.ends import FAILURES
 from lakeflow.raas.episodes.flight import Flight, FlightGroup
-from lakeflow.raas.episodes.programs import CommandRunner, Outcome, call_program, task_view
+from lakeflow.raas.episodes.programs import CommandRunner, task_view
+from lakeflow.raas.episodes.results import Outcome, call_program
 from lakeflow.raas.episodes.segments import Prepared
+from lakeflow.raas.episodes.workers import ProgramWorkers
 from lakeflow.raas.gateway import protocols
 from lakeflow.raas.gateway.openai_api import BadRequest, ChatRequest, Reply, ToolCallOut
 from lakeflow.raas.gateway.protocols import Answer, refusal
@@ -88,6 +91,10 @@ class GatewayRunner:
         self._carried: list[_Request] = []  # turns sampled in chunks that go on next round
         self.parser: ToolParser = resolve("tool_parser", agent.tool_parser, TOOL_PARSERS, key="agent.tool_parser")
         self.program = load_import_path(agent.program, key="agent.program") if agent.program else None
+        # (loaded here too, so that a program that cannot load is a config error before any worker starts)
+        self.workers: ProgramWorkers | None = None
+        if agent.program and agent.processes:
+            self.workers = ProgramWorkers(agent.program, agent.args, agent.processes)
         self.commands = CommandRunner(agent.command, sandbox) if agent.command else None
         # one thread per live episode at most, joined on close
         self._programs = ThreadPoolExecutor(agent.max_concurrent_episodes, thread_name_prefix="lakeflow-program")
@@ -159,7 +166,9 @@ class GatewayRunner:
 
     def _play(self, episode: AgentEpisode, task: dict[str, Any], client: dict[str, str]) -> None:
         """On a program thread: run the episode's program to its end, then report the outcome."""
-        if self.program is not None:
+        if self.workers is not None:
+            outcome = self.workers(task, client, self.agent.max_seconds)
+        elif self.program is not None:
             outcome = call_program(self.program, task, client, self.agent.args)
         elif self.commands is not None:
             outcome = self.commands(task, client, self.agent.max_seconds)
@@ -214,6 +223,8 @@ class GatewayRunner:
             r.future.set_result(refusal(r.kind, 503, "the rollout service is stopping"))
         if self.commands is not None:
             self.commands.close()
+        if self.workers is not None:
+            self.workers.close()
         _, stuck = concurrent.futures.wait(self._playing, timeout=_CLOSE_WAIT_S)
         if stuck:
             log.warning("%d agent programs still running %g s after the service closed", len(stuck), _CLOSE_WAIT_S)

@@ -1,6 +1,7 @@
 """Agent programs: the user's code that plays one episode against the gateway, and what it returns.
 
-A program is a function (plain or async) `fn(task, client, **args)` run on its own thread, or a command
+A program is a function (plain or async) `fn(task, client, **args)` run on a thread of one of the pool's
+worker processes (`workers.py`; with `agent.processes: 0` on a thread of the service), or a command
 run as a subprocess (its own process group, killed at the time limit) with the client settings in
 `OPENAI_BASE_URL` / `OPENAI_API_KEY` / `OPENAI_MODEL` (and, for Anthropic clients, `ANTHROPIC_BASE_URL`:
 the same URL without `/v1`, and `ANTHROPIC_API_KEY`) and the task in `LAKEFLOW_TASK`. Either gives a
@@ -13,35 +14,19 @@ an exception, a non-zero exit or a timeout is a failure with its reason. In a po
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import json
 import os
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from lakeflow.lake.tasks import Task
+from lakeflow.raas.episodes.results import SHOWN, Outcome, last_json_line
 from lakeflow.raas.trajectory import task_messages
 from lakeflow.raas.workspace import EpisodeSandbox, SandboxRun
-
-_SHOWN = 300  # characters of a failure's output kept in its reason
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a program ended: its reward or answer, or why it failed (`error` not empty)."""
-
-    reward: float | None = None
-    answer: str | None = None
-    error: str = ""
-    timed_out: bool = False  # it ran past its time limit (then `error` says so)
-    stderr: str = ""  # a command's standard error (its tail is kept with a failed episode's samples)
-    workspace: dict[str, Any] | None = None  # a sandboxed command's stored workspace (extra.workspace)
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -55,43 +40,6 @@ def task_view(task: Task) -> dict[str, Any]:
         "task_type": task.task_type,
         "dataset": task.dataset,
     }
-
-
-def read_result(value: object) -> Outcome:
-    """The outcome of what a program returned."""
-    if isinstance(value, bool) or value is None:
-        return Outcome(error=f"the program returned {value!r}, not a reward, an answer or {{reward|answer: ...}}")
-    if isinstance(value, int | float):
-        if value != value or value in (float("inf"), float("-inf")):
-            return Outcome(error=f"the program returned a reward that is not finite: {value!r}")
-        return Outcome(reward=float(value))
-    if isinstance(value, str):
-        return Outcome(answer=value)
-    if isinstance(value, Mapping):
-        if "reward" in value:
-            return (
-                read_result(value["reward"])
-                if not isinstance(value["reward"], str)
-                else Outcome(error="the program's `reward` is a string, not a number")
-            )
-        if isinstance(value.get("answer"), str):
-            return Outcome(answer=value["answer"])
-    return Outcome(error=f"the program returned {type(value).__name__}, not a reward, an answer or {{reward|answer}}")
-
-
-def call_program(fn: Callable[..., Any], task: dict[str, Any], client: dict[str, str], args: dict[str, Any]) -> Outcome:
-    """Run a function program to its end (an async one in its own event loop, on this thread)."""
-    try:
-        result = fn(task, client, **args)
-        if inspect.isawaitable(result):
-            result = asyncio.run(_wait(result))
-    except Exception as e:  # the user's program failed: its episode ends with the reason, the service goes on
-        return Outcome(error=f"{type(e).__name__}: {str(e)[:_SHOWN]}")
-    return read_result(result)
-
-
-async def _wait(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def episode_env(task: dict[str, Any], client: dict[str, str]) -> dict[str, str]:
@@ -153,7 +101,7 @@ def ended(code: int | None, stdout: str, stderr: str, limit: str = "") -> Outcom
     """The outcome of a command that exited with `code` (`limit`: the sandbox limit it likely hit)."""
     if code != 0:
         hit = f" (it likely hit its {limit} limit)" if limit else ""
-        return Outcome(error=f"the command exited with {code}{hit}: {stderr.strip()[-_SHOWN:]}", stderr=stderr)
+        return Outcome(error=f"the command exited with {code}{hit}: {stderr.strip()[-SHOWN:]}", stderr=stderr)
     outcome = last_json_line(stdout)
     return replace(outcome, stderr=stderr) if outcome.error else outcome
 
@@ -180,14 +128,3 @@ def sandboxed(run: SandboxRun, seconds: float) -> Outcome:
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # its own session: the command and everything it started
-
-
-def last_json_line(stdout: str) -> Outcome:
-    """The outcome a command printed: its last stdout line that parses as JSON."""
-    for line in reversed(stdout.strip().splitlines()):
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
-        return read_result(value)
-    return Outcome(error=f"the command printed no JSON line (its result): {stdout.strip()[-_SHOWN:]!r}")

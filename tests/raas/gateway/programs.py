@@ -174,3 +174,17 @@ def broken_parser(text: str) -> Any:
     if "boom" in text:
         raise RuntimeError("the parser broke")
     return ParsedCalls([], [])
+
+
+def in_worker(task: dict[str, Any], client: dict[str, str], log: str) -> float:
+    """Logs its process id and prints to stdout (which must not reach the worker's answers); a task whose
+    prompt is 'hang' then waits to be killed, any other calls the model once."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    print("an agent's chatter on stdout")
+    if task["prompt"] == "hang":
+        time.sleep(60)
+    OpenAI(base_url=client["base_url"], api_key=client["api_key"], max_retries=0).chat.completions.create(
+        model=client["model"], messages=[{"role": "user", "content": task["prompt"]}]
+    )
+    return 1.0
