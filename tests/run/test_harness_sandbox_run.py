@@ -98,8 +98,9 @@ def _tree(root: Path) -> dict[str, bytes | None]:
 
 
 # untraced: the sandbox and the gateway are measured in process (tests/raas/workspace/, tests/raas/gateway/)
-# ~50 s on 2 cores: the run's start, publish and stop ~35 s, two sandboxed episodes ~10 s (mini-swe-agent's
-# litellm import ~6 s of CPU each), one training step, the restores under a second.
+# 47-69 s on 2 cores shared with other work (load 3-6; 31-36 s of CPU): the run's start, publish and stop
+# ~35 s, two sandboxed episodes ~10 s (mini-swe-agent's litellm import ~6 s of CPU each), one training step,
+# the restores under a second.
 @pytest.mark.usefixtures("untraced_children")
 def test_mini_swe_agent_in_bwrap_workspaces_stores_what_it_changed_in_the_lake(tmp_path: Path, work_dir: Path) -> None:
     if why := _why_not():
