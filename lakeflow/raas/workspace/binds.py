@@ -69,11 +69,12 @@ def unreachable(path: str) -> str:
 
 
 def sandbox_command(command: list[str], binds: list[str]) -> list[str]:
-    """`command` as the sandbox runs it: each relative path that exists from the service's working directory
-    made absolute (the command starts in /workspace); ConfigError when such a path is under no bind."""
+    """`command` as the sandbox runs it: each relative path (a folder and a name: `agents/run.py`, not a bare
+    word that may name a file here by chance) that exists from the service's working directory made absolute
+    (the command starts in /workspace); ConfigError when such a path is under no bind."""
     out = []
     for arg in command:
-        if arg.startswith("-") or os.path.isabs(arg) or not os.path.exists(arg):
+        if "/" not in arg or arg.startswith("-") or os.path.isabs(arg) or not os.path.exists(arg):
             out.append(arg)
             continue
         path = os.path.abspath(arg)

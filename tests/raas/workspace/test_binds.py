@@ -42,10 +42,10 @@ def test_the_commands_relative_paths_are_made_absolute_and_must_be_under_a_bind(
     (tmp_path / "secret.py").write_text("")
     monkeypatch.chdir(tmp_path)
     binds = [str(tmp_path / "agents")]
-    command = ["python3", "agents/agent.py", "--out", "result.json"]
-    assert sandbox_command(command, binds) == ["python3", str(tmp_path / "agents" / "agent.py"), "--out", "result.json"]
-    with pytest.raises(ConfigError, match=r"secret.py is not in the sandbox: add its folder .* to agent.sandbox.binds"):
-        sandbox_command(["python3", "secret.py"], binds)
+    command = ["python3", "agents/agent.py", "--out", "secret.py"]  # a bare name is a word, not a path
+    assert sandbox_command(command, binds) == ["python3", str(tmp_path / "agents" / "agent.py"), "--out", "secret.py"]
+    with pytest.raises(ConfigError, match=r"\./secret.py is not in the sandbox: add its folder .* to agent.sandbox"):
+        sandbox_command(["python3", "./secret.py"], binds)
 
 
 @pytest.fixture
