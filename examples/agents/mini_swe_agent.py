@@ -3,9 +3,11 @@ unchanged, as a lakeflow command agent: `agent: {command: [python, examples/agen
 
 Started by any Python, it re-runs itself with the harness's own interpreter (build/harnesses/mini-swe-agent),
 then plays the task with mini-swe-agent's `DefaultAgent`, its `LitellmModel` on the episode's
-OPENAI_BASE_URL and a `LocalEnvironment` in a scratch folder (removed after the episode), configured by the
-package's own mini.yaml. Its submission (what it printed after COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) is the
-answer; an agent that stopped without one (step limit, repeated format errors) fails the episode.
+OPENAI_BASE_URL and a `LocalEnvironment` in a scratch folder (removed after the episode), or with --in-cwd
+in the working directory (a sandbox's /workspace, whose changes lakeflow stores), configured by the
+package's own mini.yaml; --trajectory has mini-swe-agent save its trajectory there after every step. Its
+submission (what it printed after COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT) is the answer; an agent that stopped
+without one (step limit, repeated format errors) fails the episode.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def play(prompt: str, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     )
     env = LocalEnvironment(cwd=str(work), env=config["environment"]["env"], timeout=args.command_seconds)
     agent_config = {**config["agent"], "step_limit": args.step_limit, "wall_time_limit_seconds": int(args.seconds)}
+    if args.trajectory:
+        agent_config["output_path"] = work / args.trajectory
     result: dict[str, Any] = DefaultAgent(model, env, **agent_config).run(prompt)  # exit_status, submission
     return result
 
@@ -57,12 +61,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=50, help="time limit (below the agent's max_seconds)")
     parser.add_argument("--step-limit", type=int, default=4, help="mini-swe-agent's step_limit (model calls)")
     parser.add_argument("--command-seconds", type=int, default=10, help="time limit of one shell command")
+    parser.add_argument("--in-cwd", action="store_true", help="act in the working directory, not a scratch folder")
+    parser.add_argument("--trajectory", help="save mini-swe-agent's trajectory there (relative to where it acts)")
     args = parser.parse_args()
     _in_harness_venv()
     prompt = task_prompt()
     with scratch("mini-swe-agent") as home:
-        work = home / "work"
-        work.mkdir()
+        work = Path.cwd() if args.in_cwd else home / "work"
+        work.mkdir(exist_ok=True)
         os.environ.update(
             MSWEA_GLOBAL_CONFIG_DIR=str(home / "config"),  # not the user's ~/.config
             MSWEA_SILENT_STARTUP="1",

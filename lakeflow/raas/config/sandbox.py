@@ -53,8 +53,9 @@ class SandboxConfig(StrictConfig):
     )
     binds: list[str] = Field(
         default_factory=list,
-        description="Absolute host paths mounted read-only at the same place (the harness's own files: an installed "
-        "CLI, a virtual environment). Never the lake or a credentials file.",
+        description="Host paths mounted read-only at the same place (the harness's own files: its wrapper, an "
+        "installed CLI, a virtual environment, which brings the Python it was made from); relative ones are from the "
+        "service's working directory. Each must exist when the service starts. Never the lake or a credentials file.",
     )
     workspace: str | None = Field(
         None,
@@ -110,10 +111,10 @@ class SandboxConfig(StrictConfig):
 
     @field_validator("binds")
     @classmethod
-    def _absolute(cls, value: list[str]) -> list[str]:
+    def _plain_paths(cls, value: list[str]) -> list[str]:
         for path in value:
-            if not path.startswith("/") or ".." in path.split("/"):
-                raise ValueError(f"sandbox.binds: {path!r} must be an absolute path without '..'")
+            if not path.strip("/") or ".." in path.split("/"):
+                raise ValueError(f"sandbox.binds: {path!r} must be a path below / without '..'")
         return value
 
     @field_validator("env")

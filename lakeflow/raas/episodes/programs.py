@@ -59,7 +59,7 @@ class CommandRunner:
     the service closes."""
 
     def __init__(self, command: list[str], sandbox: EpisodeSandbox | None = None) -> None:
-        self.command = command
+        self.command = sandbox.command(command) if sandbox is not None else command
         self.sandbox = sandbox
         self._running: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()

@@ -2,7 +2,7 @@
 
 New user, pid, network, ipc and uts namespaces; a fresh unprivileged uid per episode (so the process
 limit is the episode's own and every leftover process is killed by uid at the end); a read-only root
-(this machine's /usr, /etc, /bin, /lib, or `sandbox.root`), `sandbox.binds` read-only, the episode's
+(this machine's /usr, /etc, /bin, /lib, or `sandbox.root`), `sandbox.binds` read-only (`binds.py`), the episode's
 workspace at /workspace, private tmpfs /tmp and /home/agent; rlimits set by prlimit before bwrap starts
 (`sandbox_processes`, shared with the code sandbox). bwrap holds the command back (`--block-fd`) until
 the relay listens inside its network namespace, so the gateway answers from the command's first line.
@@ -20,7 +20,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class Argv:
     uid: int | None
     netns_fd: int | None = None
     mntns_fd: int | None = None  # the mount namespace holding its workspace's overlay (None: the service's)
+    sources: Mapping[str, str] = field(default_factory=dict)  # a bind -> where it is read (staged there); else itself
 
 
 def base_env(config: SandboxConfig) -> dict[str, str]:
@@ -87,22 +88,24 @@ def command_line(
     command: list[str],
     fds: tuple[int, int],
     own_netns: bool = True,
+    sources: Mapping[str, str] | None = None,
 ) -> list[str]:
     """bwrap's arguments for one episode; `hosts`: the /etc/hosts to mount (None: the root's own); `fds`:
-    (info fd, block fd); `own_netns`: a new network namespace (False: the one bwrap is started in)."""
+    (info fd, block fd); `own_netns`: a new network namespace (False: the one bwrap is started in);
+    `sources`: where a bind is read from, when not from its own path."""
     binary = shutil.which("bwrap", path=SAFE_PATH) or "bwrap"
     cmd = [binary, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     cmd += ["--unshare-net"] if own_netns else []
     cmd += ["--disable-userns", "--die-with-parent", "--new-session"]
     cmd += ["--hostname", "sandbox", "--clearenv"] + [a for k, v in env.items() for a in ("--setenv", k, v)]
     cmd += ["--ro-bind", config.root, "/"] if config.root else system_binds()
-    for path in config.binds:
-        cmd += ["--ro-bind", path, path]
     if hosts is not None:
         cmd += ["--ro-bind", str(hosts), "/etc/hosts"]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     tmp = str(config.tmp_mb * _MIB)
     cmd += ["--size", tmp, "--tmpfs", "/tmp", "--size", tmp, "--tmpfs", HOME]
+    for path in config.binds:  # after the tmpfs: a bind under /tmp stays seen
+        cmd += ["--ro-bind", (sources or {}).get(path, path), path]
     cmd += ["--bind", str(workspace), INNER, "--chdir", INNER, "--remount-ro", "/"]
     cmd += ["--info-fd", str(fds[0]), "--block-fd", str(fds[1]), "--", *command]
     return cmd
@@ -213,5 +216,6 @@ class BwrapBackend:
         hosts = hosts_file(space / "hosts", names) if pin else None
         fds = pipes()
         own = argv.netns_fd is None
-        line = command_line(self.config, copy, hosts, env, argv.command, (fds["info_w"], fds["block_r"]), own)
+        pipe_fds = (fds["info_w"], fds["block_r"])
+        line = command_line(self.config, copy, hosts, env, argv.command, pipe_fds, own, argv.sources)
         return start(line, self.config, argv, fds)

@@ -10,6 +10,7 @@ from lakeflow.errors import ConfigError
 from lakeflow.io import Store
 from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.sandbox import bwrap_status
+from lakeflow.raas.workspace.binds import host_binds, unreachable
 from lakeflow.raas.workspace.bwrap import BwrapBackend
 from lakeflow.raas.workspace.docker import DockerBackend, daemon_status
 from lakeflow.raas.workspace.mounts import can_mount
@@ -80,5 +81,20 @@ def build_sandbox(config: SandboxConfig, store: Store | None, model_id: str) -> 
             "`lakeflow workspace pod` prints the pod and NetworkPolicy of an episode (docs/sandbox.md). "
             "Use bwrap or docker to run episodes"
         )
+    config = config.model_copy(update={"binds": host_binds(config.binds)})
     backend = _bwrap(config) if config.backend == "bwrap" else _docker(config)
-    return EpisodeSandbox(config, backend, store, model_id, copy_method(config))
+    method = copy_method(config)
+    if backend.private_mounts and method != "overlay":
+        _reachable(config.binds)
+    return EpisodeSandbox(config, backend, store, model_id, method)
+
+
+def _reachable(binds: list[str]) -> None:
+    """Without an overlay's mount namespace the sandbox's uid reads each bind at its own path: it must be able to."""
+    for path in binds:
+        if why := unreachable(path):
+            raise ConfigError(
+                f"agent.sandbox.binds: {path} cannot be read by the sandbox's uid ({why}), and only an overlay "
+                "workspace (copy_method auto or overlay, with mount rights) mounts such a path for it: let other "
+                "users read it (chmod o+rx), or install it elsewhere"
+            )

@@ -3,7 +3,8 @@
 `overlay`: a tmpfs of `disk_mb` holds the overlay's upper and work directories, and the overlay of the
 cached base and that upper is the episode's workspace: nothing is copied, a file is copied up when it
 is first written, and the tmpfs's size is the disk limit (writes past it fail with ENOSPC, and the
-episode is stopped). `copy`: a plain copy of the base, owned by the episode's uid, its growth measured
+episode is stopped); the binds the episode's uid cannot reach are mounted for it in that namespace,
+under its directory (`binds.py`). `copy`: a plain copy of the base, owned by the episode's uid, its growth measured
 by walking it (every `COPY_CHECK_S`). An episode's directory is `<work_dir>/episodes/<pid>-<random>/`;
 one left by a service that died is unmounted and removed by the next service's `sweep`.
 """
@@ -17,12 +18,13 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lakeflow.raas.workspace.base import Base
 from lakeflow.raas.workspace.changes import copy_change, overlay_change
-from lakeflow.raas.workspace.mounts import in_own_namespace, mount_overlay, mount_tmpfs, unmount
+from lakeflow.raas.workspace.mounts import bind_read_only, in_own_namespace, mount_overlay, mount_tmpfs, unmount
 from lakeflow.raas.workspace.state import Change
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class EpisodeCopy:
     disk_bytes: int
     mounts: list[Path] = field(default_factory=list)  # in the service's own mount namespace (docker)
     fds: dict[str, int] = field(default_factory=dict)  # mntns, upper: an overlay in a namespace of its own
+    sources: dict[str, str] = field(default_factory=dict)  # a bind -> where its uid reads it, in that namespace
     _checked: float = 0.0
 
     @property
@@ -89,10 +92,17 @@ class EpisodeCopy:
 
 
 def make_copy(
-    root: Path, base: Base, method: str, disk_mb: int, uid: int | None, own_namespace: bool = False
+    root: Path,
+    base: Base,
+    method: str,
+    disk_mb: int,
+    uid: int | None,
+    own_namespace: bool = False,
+    stage: Sequence[str] = (),
 ) -> EpisodeCopy:
     """A new workspace of `base` for an episode run as `uid` (None: as this process); `own_namespace`: an
-    overlay's mounts in a mount namespace of their own (`mntns_fd`), where the sandbox starts."""
+    overlay's mounts in a mount namespace of their own (`mntns_fd`), where the sandbox starts, with the
+    paths of `stage` mounted read-only where `uid` reaches them (`sources`)."""
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o711)  # the sandbox's uid passes through to its own directory, lists nothing
     space = root / f"{os.getpid()}-{secrets.token_hex(8)}"
@@ -102,7 +112,7 @@ def make_copy(
         if method == "overlay":
             copy.path.mkdir()
             (space / "disk").mkdir()
-            mount = functools.partial(_overlay, copy, disk_mb, uid, own_namespace)
+            mount = functools.partial(_overlay, copy, disk_mb, uid, own_namespace, stage)
             copy.fds = in_own_namespace(mount) if own_namespace else mount()
         else:
             shutil.copytree(base.tree, copy.path, symlinks=True)
@@ -114,9 +124,10 @@ def make_copy(
     return copy
 
 
-def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool) -> dict[str, int]:
+def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool, stage: Sequence[str]) -> dict[str, int]:
     """Mount the tmpfs and the overlay in the calling thread's mount namespace; with `own` (a namespace of
-    their own), the fds that keep it and reach the upper directory (on the tmpfs) from outside it."""
+    their own), the binds of `stage` there too, and the fds that keep it and reach the upper directory (on
+    the tmpfs) from outside it."""
     disk = copy.space / "disk"
     mount_tmpfs(disk, disk_mb, None)
     copy.upper.mkdir()
@@ -129,6 +140,11 @@ def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool) -> dic
     if not own:
         copy.mounts.append(copy.path)
         return {}
+    if stage:
+        (copy.space / "binds").mkdir(mode=0o711)
+    for i, path in enumerate(stage):
+        bind_read_only(path, copy.space / "binds" / str(i))
+        copy.sources[path] = str(copy.space / "binds" / str(i))
     flags = os.O_RDONLY | os.O_DIRECTORY
     return {"upper": os.open(copy.upper, flags), "mntns": os.open("/proc/thread-self/ns/mnt", os.O_RDONLY)}
 

@@ -1,5 +1,6 @@
 """Mounts of the overlay workspaces: a tmpfs of `disk_mb` per episode holding the overlay's upper and work
-directories, and the overlay of the cached base and that upper. Made with the mount(2) and umount2(2)
+directories, the overlay of the cached base and that upper, and read-only binds of the paths the sandbox
+shows (`binds.py`) where its uid can reach them. Made with the mount(2) and umount2(2)
 system calls (through libc), which needs CAP_SYS_ADMIN: `can_mount()` probes it once, and without it
 workspaces are plain copies."""
 
@@ -20,7 +21,8 @@ from typing import TypeVar
 log = logging.getLogger(__name__)
 
 _MNT_DETACH = 2
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _CLONE_NEWNS = 0x00020000
 T = TypeVar("T")
 
@@ -30,13 +32,22 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
 
-def mount(source: str, target: Path, fstype: str, options: str) -> None:
+def mount(source: str, target: Path, fstype: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
     """mount(2); OSError with the reason when refused."""
-    flags = _MS_NOSUID | _MS_NODEV
     done = _libc().mount(source.encode(), str(target).encode(), fstype.encode(), flags, options.encode())
     if done != 0:
         errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {fstype} on {target}: {os.strerror(errno)}")
+        raise OSError(errno, f"mount {fstype or 'bind of ' + source} on {target}: {os.strerror(errno)}")
+
+
+def bind_read_only(source: str, target: Path) -> None:
+    """`source` (a folder or a file, with what is mounted under it) shown read-only at `target` (made here)."""
+    if os.path.isdir(source):
+        target.mkdir(mode=0o755)
+    else:
+        target.touch(mode=0o644)
+    mount(source, target, "", "", _MS_BIND | _MS_REC)
+    mount("none", target, "", "", _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
 def unmount(target: Path) -> None:

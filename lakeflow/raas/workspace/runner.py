@@ -32,6 +32,7 @@ from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.sandbox_processes import collect_output, kill_group, kill_uid, limit_of, sandbox_uid
 from lakeflow.raas.workspace import bwrap, lake_states, netns
 from lakeflow.raas.workspace.base import Base, Bases
+from lakeflow.raas.workspace.binds import sandbox_command, unreachable
 from lakeflow.raas.workspace.copies import EpisodeCopy, make_copy, sweep
 from lakeflow.raas.workspace.netns import NetnsPool, Slot
 from lakeflow.raas.workspace.relay import Relay, Target
@@ -86,6 +87,8 @@ class EpisodeSandbox:
     ) -> None:
         """`method`: overlay or copy (`checks.copy_method`). `store`: where states go (None: not stored)."""
         self.config, self.backend, self.store, self.model_id, self.method = config, backend, store, model_id, method
+        own_mounts = backend.private_mounts and method == "overlay"
+        self.staged = [p for p in config.binds if unreachable(p)] if own_mounts else []  # mounted where uids reach
         root = Path(config.work_dir or os.path.join(tempfile.gettempdir(), "lakeflow-workspaces")).absolute()
         _searchable(root)
         _more_files()
@@ -97,6 +100,10 @@ class EpisodeSandbox:
         self._running: dict[int, _Episode] = {}
         self._lock = threading.Lock()
         self._closed = False
+
+    def command(self, command: list[str]) -> list[str]:
+        """`command` as it runs here: its relative paths absolute and under a bind (`binds.sandbox_command`)."""
+        return sandbox_command(command, self.config.binds)
 
     def base(self) -> Base:
         """The pool's base, built on first use (the first episode waits for it)."""
@@ -114,7 +121,7 @@ class EpisodeSandbox:
             return SandboxRun(error=f"cannot make the episode's network namespace: {e}")
         try:
             own = self.backend.private_mounts
-            copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid, own)
+            copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid, own, self.staged)
         except (OSError, LakeflowError) as e:
             if slot is not None and self.slots is not None:
                 self.slots.release(slot)
@@ -140,7 +147,7 @@ class EpisodeSandbox:
             if e.slot is not None:
                 self._listen(e.slot, plan.ports)
             slot = e.slot.fd if e.slot is not None else None
-            argv = bwrap.Argv(command, seconds, e.uid, slot, e.copy.mntns_fd)
+            argv = bwrap.Argv(command, seconds, e.uid, slot, e.copy.mntns_fd, e.copy.sources)
             launched = self.backend.launch(e.copy.path, e.copy.space, env, plan.names, argv)
         except (OSError, ValueError, subprocess.SubprocessError) as err:  # ConfigError is a ValueError
             return SandboxRun(error=str(err))

@@ -35,7 +35,7 @@ from lakeflow.raas.workspace.routes import routes
         ({"backend": "docker"}, "needs an `image`"),
         ({"backend": "bwrap", "env": {"AWS_SECRET_ACCESS_KEY": "x"}}, "refused"),
         ({"backend": "bwrap", "env": {"OPENAI_BASE_URL": "x"}}, "refused"),
-        ({"backend": "bwrap", "binds": ["relative/path"]}, "absolute path"),
+        ({"backend": "bwrap", "binds": ["harness/../../etc"]}, "without '..'"),
         ({"backend": "bwrap", "network": {"allow": ["no-port"]}}, "host:port"),
         ({"backend": "bwrap", "seconds": 10}, "below agent.max_seconds"),
         ({"backend": "bwrap", "cpus": 2}, "Extra inputs are not permitted"),
