@@ -26,7 +26,7 @@ def _pids(log: Path, n: int, timeout_s: float = 30) -> list[int]:
     return [int(p) for p in lines]
 
 
-def test_programs_play_in_a_worker_process_that_a_crash_does_not_take_down(tok: Any, drive: Any, tmp_path: Path) -> None:
+def test_programs_play_in_a_worker_process_a_crash_does_not_take_down(tok: Any, drive: Any, tmp_path: Path) -> None:
     log = tmp_path / "pids"
     config = AgentConfig(program="tests.raas.gateway.programs:in_worker", args={"log": str(log)}, processes=1)
     config = config.model_copy(update={"on_failure": "score", "failed_reward": -1.0})
