@@ -115,6 +115,7 @@ def test_judge_failures_show_per_pool_and_a_failing_judge_is_said(tmp_path: Path
 def test_the_tiny_judge_job_trains_on_its_judge_pool_s_verdicts(tmp_path: Path) -> None:
     config = job()
     config["steps"] = 2
+    config["models"][0]["dataflow"]["prompts_per_step"] = 2
     config["models"][0]["trainer"]["model_cache_dir"] = str(tmp_path / "models")
     config["serve"][0]["cache_dir"] = str(tmp_path / "models")
     path = tmp_path / "job.yaml"
