@@ -115,7 +115,7 @@ def run(
 
 def _show_progress(bars: dict[str, Any], launcher: Launcher, steps: int) -> None:
     """Each model's bar: its newest version, reward, trainer wait, and what must not go unseen (failed
-    episodes, a starving trainer)."""
+    episodes, a judge's failures, a starving trainer)."""
     for model_id, p in launcher.progress().items():
         bar = bars[model_id]
         bar.n = min(steps, p.version or 0)
@@ -125,6 +125,8 @@ def _show_progress(bars: dict[str, Any], launcher: Launcher, steps: int) -> None
         }
         if p.failed:  # episodes whose agent or environment failed: never silent
             shown["failed"] = f"{p.failed} ({p.top_failure})"
+        if p.judge is not None and p.judge.summary() != "-":  # held groups, unusable verdicts, judge errors
+            shown["judge"] = p.judge.summary()
         if p.starving:  # the filter keeps too few groups: the trainer waits for data
             shown["starving"] = p.starving
         bar.set_postfix(shown)

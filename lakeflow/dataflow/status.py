@@ -24,7 +24,7 @@ from lakeflow.errors import LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, LakeReader, layout
 from lakeflow.lake import tasks as lake_tasks
-from lakeflow.lake.heartbeats import production, read_heartbeats
+from lakeflow.lake.heartbeats import JudgeCounts, production, read_heartbeats
 from lakeflow.text import text_table
 from lakeflow.weights.manifest import latest_version
 
@@ -219,9 +219,12 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
     lines += ["  " + line for line in text_table(cols, rows)]
     lines.append(
         "rollout pools (samples/s summed over live services; lag: versions behind the model's newest; "
-        "pulled: weight bytes fetched; failed: episodes whose agent or environment failed, most frequent end)"
+        "pulled: weight bytes fetched; failed: episodes whose agent or environment failed, most frequent end"
+        + ("; judge: groups held now, unusable replies, errors, most frequent reason" if _judged(pools) else "")
+        + ")"
     )
     cols = ["model", "region", "live/total", "groups", "samples", "samples/s", "versions", "lag", "pulled", "failed"]
+    cols += ["judge"] if _judged(pools) else []
     rows = [
         [
             _show(p["model_id"]),
@@ -234,11 +237,25 @@ def render_production(services: list[dict[str, Any]], pools: list[dict[str, Any]
             _show(p.get("version_lag")),
             _megabytes(p.get("pulled_bytes")),
             _failed(p.get("failed_episodes"), p.get("top_failure")),
+            *([_judge(p.get("judge"))] if _judged(pools) else []),
         ]
         for p in pools
     ]
     lines += ["  " + line for line in text_table(cols, rows)]
     return lines
+
+
+def _judged(pools: list[dict[str, Any]]) -> bool:
+    return any(p.get("judge") for p in pools)
+
+
+def _judge(counts: dict[str, Any] | None) -> str:
+    """A pool's judge: 'held 3, unusable 700, errors 6 (no-score: 700)', '-' when nothing failed."""
+    if not counts:
+        return "-"
+    line = JudgeCounts(**counts).summary()
+    failing = counts.get("failing_s")
+    return line if failing is None else f"{line}; every request failing for {failing / 60:.0f} min"
 
 
 def _failed(n: int | None, top: str | None) -> str:

@@ -48,6 +48,57 @@ class ServiceProduction:
     share: float | None = None  # of its pool's samples
     failed_episodes: int | None = None  # episodes whose agent or environment failed, over its life
     failures: dict[str, int] = field(default_factory=dict)  # those by end (agent_error, timeout, ...)
+    judge: JudgeCounts | None = None  # its judge's requests (None: it has no judge)
+
+
+@dataclass(frozen=True)
+class JudgeCounts:
+    """A judge's requests from rollout services' heartbeats: usable verdicts, unusable replies and errors by
+    reason, groups held now, and how long every request has failed (None: the last one gave a verdict)."""
+
+    verdicts: int = 0
+    unusable: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    held: int = 0
+    failing_s: float | None = None
+
+    def top(self) -> str | None:
+        """The most frequent reason of the failed requests, with its count ("no-score: 700")."""
+        reasons: dict[str, int] = {}
+        for counts in (self.unusable, self.errors):
+            for reason, n in counts.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+        if not reasons:
+            return None
+        reason, n = max(sorted(reasons.items()), key=lambda kv: kv[1])
+        return f"{reason}: {n}"
+
+    def summary(self) -> str:
+        """One line: 'held 3, unusable 700, errors 6 (no-score: 700)'; '-' when nothing failed."""
+        unusable, errors = sum(self.unusable.values()), sum(self.errors.values())
+        if not (self.held or unusable or errors):
+            return "-"
+        top = self.top()
+        return f"held {self.held}, unusable {unusable}, errors {errors}" + (f" ({top})" if top else "")
+
+
+def judge_counts(services: list[ServiceProduction]) -> JudgeCounts | None:
+    """The judge counts of `services` summed (None: none has a judge); `failing_s` is the shortest of the
+    live ones that fail, or None when any live one's last request gave a verdict."""
+    judged = [s.judge for s in services if s.judge is not None]
+    if not judged:
+        return None
+    unusable: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for j in judged:
+        for mine, theirs in ((unusable, j.unusable), (errors, j.errors)):
+            for reason, n in theirs.items():
+                mine[reason] = mine.get(reason, 0) + n
+    live = [s.judge for s in services if s.judge is not None and s.live]
+    failing = [j.failing_s for j in live]
+    failing_s = None if not failing or any(f is None for f in failing) else min(f for f in failing if f is not None)
+    held = sum(j.held for j in live)
+    return JudgeCounts(sum(j.verdicts for j in judged), unusable, errors, held, failing_s)
 
 
 @dataclass(frozen=True)
@@ -67,6 +118,7 @@ class PoolProduction:
     pulled_bytes: int = 0  # weight bytes its services fetched (each from its own weights source)
     failed_episodes: int = 0  # episodes whose agent or environment failed, summed over its services
     top_failure: str | None = None  # the most frequent end of those, with its count ("agent_error: 12")
+    judge: JudgeCounts | None = None  # its services' judge requests summed (None: no judge)
 
 
 @dataclass(frozen=True)
@@ -113,7 +165,20 @@ def production(
         pulled = sum(s.pulled_bytes or 0 for s in members)
         failed, worst = failure_summary(members)
         pool = PoolProduction(
-            model_id, region, len(members), live, groups, samples, rate, oldest, newest, lag, pulled, failed, worst
+            model_id,
+            region,
+            len(members),
+            live,
+            groups,
+            samples,
+            rate,
+            oldest,
+            newest,
+            lag,
+            pulled,
+            failed,
+            worst,
+            judge_counts(members),
         )
         out_pools.append(pool)
         for s in members:
@@ -159,6 +224,22 @@ def service(beat: dict[str, Any], now: datetime) -> ServiceProduction:
         pulled_bytes=_count(beat.get("pulled_bytes")),
         failed_episodes=_count(beat.get("failed_episodes")),
         failures=_counts(beat.get("failures")),
+        judge=_judge(beat, at),
+    )
+
+
+def _judge(beat: dict[str, Any], at: datetime | None) -> JudgeCounts | None:
+    """A heartbeat's judge counts (None: its service has no judge, or wrote none)."""
+    if "judge_verdicts" not in beat:
+        return None
+    since = _time(beat.get("judge_failing_since"))
+    failing_s = max(0.0, (at - since).total_seconds()) if since is not None and at is not None else None
+    return JudgeCounts(
+        verdicts=_count(beat.get("judge_verdicts")) or 0,
+        unusable=_counts(beat.get("judge_unusable")),
+        errors=_counts(beat.get("judge_errors")),
+        held=_count(beat.get("judge_held")) or 0,
+        failing_s=failing_s,
     )
 
 

@@ -43,7 +43,20 @@ def check_plan(plan: Plan, target: str) -> list[str]:
         problems += _resources(plan, w, target)
         problems += _models(plan, w, target)
     problems += _credentials(plan, target)
+    problems += _served(plan, target)
     return problems
+
+
+def _served(plan: Plan, target: str) -> list[str]:
+    """The frozen models of `serve:` are started by `lakeflow run` only: a launched run's judges need an endpoint."""
+    if not plan.config.serve:
+        return []
+    ids = ", ".join(s.id for s in plan.config.serve)
+    return [
+        f"serve: {target} does not start the run's served models ({ids}) yet: run `lakeflow serve --config <file> "
+        "--host 0.0.0.0 --port <port>` where the rollout pods reach it, and give their judges `endpoint: "
+        "http://<that host>:<port>/v1` instead of `pool`"
+    ]
 
 
 def _lake(plan: Plan, target: str) -> list[str]:

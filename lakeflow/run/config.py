@@ -19,7 +19,7 @@ from lakeflow.errors import ConfigError
 from lakeflow.evaluation.config import EvalConfig
 from lakeflow.models.chat import SHIPPED_TEMPLATES
 from lakeflow.models.info import model_vocab_size
-from lakeflow.raas.config import HFEngineConfig, RaasConfig, VLLMEngineConfig
+from lakeflow.raas.config import HFEngineConfig, RaasConfig, ServeConfig, VLLMEngineConfig
 from lakeflow.raas.scoring.judge import JudgeConfig
 from lakeflow.run.cluster import LaunchConfig
 from lakeflow.tracking.config import TrackerConfig
@@ -179,6 +179,12 @@ class RunConfig(StrictConfig):
         "tasks and their order come from the datasets' own seeds. None: the sections' own seeds.",
     )
     models: list[RunModel] = Field(min_length=1, description="The models of the run.")
+    serve: list[ServeConfig] = Field(
+        default_factory=list,
+        description="Frozen models the run serves through lakeflow's OpenAI-compatible endpoint (`lakeflow "
+        "serve`), started before the pools and stopped with the run: a pool's judge names one with "
+        "`reward: {type: judge, pool: <id>}` (docs/judges.md).",
+    )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Dataflow task settings.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Dataflow loop settings.")
     credentials: RunCredentials = Field(
@@ -212,6 +218,7 @@ class RunConfig(StrictConfig):
             unknown = sorted(set(key) - set(known))
             if unknown:
                 raise ValueError(f"launch.{what}: {unknown} not in the run's {what} ({', '.join(sorted(known))})")
+        _check_judge_pools(self.models, self.serve)
         for m in self.models:
             pool = m.raas.config
             roles = pool.roles or {"policy": m.id}
@@ -249,6 +256,31 @@ class RunConfig(StrictConfig):
             raas = m.raas.config.model_copy(update={"engine": engine})
             models.append(m.model_copy(update={"raas": m.raas.model_copy(update={"config": raas})}))
         return self.model_copy(update={"models": models})
+
+
+def _check_judge_pools(models: list[RunModel], served: list[ServeConfig]) -> None:
+    """ValueError, saying what to do, for a judge `pool` that names no served model (or a trained one), and
+    for served ids that repeat or are a trained model's."""
+    trained, ids = {m.id for m in models}, [s.id for s in served]
+    if len(set(ids)) != len(ids) or set(ids) & trained:
+        raise ValueError(f"serve: ids {ids} must be unique and differ from the trained models' ({sorted(trained)})")
+    for m in models:
+        for region, pool in m.pools():
+            judge = pool.config.reward
+            if not isinstance(judge, JudgeConfig) or judge.pool is None:
+                continue
+            at = f"model {m.id}{f', region {region}' if region else ''}: raas.config.reward.pool"
+            if judge.pool in trained:
+                raise ValueError(
+                    f"{at} names {judge.pool!r}, a model this run trains; a judge is frozen: declare it under "
+                    f"`serve:` with its own id (serve: [{{id: {judge.pool}-judge, model: <the model>}}]) and name that"
+                )
+            if judge.pool not in ids:
+                known = f"it serves {', '.join(ids)}" if ids else "its `serve:` section is empty"
+                raise ValueError(
+                    f"{at} names {judge.pool!r}, which the run does not serve ({known}): add "
+                    f"`serve: [{{id: {judge.pool}, model: <tiny:name, a directory or a hub id>}}]`"
+                )
 
 
 def load_run_config(path: str | Path) -> RunConfig:

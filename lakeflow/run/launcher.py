@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,12 +29,12 @@ from lakeflow.catalog.stats import starvation
 from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
-from lakeflow.lake.heartbeats import failure_summary, production, read_heartbeats
+from lakeflow.lake.heartbeats import JudgeCounts, failure_summary, judge_counts, production, read_heartbeats
 from lakeflow.lake.metrics import latest_metrics
 from lakeflow.lake.run_record import write_run_manifest
 from lakeflow.run.config import RunConfig
 from lakeflow.run.observe import eval_specs
-from lakeflow.run.processes import ProcessSpec, process_specs
+from lakeflow.run.processes import ProcessSpec, process_specs, serve_specs, with_judge_endpoints
 from lakeflow.weights.manifest import latest_version
 
 
@@ -50,6 +51,7 @@ class Component:
 
 
 STARVATION_POLL_S = 10.0  # how often the progress reads dataflow_stats and the rollout heartbeats
+JUDGE_ALARM_S = 300.0  # every judge request of a model's pools failing this long is said in the terminal
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Progress:
     failed: int = 0  # episodes of the model's rollout services whose agent or environment failed
     top_failure: str | None = None  # the most frequent end of those, with its count
     starving: str | None = None  # why the trainer starves (catalog/stats.py starvation), from dataflow_stats
+    judge: JudgeCounts | None = None  # its pools' judge requests (None: no judge)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,6 +90,8 @@ class Launcher:
         self._starving_read = -STARVATION_POLL_S  # time.monotonic() of the last look at dataflow_stats
         self._starving_seen: dict[str, str | None] = {}
         self._failures_seen: dict[str, tuple[int, str | None]] = {}
+        self._judges_seen: dict[str, JudgeCounts | None] = {}
+        self._judge_alarmed: set[str] = set()  # models whose failing judge the terminal was told of
 
     def _write(self, name: str, data: dict[str, Any]) -> Path:
         path = self.run_dir / "configs" / name
@@ -100,6 +105,9 @@ class Launcher:
 
     def command(self, spec: ProcessSpec) -> list[str]:
         """The local command line of `spec`, its config file written under `<run dir>/configs/`."""
+        if spec.role == "serve":  # a frozen model: no lake
+            path = self._write(spec.config_name, spec.config)
+            return [sys.executable, "-m", "lakeflow", "serve", *spec.flags, "--config", str(path)]
         if not spec.config_name:
             return [*self._cmd(*spec.verb.split()), *spec.flags]
         config = spec.config
@@ -113,8 +121,12 @@ class Launcher:
 
     def plan(self) -> list[Component]:
         """The processes of the run, with their config files written. With `autoscale` in the config, one
-        `lakeflow autoscale --actuator local` process starts and sizes the rollout pools instead."""
-        specs = process_specs(self.config) + eval_specs(self.config)
+        `lakeflow autoscale --actuator local` process starts and sizes the rollout pools instead. The frozen
+        models of `serve:` come first, each on a free port of 127.0.0.1 that the judges naming it are given."""
+        ports = {s.id: free_port() for s in self.config.serve}
+        urls = {name: f"http://127.0.0.1:{port}/v1" for name, port in ports.items()}
+        self.config = with_judge_endpoints(self.config, urls)
+        specs = serve_specs(self.config, ports) + process_specs(self.config) + eval_specs(self.config)
         a = self.config.autoscale
         if a is not None:
             flags = ["--actuator", "local", "--run-dir", str(self.run_dir), "--min", str(a.min), "--max", str(a.max)]
@@ -203,8 +215,27 @@ class Launcher:
                     p.wait_fraction = stats.get("wait_s", 0) / total if total else None
             p.failed, p.top_failure = failures.get(m.id, (0, None))
             p.starving = starving.get(m.id)
+            p.judge = self._judges_seen.get(m.id)
+            self._judge_alarm(m.id, p.judge)
             out[m.id] = p
         return out
+
+    def _judge_alarm(self, model_id: str, judge: JudgeCounts | None) -> None:
+        """A notice, once until the judge gives a verdict again, when every judge request of the model's
+        pools has failed for JUDGE_ALARM_S."""
+        failing = judge.failing_s if judge is not None else None
+        if judge is None or failing is None or failing < JUDGE_ALARM_S:
+            if failing is None:
+                self._judge_alarmed.discard(model_id)
+            return
+        if model_id in self._judge_alarmed:
+            return
+        self._judge_alarmed.add(model_id)
+        logs = self.run_dir / "logs" / f"raas-{model_id}-*.log"
+        self.notices.append(
+            f"{model_id}: every judge request has failed for {failing / 60:.0f} min ({judge.top() or 'no reason'}); "
+            f"{judge.held} groups held, nothing scored 0; the reasons are in {logs} (docs/judges.md)"
+        )
 
     def _slow_view(self) -> tuple[dict[str, str | None], dict[str, tuple[int, str | None]]]:
         """Per model, why its trainer starves (the dataflow's newest dataflow_stats window) and its rollout
@@ -218,14 +249,21 @@ class Launcher:
         services = production(read_heartbeats(self.store), datetime.now(UTC)).services
         models = {s.model_id for s in services if s.model_id is not None}
         self._failures_seen = {m: failure_summary([s for s in services if s.model_id == m]) for m in models}
+        self._judges_seen = {m: judge_counts([s for s in services if s.model_id == m]) for m in models}
         return self._starving_seen, self._failures_seen
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The
-        dataflow process goes last, so its final compaction covers every sample the others committed."""
+        dataflow process goes last, so its final compaction covers every sample the others committed; the served
+        models go before it and after the rollout services, whose judges ask them once more as they stop."""
         self._stopping = True
-        last = [c for c in self.components if c.role == "dataflow"]
-        for group in ([c for c in self.components if c.role != "dataflow"], last):
+        first = [c for c in self.components if c.role not in ("dataflow", "serve")]
+        groups = (
+            first,
+            [c for c in self.components if c.role == "serve"],
+            [c for c in self.components if c.role == "dataflow"],
+        )
+        for group in groups:
             for c in group:
                 if c.process and c.process.poll() is None:
                     c.process.send_signal(signal.SIGTERM)
@@ -240,6 +278,13 @@ class Launcher:
                     c.process.wait()
                 if c.log:
                     c.log.close()
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 free now (the served model binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _signal_name(number: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lakeflow.raas.config import JudgeConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 
 
@@ -16,8 +17,8 @@ class ProcessSpec:
     """One process of a run, wherever it runs (here, Kubernetes, SkyPilot, Slurm): the lakeflow verb, its
     flags (without --lake, --endpoint-url and --config, which depend on the place) and its config file."""
 
-    name: str  # dataflow, train-<model>, raas-<model>[-<region>]-<i> (no -<i> for a replicated pool), mirror-…
-    role: str  # dataflow | trainer | raas | eval | mirror (| autoscale, in a run with --autoscale)
+    name: str  # dataflow, train-<model>, raas-<model>[-<region>]-<i> (no -<i> for a replicated pool), mirror-…, serve-…
+    role: str  # dataflow | trainer | raas | eval | mirror | serve (| autoscale, in a run with --autoscale)
     model_id: str | None
     verb: str  # the lakeflow command, e.g. "raas" or "weights mirror"
     flags: tuple[str, ...]
@@ -80,3 +81,37 @@ def process_specs(config: RunConfig) -> list[ProcessSpec]:
         for region, pool in m.pools():
             out += [raas_spec(config, m, i, region, pool) for i in range(pool.replicas)]
     return out + mirror_specs(config)
+
+
+def serve_specs(config: RunConfig, ports: dict[str, int]) -> list[ProcessSpec]:
+    """A `lakeflow serve` per frozen model of the run's `serve:` section, on 127.0.0.1 at its port in `ports`."""
+    out = []
+    for served in config.serve:
+        flags = ("--host", "127.0.0.1", "--port", str(ports[served.id]))
+        data = served.model_dump(mode="json")
+        out.append(ProcessSpec(f"serve-{served.id}", "serve", None, "serve", flags, f"serve-{served.id}.yaml", data))
+    return out
+
+
+def with_judge_endpoints(config: RunConfig, urls: dict[str, str]) -> RunConfig:
+    """`config` with the endpoint of every judge that names a `pool` set to that served model's base URL
+    (`urls`: served id -> URL), in home pools and region overrides alike."""
+
+    def judged(reward: Any) -> Any:
+        if isinstance(reward, JudgeConfig) and reward.pool in urls:
+            return reward.model_copy(update={"endpoint": urls[reward.pool]})
+        if isinstance(reward, dict) and reward.get("type") == "judge" and reward.get("pool") in urls:
+            return {**reward, "endpoint": urls[reward["pool"]]}
+        return reward
+
+    models = []
+    for m in config.models:
+        pool = m.raas.config.model_copy(update={"reward": judged(m.raas.config.reward)})
+        regions = [
+            r.model_copy(update={"config": {**r.config, "reward": judged(r.config["reward"])}})
+            if "reward" in r.config
+            else r
+            for r in m.regions
+        ]
+        models.append(m.model_copy(update={"raas": m.raas.model_copy(update={"config": pool}), "regions": regions}))
+    return config.model_copy(update={"models": models})

@@ -3,7 +3,8 @@ validated, unknown keys refused. It imports nothing else of the rollout service.
 
 `pool.py`: `RaasConfig` (one rollout service) and its engines; `environment.py`: the `environment` section
 (an environment lakeflow plays); `agent.py`: the `agent` section (the user's program through the gateway);
-`judge.py` and `reward_model.py`: the reward sections that ask a model.
+`judge.py` and `reward_model.py`: the reward sections that ask a model; `serve.py`: a frozen model that
+`lakeflow serve` answers chat completions with (a run's judge pool).
 """
 
 from lakeflow.raas.config.agent import AgentConfig, GatewayConfig
@@ -21,6 +22,7 @@ from lakeflow.raas.config.pool import (
     reward_function,
 )
 from lakeflow.raas.config.reward_model import RewardModelConfig
+from lakeflow.raas.config.serve import ServeConfig
 
 __all__ = [
     "AgentConfig",
@@ -32,6 +34,7 @@ __all__ = [
     "JudgeConfig",
     "RaasConfig",
     "RewardModelConfig",
+    "ServeConfig",
     "VLLMEngineConfig",
     "command_config",
     "load_config",

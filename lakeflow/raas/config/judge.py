@@ -17,11 +17,54 @@ class JudgeConfig(StrictConfig):
     endpoint; its verdict's score is the reward. A group is written only once every sample has a verdict."""
 
     type: Literal["judge"] = "judge"
-    endpoint: str = Field(
+    endpoint: str | None = Field(
+        None,
         description="The judge's OpenAI-compatible base URL, ending in /v1: a `vllm serve` "
-        "(http://judge-host:8000/v1), a hosted API, any server of POST /chat/completions."
+        "(http://judge-host:8000/v1), a hosted API, any server of POST /chat/completions. Set by `lakeflow run` "
+        "for a `pool` judge.",
     )
-    model: str = Field(min_length=1, description="The model the endpoint serves (each request's `model`).")
+    pool: str | None = Field(
+        None,
+        min_length=1,
+        description="Instead of an endpoint: the id of a frozen model of the same run config (its `serve:` "
+        "section) that `lakeflow run` starts, serves through lakeflow's OpenAI-compatible endpoint and stops "
+        "with the run.",
+    )
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description="The model the endpoint serves (each request's `model`); with `pool`: the pool's id.",
+    )
+    verdict: Literal["score_line", "choice"] = Field(
+        "score_line",
+        description="score_line: the judge writes its reasoning and a `SCORE: x` line; choice: it answers with "
+        "one of `choices` only, read as the expected score over them where the endpoint gives logprobs "
+        "(pointwise only; the format a small model can give).",
+    )
+    choices: dict[str, float] = Field(
+        default_factory=lambda: {"0": 0.0, "1": 0.25, "2": 0.5, "3": 0.75, "4": 1.0},
+        description="verdict choice: each allowed answer and its score in [0, 1]; single tokens (digits, "
+        "letters) let an endpoint's top logprobs weigh all of them.",
+    )
+    logprobs: bool = Field(
+        True,
+        description="verdict choice: ask for the top logprobs of the verdict's first token and score the "
+        "expected value over the choices (their probabilities renormalised); false, or an endpoint that gives "
+        "none: the chosen answer's score.",
+    )
+    constrained: bool | None = Field(
+        None,
+        description="verdict choice: send `structured_outputs: {choice: [...]}` (vLLM's and lakeflow's "
+        "endpoints: the reply is one of the choices). None: on for a `pool` judge, off for an endpoint "
+        "(a hosted API refuses the field).",
+    )
+    refuse_after: int | None = Field(
+        32,
+        ge=1,
+        description="Unusable replies in a row, before any verdict since the service started, after which "
+        "the service stops with an error saying the judge cannot give the format (a small model asked for a "
+        "SCORE line). None: never.",
+    )
     api_key_env: str | None = Field(
         None,
         min_length=1,
@@ -90,18 +133,19 @@ class JudgeConfig(StrictConfig):
     @classmethod
     def _named(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            if not data.get("endpoint"):
+            if not data.get("endpoint") and not data.get("pool"):
                 raise ValueError(
                     "endpoint is missing: give the judge's OpenAI-compatible base URL, e.g. "
-                    "http://127.0.0.1:8000/v1 for `vllm serve`"
+                    "http://127.0.0.1:8000/v1 for `vllm serve`, or `pool: <id>` for a frozen model of the run's "
+                    "`serve:` section"
                 )
-            if not data.get("model"):
+            if not data.get("model") and not data.get("pool"):
                 raise ValueError("model is missing: give the model name the judge's endpoint serves")
         return data
 
     @model_validator(mode="after")
     def _consistent(self) -> JudgeConfig:
-        if not self.endpoint.startswith(("http://", "https://")):
+        if self.endpoint is not None and not self.endpoint.startswith(("http://", "https://")):
             raise ValueError(f"endpoint {self.endpoint!r} is not an http:// or https:// URL (e.g. http://host:8000/v1)")
         if (self.rubric is None) == (self.rubric_file is None):
             raise ValueError("give the judge exactly one of `rubric` (the text) or `rubric_file` (a file holding it)")
@@ -109,7 +153,27 @@ class JudgeConfig(StrictConfig):
             raise ValueError("rubric is empty: say what makes an answer good")
         if self.backoff_max_s < self.backoff_s:
             raise ValueError(f"backoff_max_s {self.backoff_max_s:g} is below backoff_s {self.backoff_s:g}")
+        if self.verdict == "choice":
+            if self.mode != "pointwise":
+                raise ValueError("verdict choice scores one answer per request: use mode pointwise")
+            if len(self.choices) < 2 or any(not k.strip() for k in self.choices):
+                raise ValueError("choices: give at least two non-empty answers, each with its score")
+            bad = {k: v for k, v in self.choices.items() if not 0.0 <= v <= 1.0}
+            if bad:
+                raise ValueError(f"choices: scores must be in [0, 1], not {bad}")
         return self
+
+    @property
+    def model_name(self) -> str:
+        """Each request's `model`: `model`, else the pool's id."""
+        return str(self.model or self.pool)
+
+    @property
+    def constrain(self) -> bool:
+        """Whether requests carry `structured_outputs: {choice: ...}` (verdict choice only)."""
+        if self.verdict != "choice":
+            return False
+        return self.constrained if self.constrained is not None else self.pool is not None
 
     def rubric_text(self) -> str:
         """The rubric: `rubric`, or the text of `rubric_file`; ConfigError when that file cannot be read or is empty."""

@@ -8,6 +8,7 @@
 from lakeflow.models.chat import template_setting_problem
 from lakeflow.raas.engines.base import (
     ChatMessage,
+    ChoiceScorer,
     Completion,
     Engine,
     FinishReason,
@@ -26,6 +27,7 @@ from lakeflow.raas.engines.registry import ENGINES, build_engine, engine_factory
 __all__ = [
     "ENGINES",
     "ChatMessage",
+    "ChoiceScorer",
     "Completion",
     "Engine",
     "FinishReason",

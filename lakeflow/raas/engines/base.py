@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from lakeflow.errors import ConfigError
 from lakeflow.models.chat import chat_template_text
@@ -57,6 +57,29 @@ class Engine(Protocol):
         self, prompts: Sequence[Prompt], n: int, max_tokens: int, temperature: float
     ) -> list[list[Completion]]:
         """`n` completions of each prompt, sampled at `temperature`, with tempered logprobs."""
+
+
+@runtime_checkable
+class ChoiceScorer(Protocol):
+    """An engine that can weigh given continuations of a prompt (constrained choice: a judge's verdict)."""
+
+    def choice_logprobs(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> list[float]:
+        """log p(choice | prompt) of each choice's text (tokenized on its own), summed over its tokens, at
+        temperature 1."""
+        ...
+
+
+def choice_rows(tokenizer: Any, prompt_ids: Sequence[int], choices: Sequence[str], limit: int) -> list[list[int]]:
+    """The prompt followed by each choice's tokens (the choice tokenized on its own); ValueError for an empty
+    prompt or choice, or a row longer than `limit` tokens."""
+    prompt = [int(t) for t in prompt_ids]
+    encoded = [[int(t) for t in tokenizer.encode(c, add_special_tokens=False)] for c in choices]
+    if not prompt or not encoded or any(not c for c in encoded):
+        raise ValueError("choice_logprobs needs a prompt and choices that are not empty")
+    rows = [prompt + c for c in encoded]
+    if max(len(r) for r in rows) > limit:
+        raise ValueError(f"the prompt of {len(prompt)} tokens and a choice exceed {limit} tokens")
+    return rows
 
 
 def set_chat_template(engine: Engine, setting: str | None) -> None:

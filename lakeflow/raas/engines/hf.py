@@ -9,7 +9,15 @@ from typing import Any
 from lakeflow.errors import MissingExtraError
 from lakeflow.models.host import fastest_dtype
 from lakeflow.raas.config import HFEngineConfig
-from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
+from lakeflow.raas.engines.base import (
+    Completion,
+    Prompt,
+    TokenizedEngine,
+    check_sampling,
+    choice_rows,
+    is_token_ids,
+    read_config,
+)
 
 
 class HFEngine(TokenizedEngine):
@@ -128,3 +136,24 @@ class HFEngine(TokenizedEngine):
                 Completion(list(ids), tokens, lp[: len(tokens)], reason, self.decode(tokens))  # type: ignore[arg-type]
             )
         return completions * n if greedy else completions
+
+    def choice_logprobs(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> list[float]:
+        """log p(choice | prompt) of each choice, summed over its tokens: one forward over the prompt followed
+        by each choice (a batch padded on the right; a causal model's earlier positions ignore the padding)."""
+        import torch
+
+        self._require_model()
+        rows = choice_rows(self.tokenizer, prompt_ids, choices, self.max_model_len)
+        width, start = max(len(r) for r in rows), len(prompt_ids)
+        pad = self.tokenizer.pad_token_id or 0
+        x = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=self.config.device)
+        mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=self.config.device)
+        with torch.inference_mode():
+            logits = self.model(input_ids=x, attention_mask=mask).logits.float()  # (choices, width, vocab)
+            logp = torch.log_softmax(logits, dim=-1)
+        out = []
+        for i, row in enumerate(rows):
+            steps = torch.arange(start - 1, len(row) - 1, device=logp.device)  # position t predicts token t + 1
+            tokens = torch.tensor(row[start:], device=logp.device)
+            out.append(float(logp[i, steps, tokens].sum()))
+        return out

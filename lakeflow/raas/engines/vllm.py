@@ -27,7 +27,15 @@ from typing import Any
 from lakeflow.errors import ConfigError, MissingExtraError
 from lakeflow.models.host import fastest_dtype
 from lakeflow.raas.config import VLLMEngineConfig
-from lakeflow.raas.engines.base import Completion, Prompt, TokenizedEngine, check_sampling, is_token_ids, read_config
+from lakeflow.raas.engines.base import (
+    Completion,
+    Prompt,
+    TokenizedEngine,
+    check_sampling,
+    choice_rows,
+    is_token_ids,
+    read_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +169,20 @@ class VLLMEngine(TokenizedEngine):
                 completions.append(Completion(list(ids), tokens, logprobs, c.finish_reason, self.decode(tokens)))
             results.append(completions * n if greedy else completions)
         return results
+
+    def choice_logprobs(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> list[float]:
+        """log p(choice | prompt) of each choice, summed over its tokens: the prompt logprobs of the prompt
+        followed by each choice (one token generated and dropped)."""
+        self._require_model()
+        rows = choice_rows(self.tokenizer, prompt_ids, choices, self.max_model_len - 1)
+        start = len(prompt_ids)
+        params = self.vllm.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
+        outputs = self.llm.generate([{"prompt_token_ids": r} for r in rows], params, use_tqdm=False)
+        out = []
+        for row, output in zip(rows, outputs, strict=True):
+            steps = output.prompt_logprobs or []
+            out.append(sum(float(steps[i][row[i]].logprob) for i in range(start, len(row))))
+        return out
 
 
 class WorkerExtension:

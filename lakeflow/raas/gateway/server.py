@@ -77,11 +77,15 @@ async def _read_body(request: Request, kind: str, limit: int) -> object | Answer
     return body
 
 
-def build_app(submit: Submit, max_body_bytes: int) -> Starlette:
-    """The app; `submit(token, kind, body)` with kind one of `protocols.KINDS`."""
+EPISODES = "/e/{token}"  # the routes' prefix in a rollout service: one secret base URL per episode
+
+
+def build_app(submit: Submit, max_body_bytes: int, prefix: str = EPISODES) -> Starlette:
+    """The app; `submit(token, kind, body)` with kind one of `protocols.KINDS`. `prefix` comes before each
+    route's `/v1/...`: an episode's (the token is its path parameter), or '' (`lakeflow serve`: the token '')."""
 
     async def call(request: Request, kind: str) -> Response:
-        token = request.path_params["token"]
+        token = request.path_params.get("token", "")
         body: object | Answer = None
         if request.method == "POST":
             body = await _read_body(request, kind, max_body_bytes)
@@ -101,14 +105,14 @@ def build_app(submit: Submit, max_body_bytes: int) -> Starlette:
         return handle
 
     async def unknown(request: Request) -> Response:
-        return _respond(refuse(404, f"no route {request.url.path}: use the base URL the episode was given"))
+        return _respond(refuse(404, f"no route {request.url.path}: use the base URL you were given"))
 
     routes = [
-        Route("/e/{token}/v1/chat/completions", endpoint("chat"), methods=["POST"]),
-        Route("/e/{token}/v1/responses", endpoint("responses"), methods=["POST"]),
-        Route("/e/{token}/v1/messages", endpoint("messages"), methods=["POST"]),
-        Route("/e/{token}/v1/messages/count_tokens", endpoint("count_tokens"), methods=["POST"]),
-        Route("/e/{token}/v1/models", endpoint("models"), methods=["GET"]),
+        Route(f"{prefix}/v1/chat/completions", endpoint("chat"), methods=["POST"]),
+        Route(f"{prefix}/v1/responses", endpoint("responses"), methods=["POST"]),
+        Route(f"{prefix}/v1/messages", endpoint("messages"), methods=["POST"]),
+        Route(f"{prefix}/v1/messages/count_tokens", endpoint("count_tokens"), methods=["POST"]),
+        Route(f"{prefix}/v1/models", endpoint("models"), methods=["GET"]),
         Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)
@@ -120,14 +124,14 @@ KEEP_ALIVE_S = 120  # seconds an idle client connection stays open
 class GatewayServer:
     """uvicorn serving the app on a thread; `url` is where it listens."""
 
-    def __init__(self, submit: Submit, host: str, port: int, max_body_bytes: int) -> None:
+    def __init__(self, submit: Submit, host: str, port: int, max_body_bytes: int, prefix: str = EPISODES) -> None:
         self._socket = socket.create_server((host, port))
         bound_host, bound_port = self._socket.getsockname()[:2]
         self.url = f"http://{host if host not in ('0.0.0.0', '::') else socket.gethostname()}:{bound_port}"
         # Agents run tools between model calls; a keep-alive longer than uvicorn's 5 s default keeps the
         # server from closing an idle connection just as a client (with retries off) reuses it.
         config = uvicorn.Config(
-            build_app(submit, max_body_bytes),
+            build_app(submit, max_body_bytes, prefix),
             log_level="warning",
             lifespan="off",
             access_log=False,

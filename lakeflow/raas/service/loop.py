@@ -70,8 +70,16 @@ class RolloutService:
             m: own if m == self.model_id else build_engine(self.config.engine, self.config.seed, template)
             for m in models
         }
+        self.stats = RaasStats()  # the service's counters: the ledger and a judge count in them
         self.runner = build_runner(
-            self.config, engines, self.roles, self.model_id, lambda: self.stopping, lambda: self.version, store
+            self.config,
+            engines,
+            self.roles,
+            self.model_id,
+            lambda: self.stopping,
+            lambda: self.version,
+            store,
+            self.stats,
         )
         self.state = "starting"
         self.started_at = datetime.now(UTC)
@@ -80,7 +88,6 @@ class RolloutService:
         self._group_size = 1  # n_samples of the last group admitted (the runner's room is asked for one like it)
         self._draining = False  # a newer version is published: admit nothing until the groups in flight end
         self._weights_checked = 0.0  # time.monotonic() of the last look for newer weights while in flight
-        self.stats = RaasStats()  # the service's counters: the ledger counts commits and drops in them
         run = f"rollout_stats/{self.raas_id}"
         sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
         self.metrics = RolloutMetrics(sink, self.raas_id, self.config)  # the rollout_stats windows

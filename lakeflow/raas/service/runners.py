@@ -32,6 +32,7 @@ from lakeflow.raas.episodes.workflow import agent_scheduler
 from lakeflow.raas.groups import Admitted, Group, GroupRunner
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward
+from lakeflow.raas.service.metrics import RaasStats
 from lakeflow.raas.trajectory import Sampling
 from lakeflow.raas.workflows import BatchWorkflow, batched
 
@@ -92,6 +93,7 @@ class Pool:
     stopping: Callable[[], bool]  # the service is stopping (a runner that holds groups tries once more)
     stamp: Callable[[], int | None] | None  # the own engine's version, where it changes between rounds
     store: Store | None = None  # the lake: where sandboxed agent episodes store their workspaces
+    stats: RaasStats | None = None  # the service's counters (a judge counts its requests there)
 
     @property
     def sampling(self) -> Sampling:
@@ -138,7 +140,7 @@ def _judged(pool: Pool) -> GroupRunner:
 
     c = pool.config
     assert isinstance(c.reward, JudgeConfig)  # the kind says so
-    scorer = JudgeScorer(Judge(c.reward), pool.sampling, c.reward_max_chars)
+    scorer = JudgeScorer(Judge(c.reward), pool.sampling, c.reward_max_chars, pool.stats)
     return ScoredRunner(pool.engines[pool.own], scorer, pool.sampling, c.batch_groups, pool.stopping)
 
 
@@ -185,16 +187,17 @@ def build_runner(
     stopping: Callable[[], bool] = lambda: False,
     version: Callable[[], int | None] | None = None,
     store: Store | None = None,
+    stats: RaasStats | None = None,
 ) -> GroupRunner:
     """The runner of the pool `config` describes: `engines` maps each model id to its engine, `roles` each
     role to the model that plays it, `own` is the service's own model. `stopping` tells a runner that holds
     groups (a judge's) that the service is stopping; `version` is the own engine's weights version, stamped
     on each agent turn when `weights_update` is `interrupt`; `store` is the lake (sandboxed agent episodes
-    store their workspaces there)."""
+    store their workspaces there); `stats` the service's counters."""
     kind, scorer = workflow_kind(config), scorer_kind(config)
     factory = RUNNERS.get((kind, scorer)) or RUNNERS.get(("*", scorer))
     if factory is None:
         scores = sorted(k for k, s in RUNNERS if s == scorer)
         raise ConfigError(f"reward: a {scorer} scores workflow {', '.join(scores)} only, not {config.workflow!r}")
     stamp = version if config.weights_update == "interrupt" else None
-    return factory(Pool(config, engines, roles, own, stopping, stamp, store))
+    return factory(Pool(config, engines, roles, own, stopping, stamp, store, stats))

@@ -27,7 +27,7 @@ from tenacity import (
 
 from lakeflow.errors import ConfigError, JudgeRefusedError, MissingExtraError, VerdictFailure
 from lakeflow.raas.config.judge import JudgeConfig
-from lakeflow.raas.scoring.judge.prompts import Messages, parse_scores
+from lakeflow.raas.scoring.judge.prompts import Messages, choice_score, parse_scores
 
 _RETRIED_STATUS = (408, 409, 429)  # and every 5xx: the endpoint may answer later
 _NO_KEY = "EMPTY"  # what a `vllm serve` without --api-key accepts (the client insists on some key)
@@ -43,6 +43,7 @@ class Verdict:
     attempts: int
     failures: tuple[str, ...]
     seconds: float
+    probs: dict[str, float] | None = None  # verdict choice: the choices' probabilities the score weighed
 
     @property
     def failure(self) -> str:
@@ -71,6 +72,11 @@ class Judge:
             import openai
         except ImportError as e:
             raise MissingExtraError("openai", "raas") from e
+        if config.endpoint is None:
+            raise ConfigError(
+                f"the judge names pool {config.pool!r} and no endpoint: a pool judge is served by `lakeflow run`, "
+                "which sets its endpoint; for a rollout service started on its own, give `endpoint` (and `model`)"
+            )
         self.config = config
         self._openai = openai
         self._client = openai.OpenAI(
@@ -89,11 +95,17 @@ class Judge:
         started = time.monotonic()
         failures: list[str] = []
         last_reply = [""]
+        probs: list[dict[str, float] | None] = [None]
 
         def attempt() -> list[float]:
             try:
-                reply = self._reply(messages)
+                reply, top = self._reply(messages)
                 last_reply[0] = reply
+                if self.config.verdict == "choice":
+                    if len(reply) > self.config.max_verdict_chars:
+                        parse_scores(reply, n, self.config.max_verdict_chars)  # raises too-long
+                    score, probs[0] = choice_score(reply, top if self.config.logprobs else None, self.config.choices)
+                    return [score]
                 return parse_scores(reply, n, self.config.max_verdict_chars)
             except VerdictFailure as e:
                 failures.append(str(e))
@@ -113,21 +125,28 @@ class Judge:
         except VerdictFailure:
             scores = None
         seconds = time.monotonic() - started
-        return Verdict(scores, last_reply[0], len(failures) + (scores is not None), tuple(failures), seconds)
+        attempts = len(failures) + (scores is not None)
+        return Verdict(scores, last_reply[0], attempts, tuple(failures), seconds, probs[0] if scores else None)
 
     def _sleep(self, seconds: float) -> None:
         self._closed.wait(seconds)  # a backoff ends at once when the judge is closed
 
-    def _reply(self, messages: Messages) -> str:
-        """The text of one chat completion; VerdictFailure for what may pass, JudgeRefusedError for what will not."""
+    def _reply(self, messages: Messages) -> tuple[str, list[tuple[str, float]] | None]:
+        """The text of one chat completion and its first token's top logprobs (None: not asked, or none
+        given); VerdictFailure for what may pass, JudgeRefusedError for what will not."""
         if self._closed.is_set():
             raise VerdictFailure("closed: the rollout service is stopping")
         openai, c = self._openai, self.config
-        body: dict[str, Any] = {"model": c.model, "messages": messages, "temperature": c.temperature}
+        body: dict[str, Any] = {"model": c.model_name, "messages": messages, "temperature": c.temperature}
         if c.max_tokens is not None:
             body["max_tokens"] = c.max_tokens
+        extra = dict(c.request)
+        if c.verdict == "choice" and c.logprobs:
+            body |= {"logprobs": True, "top_logprobs": min(20, max(5, len(c.choices)))}
+        if c.constrain:
+            extra.setdefault("structured_outputs", {"choice": list(c.choices)})
         try:
-            response = self._client.chat.completions.create(**body, extra_body=c.request or None)
+            response = self._client.chat.completions.create(**body, extra_body=extra or None)
         except openai.APITimeoutError as e:
             raise VerdictFailure(f"timeout: no reply within {c.timeout_s:g} s") from e
         except openai.APIConnectionError as e:
@@ -138,12 +157,12 @@ class Judge:
                 raise VerdictFailure(f"http-{status}: {message}") from e
             raise JudgeRefusedError(
                 f"the judge at {c.endpoint} refused a request (HTTP {status}: {message}): check the judge's model "
-                f"{c.model!r}, its api_key_env and request fields, and that a prompt fits its context (the rollout "
-                "config's reward_max_chars bounds the answers)"
+                f"{c.model_name!r}, its api_key_env and request fields, and that a prompt fits its context (the "
+                "rollout config's reward_max_chars bounds the answers)"
             ) from e
         except (openai.APIError, ValueError) as e:  # a reply that is not a chat completion (JSON or not)
             raise VerdictFailure(f"bad-reply: the reply is not a chat completion ({_cause(e)})") from e
-        return _text(response)
+        return _text(response), _top_logprobs(response)
 
     def close(self) -> None:
         """Stop asking: backoffs end, queued requests are dropped, the connections are closed."""
@@ -155,6 +174,16 @@ class Judge:
 def _cause(e: BaseException) -> str:
     text = str(e.__cause__ or e) or type(e).__name__
     return text[:200]
+
+
+def _top_logprobs(response: object) -> list[tuple[str, float]] | None:
+    """The first token's (token, logprob) alternatives of a chat completion, None when it gives none."""
+    try:
+        first = response.choices[0].logprobs.content[0]  # type: ignore[attr-defined]
+        top = [(str(t.token), float(t.logprob)) for t in first.top_logprobs or []]
+    except (AttributeError, IndexError, TypeError, ValueError):
+        return None
+    return top or None
 
 
 def _text(response: object) -> str:

@@ -18,11 +18,14 @@ import logging
 import time
 from concurrent.futures import Future
 
+from lakeflow.errors import JudgeRefusedError
 from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.groups import Group
 from lakeflow.raas.scoring.generated import Generated
 from lakeflow.raas.scoring.judge.client import Judge, Verdict
+from lakeflow.raas.scoring.judge.prompts import UNUSABLE, failure_kind
 from lakeflow.raas.scoring.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
+from lakeflow.raas.service.metrics import RaasStats
 from lakeflow.raas.trajectory import Sampling
 
 log = logging.getLogger(__name__)
@@ -31,8 +34,11 @@ log = logging.getLogger(__name__)
 class JudgeScorer:
     """Has the judge score generated rlvr groups; see the module docstring for failures."""
 
-    def __init__(self, judge: Judge, sampling: Sampling, max_chars: int) -> None:
+    def __init__(self, judge: Judge, sampling: Sampling, max_chars: int, stats: RaasStats | None = None) -> None:
         self.judge, self.sampling, self.max_chars = judge, sampling, max_chars
+        self.stats = stats if stats is not None else RaasStats()  # the service's: its heartbeat shows the judge's
+        self.stats.judge = True
+        self._unusable_first = 0  # unusable replies before the first verdict (refuse_after)
         self.config: JudgeConfig = judge.config
         self.rubric = self.config.rubric_text()
         self.limit = self.config.max_groups
@@ -94,11 +100,33 @@ class JudgeScorer:
         JudgeRefusedError from a request is raised here (the service stops)."""
         for future in [f for f in self._out if f.done()]:
             group, ask = self._out.pop(future)
-            apply(group, ask, future.result(), self.config)
+            verdict = future.result()
+            self._count(verdict)
+            apply(group, ask, verdict, self.config)
             self._waiting[group.key] -= 1
             if not self._waiting[group.key]:
                 del self._waiting[group.key]
                 self._round_over(group)
+        self.stats.judge_holding(sum(g.failed_since is not None for g in self._groups))
+
+    def _count(self, verdict: Verdict) -> None:
+        """Count a verdict's attempts in the service's stats; JudgeRefusedError when the judge has given
+        `refuse_after` unusable replies and no verdict yet: it cannot give the format."""
+        kinds = [failure_kind(f) for f in verdict.failures]
+        unusable = [k for k in kinds if k in UNUSABLE]
+        self.stats.judged(int(verdict.scores is not None), unusable, [k for k in kinds if k not in UNUSABLE])
+        if self.stats.judge_verdicts:
+            return
+        self._unusable_first += len(unusable)
+        limit = self.config.refuse_after
+        if limit is not None and self._unusable_first >= limit:
+            choice = self.config.verdict == "choice"
+            fix = "check its chat template and the choices" if choice else "set `verdict: choice` (docs/judges.md)"
+            raise JudgeRefusedError(
+                f"the judge {self.config.model_name!r} gave {self._unusable_first} unusable replies and no verdict "
+                f"(the last: {verdict.failure or (verdict.failures[-1] if verdict.failures else '?')}): it cannot "
+                f"give the {self.config.verdict} format; {fix}, or raise refuse_after"
+            )
 
     def _round_over(self, group: JudgedGroup) -> None:
         if not group.missing:

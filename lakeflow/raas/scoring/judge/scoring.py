@@ -89,7 +89,11 @@ def asks(group: JudgedGroup, config: JudgeConfig, rubric: str) -> list[Ask]:
     texts = [group.completions[i].text for i in missing]
     if config.mode == "groupwise":
         return [Ask(groupwise_messages(rubric, task, reference, texts), missing, len(missing))]
-    return [Ask(pointwise_messages(rubric, task, reference, t), [i], None) for i, t in zip(missing, texts, strict=True)]
+    choices = config.choices if config.verdict == "choice" else None
+    return [
+        Ask(pointwise_messages(rubric, task, reference, t, choices), [i], None)
+        for i, t in zip(missing, texts, strict=True)
+    ]
 
 
 def apply(group: JudgedGroup, ask: Ask, verdict: Verdict, config: JudgeConfig) -> None:
@@ -101,9 +105,11 @@ def apply(group: JudgedGroup, ask: Ask, verdict: Verdict, config: JudgeConfig) -
     for label, (i, score) in enumerate(zip(ask.samples, verdict.scores, strict=True), start=1):
         group.rewards[i] = Reward(score, "judged")
         group.records[i] = {
-            "model": config.model,
+            "model": config.model_name,
             "mode": config.mode,
             "score": score,
+            **({"pool": config.pool} if config.pool is not None else {}),
+            **({"probs": verdict.probs} if verdict.probs is not None else {}),
             **({"label": label} if ask.n is not None else {}),
             "prompt_sha256": digest,
             "prompt": shorten(ask.messages[-1]["content"], config.stored_chars),
