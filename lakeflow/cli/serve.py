@@ -22,7 +22,7 @@ from lakeflow.configfile import load_config_file
 def serve(config_path: str, host: str, port: int) -> None:
     """Serve a frozen model's chat completions (and constrained choices with logprobs) at http://HOST:PORT/v1."""
     from lakeflow.raas.config import ServeConfig
-    from lakeflow.raas.gateway.model_server import ModelServer
+    from lakeflow.raas.serving.model_server import ModelServer
 
     stop = threading.Event()
 

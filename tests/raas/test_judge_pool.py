@@ -13,10 +13,10 @@ import pytest
 
 from lakeflow.errors import JudgeRefusedError
 from lakeflow.raas.config import ServeConfig
-from lakeflow.raas.gateway.model_server import ModelServer
 from lakeflow.raas.scoring.judge.client import Judge
 from lakeflow.raas.scoring.judge.prompts import pointwise_messages
 from lakeflow.raas.service.metrics import RaasStats
+from lakeflow.raas.serving.model_server import ModelServer
 from tests.raas.judge_helpers import drive, judge_config
 from tests.raas.judge_server import completion
 from tests.raas.multi_helpers import Scripted, make_task
@@ -97,9 +97,7 @@ def test_a_judge_that_cannot_give_the_format_stops_the_service_early(
 ) -> None:
     server = judge_server(lambda request: _answer("I think the answer is fine."))
     runner = judge_runner(Scripted(tok, ["7", "8", "7"]), judge_config(server.url, retries=1, refuse_after=4))
-    stats = RaasStats()
-    runner.scorer.stats = stats
-    stats.judge = True
+    stats = RaasStats(judge=runner.scorer.tally)  # as the service's runner registry hangs it
     for i in range(3):
         runner.add(f"t{i}", make_task(1))
     with pytest.raises(JudgeRefusedError, match=r"4 unusable replies and no verdict .*set `verdict: choice`"):

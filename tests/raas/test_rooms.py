@@ -25,6 +25,7 @@ ALLOWED = {
     "episodes": {"config", "engines", "agent", "gateway", "workspace", FLOOR},
     "workflows": {"config", "engines", "episodes", FLOOR},
     "scoring": {"config", "engines", "workflows", FLOOR},
+    "serving": {"config", "engines", "gateway"},  # a frozen model behind the gateway's server (`lakeflow serve`)
     "check": {"config", "engines", "agent", "scoring", "workflows", FLOOR},
     "service": {"config", "engines", "episodes", "scoring", "workflows", "workspace", FLOOR},
 }

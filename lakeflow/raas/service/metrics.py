@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.scoring.judge.tally import JudgeTally
 from lakeflow.raas.trajectory import Trajectory
 from lakeflow.tracking import MetricSink
 
@@ -36,12 +37,7 @@ class RaasStats:
     pull_s: float = 0.0  # seconds spent pulling and verifying them
     failed_episodes: int = 0  # episodes whose agent or environment failed (their groups reissued, or scored)
     failures: dict[str, int] = field(default_factory=dict)  # failed episodes by end (agent_error, timeout, ...)
-    judge: bool = False  # the service has a judge (its heartbeat carries the judge_ counters only then)
-    judge_verdicts: int = 0  # requests a judge answered with a usable verdict
-    judge_unusable: dict[str, int] = field(default_factory=dict)  # replies without a usable verdict, by reason
-    judge_errors: dict[str, int] = field(default_factory=dict)  # requests that failed (unreachable, timeout, ...)
-    judge_held: int = 0  # groups held now because verdicts failed (a gauge, not a count)
-    judge_failing_since: str | None = None  # ISO time of the first failed request after the last verdict
+    judge: JudgeTally | None = None  # the service's judge's counters, if it has one (its heartbeat adds them)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **deltas: float) -> None:
@@ -57,32 +53,13 @@ class RaasStats:
                 self.failed_episodes += n
                 self.failures[end] = self.failures.get(end, 0) + n
 
-    def judged(self, verdicts: int, unusable: list[str], errors: list[str]) -> None:
-        """Count a judge's requests: usable verdicts, and failed attempts by reason (unusable replies, errors)."""
-        with self._lock:
-            for reasons, counts in ((unusable, self.judge_unusable), (errors, self.judge_errors)):
-                for reason in reasons:
-                    counts[reason] = counts.get(reason, 0) + 1
-            self.judge_verdicts += verdicts
-            if verdicts:
-                self.judge_failing_since = None
-            elif (unusable or errors) and self.judge_failing_since is None:
-                self.judge_failing_since = datetime.now(UTC).isoformat()
-
-    def judge_holding(self, groups: int) -> None:
-        """The groups a judge holds now because their verdicts failed."""
-        with self._lock:
-            self.judge_held = groups
-
     def snapshot(self) -> dict[str, Any]:
         """The counters, read together."""
         with self._lock:
             out = {k: v for k, v in vars(self).items() if not k.startswith("_")}
-            for name in ("failures", "judge_unusable", "judge_errors"):
-                out[name] = dict(out[name])
-            if not out.pop("judge"):
-                out = {k: v for k, v in out.items() if not k.startswith("judge_")}
-            return out
+            out["failures"] = dict(out["failures"])
+        judge = out.pop("judge")
+        return out | (judge.snapshot() if judge is not None else {})
 
 
 @dataclass

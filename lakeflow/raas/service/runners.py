@@ -93,7 +93,7 @@ class Pool:
     stopping: Callable[[], bool]  # the service is stopping (a runner that holds groups tries once more)
     stamp: Callable[[], int | None] | None  # the own engine's version, where it changes between rounds
     store: Store | None = None  # the lake: where sandboxed agent episodes store their workspaces
-    stats: RaasStats | None = None  # the service's counters (a judge counts its requests there)
+    stats: RaasStats | None = None  # the service's counters (a judge's tally hangs there)
 
     @property
     def sampling(self) -> Sampling:
@@ -136,11 +136,15 @@ def _judged(pool: Pool) -> GroupRunner:
     # imported here: the judge's client (openai) loads only in services that use it
     from lakeflow.raas.scoring.judge.client import Judge
     from lakeflow.raas.scoring.judge.judge_scorer import JudgeScorer
+    from lakeflow.raas.scoring.judge.tally import JudgeTally
     from lakeflow.raas.scoring.runner import ScoredRunner
 
     c = pool.config
     assert isinstance(c.reward, JudgeConfig)  # the kind says so
-    scorer = JudgeScorer(Judge(c.reward), pool.sampling, c.reward_max_chars, pool.stats)
+    tally = JudgeTally()
+    if pool.stats is not None:
+        pool.stats.judge = tally  # the service's heartbeat carries the judge's counters
+    scorer = JudgeScorer(Judge(c.reward), pool.sampling, c.reward_max_chars, tally)
     return ScoredRunner(pool.engines[pool.own], scorer, pool.sampling, c.batch_groups, pool.stopping)
 
 

@@ -25,7 +25,7 @@ from lakeflow.raas.scoring.generated import Generated
 from lakeflow.raas.scoring.judge.client import Judge, Verdict
 from lakeflow.raas.scoring.judge.prompts import UNUSABLE, failure_kind
 from lakeflow.raas.scoring.judge.scoring import Ask, JudgedGroup, apply, asks, start_group, trajectories
-from lakeflow.raas.service.metrics import RaasStats
+from lakeflow.raas.scoring.judge.tally import JudgeTally
 from lakeflow.raas.trajectory import Sampling
 
 log = logging.getLogger(__name__)
@@ -34,10 +34,9 @@ log = logging.getLogger(__name__)
 class JudgeScorer:
     """Has the judge score generated rlvr groups; see the module docstring for failures."""
 
-    def __init__(self, judge: Judge, sampling: Sampling, max_chars: int, stats: RaasStats | None = None) -> None:
+    def __init__(self, judge: Judge, sampling: Sampling, max_chars: int, tally: JudgeTally | None = None) -> None:
         self.judge, self.sampling, self.max_chars = judge, sampling, max_chars
-        self.stats = stats if stats is not None else RaasStats()  # the service's: its heartbeat shows the judge's
-        self.stats.judge = True
+        self.tally = tally if tally is not None else JudgeTally()  # the service's heartbeat shows it
         self._unusable_first = 0  # unusable replies before the first verdict (refuse_after)
         self.config: JudgeConfig = judge.config
         self.rubric = self.config.rubric_text()
@@ -107,15 +106,15 @@ class JudgeScorer:
             if not self._waiting[group.key]:
                 del self._waiting[group.key]
                 self._round_over(group)
-        self.stats.judge_holding(sum(g.failed_since is not None for g in self._groups))
+        self.tally.holding(sum(g.failed_since is not None for g in self._groups))
 
     def _count(self, verdict: Verdict) -> None:
-        """Count a verdict's attempts in the service's stats; JudgeRefusedError when the judge has given
+        """Count a verdict's attempts in the judge's tally; JudgeRefusedError when the judge has given
         `refuse_after` unusable replies and no verdict yet: it cannot give the format."""
         kinds = [failure_kind(f) for f in verdict.failures]
         unusable = [k for k in kinds if k in UNUSABLE]
-        self.stats.judged(int(verdict.scores is not None), unusable, [k for k in kinds if k not in UNUSABLE])
-        if self.stats.judge_verdicts:
+        self.tally.judged(int(verdict.scores is not None), unusable, [k for k in kinds if k not in UNUSABLE])
+        if self.tally.verdicts:
             return
         self._unusable_first += len(unusable)
         limit = self.config.refuse_after
