@@ -30,6 +30,7 @@ COMMANDS = {
     "text": "benchmarks.text:bench_text",
     "recipe": "benchmarks.recipe:bench_recipe",
     "sandbox": "benchmarks.sandbox:bench_sandbox",
+    "rescore": "benchmarks.rescore:bench_rescore",
 }
 
 SUMMARIES = {
@@ -50,6 +51,7 @@ SUMMARIES = {
     "text": "Bytes per sample with and without decoded text columns.",
     "recipe": "A shipped recipe run N times with its own seeds: its curve per version, mean and range.",
     "sandbox": "Agent episodes' start latency in a bwrap sandbox beside a plain subprocess; workspace copies.",
+    "rescore": "`lakeflow rescore` of stored samples with a reward function, beside only reading them.",
 }
 
 

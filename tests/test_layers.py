@@ -29,7 +29,7 @@ ALLOWED = {
     "models": {"configfile", "text", "errors"},
     "raas": {"configfile", "text", "humaneval", "models", "weights", "lake", "io", "errors", "tracking"},
     "trainer": {"configfile", "text", "models", "weights", "lake", "io", "errors", "tracking"},
-    "evaluation": {"configfile", "text", "raas", "dataflow", "tracking", "weights", "lake", "io", "errors"},
+    "evaluation": {"configfile", "text", "raas", "dataflow", "lakeview", "tracking", "weights", "lake", "io", "errors"},
     "report": {"configfile", "text", "lakeview", "weights", "lake", "io", "errors"},
     "notebook": {"text", "lakeview", "dataflow", "lake", "io", "errors"},
     "run": {

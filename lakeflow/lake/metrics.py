@@ -1,6 +1,7 @@
 """Metric tables in the lake: small append-only Parquet objects, each made visible by a commit record.
 
-Every process buffers rows of its table (`trainer_steps`, `rollout_stats`, `dataflow_stats`, `eval`)
+Every process buffers rows of its table (`trainer_steps`, `rollout_stats`, `dataflow_stats`, `eval`,
+`rescores`: stored samples scored again by `lakeflow rescore`)
 and flushes them as one object under `metrics/<table>/date=…/<writer>-<seq>.parquet` (create-only),
 then writes `metrics/<table>/_commits/<writer>-<seq>.json` (create-only): readers see only objects
 with a commit record, by the commit protocol of trajectory shards (`commit.py`). The columns of each
@@ -222,7 +223,18 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         MetricColumn("finish_length", _F, "Share of completions cut off by max_new_tokens."),
         MetricColumn("gen_s", _F, "Seconds the evaluation of this version took (generation and scoring)."),
     ),
+    "rescores": (
+        *_common("re-scoring"),
+        MetricColumn("name", _S, "The re-scoring's name (`lakeflow rescore --name`; default: the reward's)."),
+        MetricColumn("reward_spec", _S, "The reward that scored it: a shipped name, an import path or an entry point."),
+        MetricColumn("sample_id", _S, "The stored sample re-scored (trajectories.sample_id)."),
+        MetricColumn("prompt_id", _S, "Its prompt."),
+        MetricColumn("reward", _F, "The new reward."),
+        MetricColumn("reason", _S, "Why, as the reward function says it (correct, wrong, overlong, checker-error...)."),
+        MetricColumn("stored_reward", _F, "The reward the sample was trained with (trajectories.reward)."),
+    ),
 }
+TRACKED = ("trainer_steps", "mismatch", "rollout_stats", "dataflow_stats", "eval")  # the time series of trackers
 
 
 def schema(table: str) -> pa.Schema:
@@ -331,6 +343,12 @@ class MetricsWriter:
         )
         commit(self.store, layout.metrics_commit_key(self.table, self.writer_id, seq), record)
         return stored.key
+
+    @property
+    def pending(self) -> int:
+        """Rows buffered, not yet committed (kept after a failed flush)."""
+        with self._lock:
+            return len(self._rows)
 
     def close(self) -> None:
         self.flush()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from lakeflow.io import Store
-from lakeflow.lake.metrics import TABLES, read_metrics
+from lakeflow.lake.metrics import TRACKED, read_metrics
 from lakeflow.tracking.config import TrackerConfig
 from lakeflow.tracking.scalars import Scalars, row_scalars
 from lakeflow.tracking.sink import hyperparameters, with_staleness
@@ -27,9 +27,10 @@ class ExportResult:
 
 
 def export_metrics(store: Store, config: TrackerConfig, tables: list[str] | None = None) -> ExportResult:
-    """Log every committed row of `tables` (default: all) to trackers built from `config`."""
+    """Log every committed row of `tables` (default: every time series, TRACKED) to trackers built from
+    `config`."""
     result = ExportResult()
-    for table in tables or list(TABLES):
+    for table in tables or list(TRACKED):
         rows, skipped = read_metrics(store, table)
         result.skipped += [(k, why) for k, why in skipped if not why.startswith("no commit record")]
         runs: dict[str, list[Scalars]] = {}
