@@ -6,18 +6,23 @@ minutes; and the shipped tiny-judge job trained end to end through `lakeflow run
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
 from lakeflow.configfile import validate_config
 from lakeflow.errors import ConfigError, LaunchCheckError
 from lakeflow.io import open_store
+from lakeflow.lake import LakeReader
 from lakeflow.lake.heartbeats import production
 from lakeflow.lakeview import connect_lake
 from lakeflow.launch.targets import launch
@@ -110,9 +115,10 @@ def test_judge_failures_show_per_pool_and_a_failing_judge_is_said(tmp_path: Path
     assert len(launcher.notices) == 2
 
 
-# About 30 s idle: `lakeflow run` of 2 steps with a served judge (trainer, dataflow, rollout service, serve).
+# About 35 s idle: `lakeflow run` of 2 steps with a served judge (trainer, dataflow, rollout service, serve),
+# the judge killed once mid-run.
 @pytest.mark.usefixtures("untraced_children")
-def test_the_tiny_judge_job_trains_on_its_judge_pool_s_verdicts(tmp_path: Path) -> None:
+def test_the_tiny_judge_job_trains_on_its_judge_pool_s_verdicts_a_judge_killed_midway(tmp_path: Path) -> None:
     config = job()
     config["steps"] = 2
     config["models"][0]["dataflow"]["prompts_per_step"] = 2
@@ -122,14 +128,35 @@ def test_the_tiny_judge_job_trains_on_its_judge_pool_s_verdicts(tmp_path: Path) 
     path.write_text(yaml.safe_dump(config))
     lake = tmp_path / "lake"
     cmd = [sys.executable, "-m", "lakeflow", "run", str(path), "--lake", str(lake), "--run-dir", str(tmp_path / "run")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        killed = _kill_the_judge_once_it_has_judged(run.pid, lake)
+        out, err = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err[-3000:]
+    assert killed and "serve-judge was killed by SIGKILL" in out + err  # ... and started again by the run
     rows = connect_lake(open_store(str(lake))).sql("SELECT reward, extra FROM trajectories").to_pylist()
-    judged = [json.loads(r["extra"]) for r in rows]
-    judged = [(r["reward"], e["judge"]) for r, e in zip(rows, judged, strict=True) if e["reward_reason"] == "judged"]
+    extras = [json.loads(r["extra"]) for r in rows]
+    assert {e["reward_reason"] for e in extras} <= {"judged", "empty"}  # no sample scored by a failure
+    judged = [(r["reward"], e["judge"]) for r, e in zip(rows, extras, strict=True) if e["reward_reason"] == "judged"]
     assert len(judged) >= 8, len(rows)
     for reward, verdict in judged:
         probs = verdict["probs"]
         assert verdict["pool"] == "judge" and verdict["model"] == "judge" and set(probs) == {"0", "1"}
         assert reward == pytest.approx(probs["1"] / (probs["0"] + probs["1"]), abs=1e-5) == verdict["score"]
     assert "serving judge" in (tmp_path / "run" / "logs" / "serve-judge.log").read_text()
+
+
+def _kill_the_judge_once_it_has_judged(run_pid: int, lake: Path, timeout_s: float = 300) -> bool:
+    """SIGKILL the run's `lakeflow serve` process (its own process group, as the run starts every process)
+    once judged samples are committed; False when the run ended first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and psutil.pid_exists(run_pid):
+        served = [c for c in psutil.Process(run_pid).children(recursive=True) if "serve" in c.cmdline()]
+        if served and lake.exists() and LakeReader(open_store(str(lake))).poll().commits:
+            os.killpg(served[0].pid, signal.SIGKILL)
+            return True
+        time.sleep(0.2)
+    return False
