@@ -10,7 +10,7 @@ setting runs the real `RolloutService` (workflow `agent`) on a local lake until 
 setting swaps the `environment` section for an `agent` section running `waiting_agent` (the same
 tool, rules and reward, written against the `openai` client) with as many episodes in flight as the
 widest environment setting; everything else in the config is the same. The gateway settings differ in
-where the program runs (`agent.processes`: a worker process, or threads of the service) and whether
+where the program runs (threads of the service, or a worker process: `agent.processes`) and whether
 its episodes share one HTTP client (`GATEWAY_SETTINGS`); each also reports the gateway's own cost per
 request.
 """
@@ -268,9 +268,10 @@ def _run(
 
 
 GATEWAY_SETTINGS = {  # setting: (agent.processes, every episode's client on one shared httpx.Client)
-    "gateway": (1, False),
-    "gateway-threads": (0, False),
-    "gateway-shared": (1, True),
+    "gateway": (0, False),
+    "gateway-shared": (0, True),
+    "gateway-workers": (1, False),
+    "gateway-shared-workers": (1, True),
 }
 
 

@@ -1,4 +1,4 @@
-"""`python -m benchmarks agent --gateway`: the five settings run end to end at the smallest size (one
+"""`python -m benchmarks agent --gateway`: the six settings run end to end at the smallest size (one
 episode each), and the gateway rows and ratios are reported. No timing assertions."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ def test_the_gateway_setting_runs_beside_the_environment() -> None:
         ("environment", 1),
         ("environment", 2),
         ("gateway", 2),
-        ("gateway-threads", 2),
         ("gateway-shared", 2),
+        ("gateway-workers", 2),
+        ("gateway-shared-workers", 2),
     ]
     for r in rows:
         assert r["episodes"] == 1 and r["seconds"] > 0 and r["episodes_per_s"] > 0
@@ -26,4 +27,4 @@ def test_the_gateway_setting_runs_beside_the_environment() -> None:
     assert all(r["vs_environment"] > 0 for r in gateway)
     for r in gateway:  # every request the client timed, its cost below its whole wait
         assert r["requests"] >= r["turns_per_episode"] and 0 < r["gateway_ms_p50"] <= r["gateway_ms_p99"]
-    assert "gateway-threads: the gateway's own cost per request" in render(result)
+    assert "gateway-shared-workers: the gateway's own cost per request" in render(result)

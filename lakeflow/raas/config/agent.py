@@ -36,7 +36,7 @@ class AgentConfig(StrictConfig):
     program: str | None = Field(
         None,
         description="'package.module:attr' or 'path/to/file.py:attr': a function (plain or async) called as "
-        "fn(task, client, **args) on a thread of one of the pool's worker processes (`processes`). "
+        "fn(task, client, **args) on a thread of the service (or of a worker process: `processes`). "
         "`task`: a dict (prompt, messages, answer, task_id, "
         "prompt_id, task_type, dataset); `client`: a dict (base_url, api_key, model) for any OpenAI client. It "
         "returns the reward (a number), the final answer (a string, scored by the pool's reward function) or a "
@@ -54,13 +54,13 @@ class AgentConfig(StrictConfig):
         default_factory=dict, description="Keyword arguments of the program (plain data: its workers get them as JSON)."
     )
     processes: int = Field(
-        1,
+        0,
         ge=0,
         le=256,
-        description="Worker processes that play a `program`'s episodes, each episode on a thread of the least busy "
-        "worker, so that the agents' own CPU does not share the service's GIL with the engine; 0 runs programs on "
-        "threads of the service itself (they can then share its memory, e.g. a test's counters). Not used by "
-        "`command` agents, which are processes of their own.",
+        description="Worker processes that play a `program`'s episodes (each episode on a thread of the least busy "
+        "worker), so that a program that crashes or leaks cannot take the service with it and the agents' own "
+        "Python runs outside the service's GIL; 0 (default) runs programs on threads of the service, which was "
+        "as fast or faster on a 2-core host (docs/gateway.md). Not used by `command` agents, processes of their own.",
     )
     max_seconds: float = Field(300.0, gt=0, le=86400, description="Wall time of one episode; then it fails.")
     max_requests: int = Field(64, ge=1, le=100000, description="Model requests one episode may make (429 after).")

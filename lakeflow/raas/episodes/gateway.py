@@ -2,8 +2,8 @@
 
 `add(key, task)` starts the task's `n_samples` episodes (admission: `flight.py`): each gets a secret
 token (its base URL is `<gateway>/e/<token>/v1`, the token is also its API key) and its program starts
-from the runner's bounded pool of program threads (a function program plays in a worker process,
-`workers.py`). Requests arrive on the server's thread (`gateway/`, the
+from the runner's bounded pool of program threads (with `agent.processes`, a function program plays
+in a worker process: `workers.py`). Requests arrive on the server's thread (`gateway/`, the
 HTTP adapter), are checked there and queued; every `advance()` is one round on the service's thread: it
 waits for the first request (or a program's end), gathers the other running episodes' requests for at
 most `gateway.gather_s`, prepares each (`segments.py`: the exact ids), samples them together

@@ -1,7 +1,7 @@
 """Agent programs: the user's code that plays one episode against the gateway, and what it returns.
 
-A program is a function (plain or async) `fn(task, client, **args)` run on a thread of one of the pool's
-worker processes (`workers.py`; with `agent.processes: 0` on a thread of the service), or a command
+A program is a function (plain or async) `fn(task, client, **args)` run on a thread of the service (or,
+with `agent.processes`, of one of the pool's worker processes: `workers.py`), or a command
 run as a subprocess (its own process group, killed at the time limit) with the client settings in
 `OPENAI_BASE_URL` / `OPENAI_API_KEY` / `OPENAI_MODEL` (and, for Anthropic clients, `ANTHROPIC_BASE_URL`:
 the same URL without `/v1`, and `ANTHROPIC_API_KEY`) and the task in `LAKEFLOW_TASK`. Either gives a

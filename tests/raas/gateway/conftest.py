@@ -74,8 +74,8 @@ class Driver:
 @pytest.fixture
 def drive() -> Iterator[Any]:
     """drive(engine, agent_config, sampling, version, chunk_tokens, sandbox) -> a started Driver, closed after the
-    test. Its programs play on threads of the test (`processes: 0`, so that they can hand the test a client or
-    wait for its signal) unless the config sets `processes`; test_gateway_workers.py tests the workers."""
+    test. Its programs play on threads of the test (`processes: 0`, the default), so that they can hand the test
+    a client or wait for its signal; test_gateway_workers.py tests worker processes."""
     made: list[Driver] = []
 
     def start(
@@ -86,8 +86,6 @@ def drive() -> Iterator[Any]:
         chunk_tokens: Any = None,
         sandbox: Any = None,
     ) -> Driver:
-        if "processes" not in config.model_fields_set:
-            config = config.model_copy(update={"processes": 0})
         made.append(Driver(engine, config, sampling or Sampling(16, 1.0), version, chunk_tokens, sandbox))
         return made[-1]
 
