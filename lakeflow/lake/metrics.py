@@ -178,6 +178,10 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         MetricColumn("pull_bytes", _I, "Bytes those pulls fetched (first row of the model, else 0)."),
         MetricColumn("pull_s", _F, "Seconds those pulls and engine reloads took (first row of the model, else 0)."),
         MetricColumn("abandoned", _I, "Groups dropped because their claim was lost (first row of the model, else 0)."),
+        MetricColumn("judge_verdicts", _I, "A judge's usable verdicts in the window (first row; null: no judge)."),
+        MetricColumn("judge_unusable", _I, "A judge's replies without a usable verdict in the window (first row)."),
+        MetricColumn("judge_errors", _I, "A judge's failed requests in the window (unreachable, timeout; first row)."),
+        MetricColumn("judge_held", _I, "Groups held at the window's end because their verdicts failed (first row)."),
     ),
     "dataflow_stats": (
         *_common("window"),

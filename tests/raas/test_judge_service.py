@@ -18,6 +18,7 @@ import pytest
 from lakeflow.io import Store
 from lakeflow.lake import tasks as lake_tasks
 from lakeflow.lake.batch import list_batch_steps
+from lakeflow.lake.metrics import read_metrics
 from lakeflow.raas.service import RolloutService
 from lakeflow.weights import State
 from tests.raas.judge_helpers import FAST, RUBRIC
@@ -102,8 +103,12 @@ def test_a_judge_that_is_down_holds_the_group_until_it_is_back(
     assert len(rows) == N and service.stats.unscored == 0
     judged = [json.loads(r["extra"]) for r in rows if json.loads(r["extra"])["reward_reason"] == "judged"]
     assert judged and all(e["judge"]["rounds"] >= 2 for e in judged) and len(server.bodies) == len(judged)
+    service.metrics.close(service.versions)  # what `run` does at its end (this test steps the service itself)
     flow.close()
     service.close()
+    windows = read_metrics(store, "rollout_stats")[0].to_pylist()  # the judge's failures stay queryable
+    assert sum(w["judge_errors"] or 0 for w in windows) >= 2
+    assert sum(w["judge_verdicts"] or 0 for w in windows) == len(judged) and windows[-1]["judge_held"] == 0
 
 
 def test_a_group_held_past_hold_s_is_dropped_and_its_claim_left_to_expire(

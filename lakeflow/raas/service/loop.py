@@ -90,7 +90,7 @@ class RolloutService:
         self._weights_checked = 0.0  # time.monotonic() of the last look for newer weights while in flight
         run = f"rollout_stats/{self.raas_id}"
         sink = MetricSink(store, "rollout_stats", self.raas_id, self.config.tracker, run=run)
-        self.metrics = RolloutMetrics(sink, self.raas_id, self.config)  # the rollout_stats windows
+        self.metrics = RolloutMetrics(sink, self.raas_id, self.config, self.stats)  # the rollout_stats windows
         self.ledger = ClaimLedger(store, self.model_id, self.raas_id, self.config, self.roles, self.metrics, self.stats)
         url = self.config.weights_url  # where weights come from: the lake, or a read-only source (a mirror, a CDN)
         weights = open_weights_source(url, self.config.weights_options) if url else store

@@ -84,10 +84,13 @@ class _Pulls:
 class RolloutMetrics:
     """Accumulates one window; `tick` closes it when due, `close` closes the last one and the sink."""
 
-    def __init__(self, sink: MetricSink, raas_id: str, config: RaasConfig) -> None:
+    def __init__(self, sink: MetricSink, raas_id: str, config: RaasConfig, stats: RaasStats | None = None) -> None:
+        """`stats`: the service's counters, whose judge's tally (if any) the windows count in."""
         self.sink = sink
         self.raas_id = raas_id
         self.config = config
+        self.stats = stats
+        self._judged = (0, 0, 0)  # the judge's verdicts, unusable replies and errors at the last window's end
         self.latest: dict[str, int | None] = {}  # newest LATEST seen per model
         self._start = datetime.now(UTC)
         self._opened = time.monotonic()
@@ -139,11 +142,29 @@ class RolloutMetrics:
                     "pull_s": pulls.seconds if first else 0.0,
                     "abandoned": pulls.abandoned if first else 0,
                 }
+                if first and model_id == models[0]:
+                    row |= self._judge_window()
                 self.sink.add(row)
         if models:
             self.sink.flush()  # one small object per window
         self._start, self._opened = now, time.monotonic()
         self._buckets, self._pulls = {}, {}
+
+    def _judge_window(self) -> dict[str, Any]:
+        """The judge's counts in this window (nothing for a service without a judge)."""
+        judge = self.stats.judge if self.stats is not None else None
+        if judge is None:
+            return {}
+        beat = judge.snapshot()
+        now = (beat["judge_verdicts"], sum(beat["judge_unusable"].values()), sum(beat["judge_errors"].values()))
+        verdicts, unusable, errors = (a - b for a, b in zip(now, self._judged, strict=True))
+        self._judged = now
+        return {
+            "judge_verdicts": verdicts,
+            "judge_unusable": unusable,
+            "judge_errors": errors,
+            "judge_held": beat["judge_held"],
+        }
 
     def _row(self, key: tuple[str, str], b: _Bucket, version: int | None, now: datetime) -> dict[str, Any]:
         model_id, task_type = key
