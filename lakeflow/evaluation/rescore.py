@@ -18,14 +18,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from lakeflow.dataflow.status import checkpoint_tables
 from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake.metrics import MetricsWriter
-from lakeflow.lakeview import connect_lake
+from lakeflow.lakeview import QueryError, connect_lake
 from lakeflow.raas.outcome import RewardFn
 from lakeflow.raas.rewards import build_reward
 
@@ -104,8 +103,8 @@ def _read(store: Store, where: str, without_answers: bool) -> dict[str, list[Any
     lake = connect_lake(store, tables={"_prompts": prompts.select(["model_id", "prompt_id", "answer"])})
     try:
         try:
-            one = len(lake.con.extract_statements(f"SELECT * FROM trajectories WHERE ({where})")) == 1
-        except duckdb.Error:
+            one = lake.statements(f"SELECT * FROM trajectories WHERE ({where})") == 1
+        except QueryError:
             one = False
         if not one:
             raise InputError(f"--where {where!r}: give one SQL condition on trajectories' columns")

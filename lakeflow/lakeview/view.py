@@ -72,6 +72,13 @@ class LakeQuery:
         except duckdb.Error as e:
             raise QueryError(str(e).strip()) from e  # whole: DuckDB's hints ("Did you mean …") follow the first line
 
+    def statements(self, query: str) -> int:
+        """How many SQL statements `query` holds (QueryError when DuckDB cannot parse it)."""
+        try:
+            return len(self.con.extract_statements(query))
+        except duckdb.Error as e:
+            raise QueryError(f"cannot parse query: {e}") from e
+
     def tables(self) -> list[str]:
         """Names of the tables and views a query can read (internal ones, named `_…`, left out)."""
         return sorted(r[0] for r in self.con.sql("SHOW TABLES").fetchall() if not r[0].startswith("_"))

@@ -16,7 +16,7 @@ pytest.importorskip("vllm")
 torch = pytest.importorskip("torch")
 
 from lakeflow.models import resolve_model  # noqa: E402
-from lakeflow.raas.config import VLLMEngineConfig  # noqa: E402
+from lakeflow.raas.config import HFEngineConfig, VLLMEngineConfig  # noqa: E402
 from lakeflow.raas.engines import Completion, build_engine, set_chat_template  # noqa: E402
 
 # vLLM and torch's inductor warn at import and start-up (deprecations, resource warnings of their workers).
@@ -126,6 +126,16 @@ def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: 
         error = _max_error(model_dir, groups)
         print(f"max |logprob error| before the reload: {error:.3g}")
         assert error < TOL
+
+        # a judge's constrained verdict (`verdict: choice`): each choice's logprob as the transformers engine
+        # gives it (tests/raas/test_judge_pool.py checks that one against a plain forward)
+        asked = engine.encode_chat([{"role": "user", "content": "Is 7 right? Answer 0 or 1."}])
+        choices = ["0", "1", "yes"]
+        hf = build_engine(HFEngineConfig(), seed=0)
+        hf.load(model_dir)
+        expected = hf.choice_logprobs(asked, choices)  # type: ignore[attr-defined]
+        got = engine.choice_logprobs(asked, choices)  # type: ignore[attr-defined]
+        assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) < TOL
 
         old_dir = tmp_path / "old-weights"
         shutil.copytree(model_dir, old_dir)
