@@ -54,6 +54,22 @@ def test_each_task_is_claimed_by_one_ledger_and_holds_its_versions(tmp_path: Pat
     assert claim is not None and claim[0].raas_id == "raas-b"
 
 
+def test_one_listing_serves_a_wave_of_claims(tmp_path: Path, monkeypatch: Any) -> None:
+    store = lake_with_tasks(tmp_path, 4)
+    listings: list[str] = []
+    listing = store.list
+    monkeypatch.setattr(store, "list", lambda prefix: listings.append(prefix) or listing(prefix))
+    book = ledger(store)
+    first = book.claim({"policy": 0})  # one listing: four candidates
+    other = ledger(open_store(str(tmp_path / "lake")), "raas-b")  # another service (its own store) takes one
+    taken = other.claim({"policy": 0})
+    rest = [book.claim({"policy": 0}) for _ in range(3)]  # the stale candidate fails its claim, no new listing
+    assert first is not None and taken is not None and rest.count(None) == 1
+    mine = sorted(h.task.task_id for h in [first, *rest] if h)
+    assert sorted([*mine, taken.task.task_id]) == ["t0", "t1", "t2", "t3"]
+    assert len(listings) == 2  # the wave's listing, and one more when it ran out (one per claim before)
+
+
 def test_a_claim_is_renewed_when_a_third_of_its_life_has_passed(tmp_path: Path) -> None:
     store = lake_with_tasks(tmp_path, 1)
     book = ledger(store, claim_ttl_s=3)

@@ -76,6 +76,8 @@ class ClaimLedger:
         self.pending: list[Finished] = []  # generated groups in the commit window, oldest first
         self._window_opened = 0.0  # time.monotonic() when the oldest pending group finished
         self._speed: deque[tuple[int, float]] = deque(maxlen=32)  # (tokens, seconds) of recent groups
+        self._candidates: list[str] = []  # open tasks of the last listing not tried yet, in random order
+        self._listed = 0.0  # time.monotonic() of that listing
 
     def groups(self) -> int:
         """Groups committed or waiting in the commit window."""
@@ -86,12 +88,19 @@ class ClaimLedger:
 
     def claim(self, versions: Mapping[str, int], stopping: Callable[[], bool] = lambda: False) -> Held | None:
         """Claim one open task (in random order, so instances starting together do not race for the same
-        one) to be generated with `versions`; None when there is none to take."""
-        open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
-        candidates = sorted(open_ids - claimed)
-        random.shuffle(candidates)
+        one) to be generated with `versions`; None when there is none to take. One listing of the tasks
+        serves the claims that follow it for up to `poll_s` (a task taken or released meanwhile only fails
+        its claim), so a wave of admissions costs one LIST, not one per task."""
+        if not self._candidates or time.monotonic() - self._listed > self.config.poll_s:
+            open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
+            with self.lock:
+                mine = set(self.in_flight)
+            self._candidates = sorted(open_ids - claimed - mine)
+            random.shuffle(self._candidates)
+            self._listed = time.monotonic()
         ttl = timedelta(seconds=self.config.claim_ttl_s)
-        for task_id in candidates:
+        while self._candidates:
+            task_id = self._candidates.pop()
             if stopping():
                 return None
             if lake_tasks.claim_task(self.store, self.model_id, task_id, self.raas_id, ttl) is None:
