@@ -39,6 +39,7 @@ from typing import Literal
 from lakeflow.errors import InputError
 from lakeflow.raas.sandbox_processes import (
     SAFE_PATH,
+    chown_tree,
     collect_output,
     kill_group,
     kill_uid,
@@ -133,7 +134,7 @@ def run_python(
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             (work / name).write_bytes(data)
         if uid is not None:
-            _chown_tree(work, uid)
+            chown_tree(work, uid)
         inner = INNER_DIR if chosen == "bwrap" else str(work)
         program = [interpreter, "-I", "-B", f"{inner}/main.py", *args]
         env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": inner, "TMPDIR": "/tmp" if chosen == "bwrap" else inner}
@@ -190,7 +191,7 @@ def _probe_bwrap() -> tuple[bool, str]:
     work = Path(tempfile.mkdtemp(prefix="lakeflow-sandbox-probe-"))
     try:
         if uid is not None:
-            _chown_tree(work, uid)
+            chown_tree(work, uid)
         cmd = [*_bwrap_command(work, true, {"PATH": SAFE_PATH}, Limits()), true]
         ids = {"user": uid, "group": uid, "extra_groups": []} if uid is not None else {}
         done = subprocess.run(cmd, env={}, capture_output=True, timeout=30, check=False, **ids)  # type: ignore[call-overload]
@@ -299,13 +300,6 @@ def _check_name(name: str) -> str:
 
 def _bytes(data: str | bytes) -> bytes:
     return data.encode(errors="replace") if isinstance(data, str) else data  # lone surrogates become '?'
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chown(dirpath, uid, uid)
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def _remove(work: Path) -> None:

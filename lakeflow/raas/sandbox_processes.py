@@ -150,6 +150,14 @@ def sandbox_uid() -> int | None:
     return None
 
 
+def chown_tree(root: Path, uid: int) -> None:
+    """Give `root` and everything under it (links themselves, not their targets) to `uid`."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        os.chown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
 def tasks_of(uid: int) -> int:
     """Tasks (threads) the uid runs now: RLIMIT_NPROC counts them all, not only the sandbox's."""
     total = 0

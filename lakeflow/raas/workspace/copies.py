@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakeflow.raas.sandbox_processes import chown_tree
 from lakeflow.raas.workspace.base import Base
 from lakeflow.raas.workspace.changes import copy_change, overlay_change
 from lakeflow.raas.workspace.mounts import bind_read_only, in_own_namespace, mount_overlay, mount_tmpfs, unmount
@@ -117,7 +118,7 @@ def make_copy(
         else:
             shutil.copytree(base.tree, copy.path, symlinks=True)
             if uid is not None:
-                _chown_tree(copy.path, uid)
+                chown_tree(copy.path, uid)
     except BaseException:
         copy.remove()
         raise
@@ -147,13 +148,6 @@ def _overlay(copy: EpisodeCopy, disk_mb: int, uid: int | None, own: bool, stage:
         copy.sources[path] = str(copy.space / "binds" / str(i))
     flags = os.O_RDONLY | os.O_DIRECTORY
     return {"upper": os.open(copy.upper, flags), "mntns": os.open("/proc/thread-self/ns/mnt", os.O_RDONLY)}
-
-
-def _chown_tree(root: Path, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chown(dirpath, uid, uid)
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
 
 
 def _tree_bytes(root: Path) -> int:

@@ -7,16 +7,15 @@ workspaces are plain copies."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import logging
 import os
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+
+from lakeflow.raas.workspace.syscalls import check, libc, on_new_thread
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +26,10 @@ _CLONE_NEWNS = 0x00020000
 T = TypeVar("T")
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
 def mount(source: str, target: Path, fstype: str, options: str, flags: int = _MS_NOSUID | _MS_NODEV) -> None:
     """mount(2); OSError with the reason when refused."""
-    done = _libc().mount(source.encode(), str(target).encode(), fstype.encode(), flags, options.encode())
-    if done != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {fstype or 'bind of ' + source} on {target}: {os.strerror(errno)}")
+    done = libc().mount(source.encode(), str(target).encode(), fstype.encode(), flags, options.encode())
+    check(done, f"mount {fstype or 'bind of ' + source} on {target}")
 
 
 def bind_read_only(source: str, target: Path) -> None:
@@ -52,9 +44,7 @@ def bind_read_only(source: str, target: Path) -> None:
 
 def unmount(target: Path) -> None:
     """Detach the mount at `target` (lazily: a process still inside cannot keep it)."""
-    if _libc().umount2(str(target).encode(), _MNT_DETACH) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"umount {target}: {os.strerror(errno)}")
+    check(libc().umount2(str(target).encode(), _MNT_DETACH), f"umount {target}")
 
 
 def mount_tmpfs(target: Path, size_mb: int, uid: int | None) -> None:
@@ -72,27 +62,13 @@ def in_own_namespace(fn: Callable[[], T]) -> T:
     propagates either way), which it never leaves; `fn` keeps what it mounts alive by returning an fd of
     /proc/thread-self/ns/mnt. Mounts made there are in no other namespace: not in the service's, so not in
     what every new sandbox copies (bwrap copies its parent's mount table, then detaches it)."""
-    out: list[T] = []
-    failed: list[BaseException] = []
 
-    def run() -> None:
-        try:
-            if _libc().unshare(_CLONE_NEWNS) != 0:  # with CLONE_FS implied: this thread alone
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"unshare a mount namespace: {os.strerror(errno)}")
-            if _libc().mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-                errno = ctypes.get_errno()
-                raise OSError(errno, f"make the mount namespace private: {os.strerror(errno)}")
-            out.append(fn())
-        except OSError as e:
-            failed.append(e)
+    def run() -> T:
+        check(libc().unshare(_CLONE_NEWNS), "unshare a mount namespace")  # with CLONE_FS implied: this thread
+        check(libc().mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make the mount namespace private")
+        return fn()
 
-    thread = threading.Thread(target=run, name="lakeflow-mntns")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return out[0]
+    return on_new_thread("lakeflow-mntns", run)
 
 
 @functools.cache

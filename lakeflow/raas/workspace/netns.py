@@ -12,10 +12,7 @@ episode's uid has no capability). Everything here needs CAP_SYS_ADMIN (unshare, 
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import fcntl
-import functools
 import os
 import socket
 import struct
@@ -24,51 +21,33 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from lakeflow.raas.workspace.syscalls import check, libc, on_new_thread
+
 T = TypeVar("T")
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-
-
-def _check(done: int, what: str) -> None:
-    if done != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
 def inside(netns_fd: int | None, fn: Callable[[], T]) -> T:
     """Run `fn` on a short-lived thread inside the network namespace `netns_fd` (None: a new one, whose fd
     `fn` may open as /proc/thread-self/ns/net); the thread goes back to its own namespace after, and a
     thread that cannot ends with it (it is never reused)."""
-    out: list[T] = []
-    failed: list[BaseException] = []
 
-    def run() -> None:
+    def run() -> T:
         own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
         try:
             if netns_fd is None:
-                _check(_libc().unshare(_CLONE_NEWNET), "unshare a network namespace")
+                check(libc().unshare(_CLONE_NEWNET), "unshare a network namespace")
             else:
-                _check(_libc().setns(netns_fd, _CLONE_NEWNET), "setns into a network namespace")
+                check(libc().setns(netns_fd, _CLONE_NEWNET), "setns into a network namespace")
             try:
-                out.append(fn())
+                return fn()
             finally:
-                _check(_libc().setns(own, _CLONE_NEWNET), "setns back")
-        except OSError as e:
-            failed.append(e)
+                check(libc().setns(own, _CLONE_NEWNET), "setns back")
         finally:
             os.close(own)
 
-    thread = threading.Thread(target=run, name="lakeflow-netns")
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return out[0]
+    return on_new_thread("lakeflow-netns", run)
 
 
 def listener(port: int) -> socket.socket:
