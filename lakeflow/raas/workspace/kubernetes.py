@@ -13,7 +13,6 @@ to the gateway: the rollout service's pods on the gateway's port (and `network.a
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import re
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 from lakeflow.errors import ConfigError
 from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.workspace.bwrap import HOME, INNER
+from lakeflow.raas.workspace.routes import is_ip
 
 POD_USER = 65532  # the conventional "nonroot" user of distroless images
 _DNS = re.compile(r"[^a-z0-9-]+")
@@ -119,13 +119,13 @@ def network_policy(
         port = url.port or (443 if url.scheme == "https" else 80)
         gateway = {"podSelector": {"matchLabels": {"lakeflow/run": dns_name(run), "lakeflow/role": "raas"}}}
         egress.append({"to": [gateway], "ports": [{"protocol": "TCP", "port": port}]})
-        if url.hostname is not None and not _is_ip(url.hostname):
+        if url.hostname is not None and not is_ip(url.hostname):
             dns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
             dns["podSelector"] = {"matchLabels": {"k8s-app": "kube-dns"}}
             egress.append({"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
     for entry in config.allowed:
         host, number = entry.rsplit(":", 1)
-        if not _is_ip(host):
+        if not is_ip(host):
             raise ConfigError(f"sandbox.network.allow {entry!r}: a NetworkPolicy allows addresses, not names")
         block = {"ipBlock": {"cidr": f"{host}/32"}}
         egress.append({"to": [block], "ports": [{"protocol": "TCP", "port": int(number)}]})
@@ -133,11 +133,3 @@ def network_policy(
     spec = {"podSelector": selector, "policyTypes": ["Ingress", "Egress"], "ingress": [], "egress": egress}
     meta = {"name": dns_name(run, episode), "namespace": namespace, "labels": _labels(run, episode)}
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta, "spec": spec}
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

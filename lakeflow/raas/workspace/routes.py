@@ -24,7 +24,8 @@ class Routes:
     names: list[str] = field(default_factory=list)  # host names that resolve to 127.0.0.1 inside
 
 
-def _is_ip(host: str) -> bool:
+def is_ip(host: str) -> bool:
+    """Whether `host` is an IP address (v4 or v6), not a name."""
     try:
         ipaddress.ip_address(host)
     except ValueError:
@@ -41,7 +42,7 @@ def _add(routes: Routes, host: str, port: int, what: str) -> str:
             f"{routes.ports[port][0]}:{port}; give them different ports"
         )
     routes.ports[port] = target
-    if _is_ip(host):
+    if is_ip(host):
         return "127.0.0.1"
     routes.names.append(host)
     return host
