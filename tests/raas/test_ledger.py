@@ -67,7 +67,7 @@ def test_one_listing_serves_a_wave_of_claims(tmp_path: Path, monkeypatch: Any) -
     assert first is not None and taken is not None and rest.count(None) == 1
     mine = sorted(h.task.task_id for h in [first, *rest] if h)
     assert sorted([*mine, taken.task.task_id]) == ["t0", "t1", "t2", "t3"]
-    assert len(listings) == 2  # the wave's listing, and one more when it ran out (one per claim before)
+    assert len(listings) == 2  # the wave's listing, and one look more when it ran out (one per claim before)
 
 
 def test_a_claim_is_renewed_when_a_third_of_its_life_has_passed(tmp_path: Path) -> None:

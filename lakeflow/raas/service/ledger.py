@@ -91,13 +91,26 @@ class ClaimLedger:
         one) to be generated with `versions`; None when there is none to take. One listing of the tasks
         serves the claims that follow it for up to `poll_s` (a task taken or released meanwhile only fails
         its claim), so a wave of admissions costs one LIST, not one per task."""
+        listed_now = False
         if not self._candidates or time.monotonic() - self._listed > self.config.poll_s:
-            open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
-            with self.lock:
-                mine = set(self.in_flight)
-            self._candidates = sorted(open_ids - claimed - mine)
-            random.shuffle(self._candidates)
-            self._listed = time.monotonic()
+            self._list_candidates()
+            listed_now = True
+        while True:
+            held = self._claim_a_candidate(versions, stopping)
+            if held is not None or listed_now or stopping():
+                return held
+            self._list_candidates()  # the cached listing ran out: look once more before saying "none"
+            listed_now = True
+
+    def _list_candidates(self) -> None:
+        open_ids, claimed = lake_tasks.list_tasks(self.store, self.model_id)
+        with self.lock:
+            mine = set(self.in_flight)
+        self._candidates = sorted(open_ids - claimed - mine)
+        random.shuffle(self._candidates)
+        self._listed = time.monotonic()
+
+    def _claim_a_candidate(self, versions: Mapping[str, int], stopping: Callable[[], bool]) -> Held | None:
         ttl = timedelta(seconds=self.config.claim_ttl_s)
         while self._candidates:
             task_id = self._candidates.pop()
