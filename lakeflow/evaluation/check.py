@@ -20,7 +20,7 @@ def check_eval_config(config: EvalConfig, key: str = "") -> list[str]:
     try:
         if config.reward is not None:
             build_reward("", config.reward_max_chars, config.reward, key=f"{prefix}reward")
-        else:
+        elif config.environment is None:  # (an environment scores its own episodes)
             for task_type in sorted(task_types(config.dataset) or ()):
                 build_reward(task_type, key=f"{prefix}reward")
     except PluginError as e:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lakeflow.configfile import StrictConfig, load_config_file
 from lakeflow.dataflow.config import Dataset
-from lakeflow.raas.config import EngineConfig
+from lakeflow.raas.config import AgentConfig, EngineConfig, EnvironmentConfig
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -48,6 +48,24 @@ class EvalConfig(StrictConfig):
     poll_s: float = Field(2.0, gt=0, description="Seconds between checks for a newly published version.")
     cache_dir: str | None = Field(None, description="Where weights are pulled (default: a temporary directory).")
     tracker: TrackerConfig | None = Field(None, description="Also log each evaluation to this tracker.")
+    environment: EnvironmentConfig | None = Field(
+        None,
+        description="Evaluate an agent: play each held-out task as n_samples multi-turn episodes of this environment "
+        "(as a pool's `environment` section). In a run: the pool's, when its workflow is agent and this section "
+        "names neither `environment` nor `agent`.",
+    )
+    agent: AgentConfig | None = Field(
+        None,
+        description="Evaluate an agent program: play each held-out task as n_samples episodes of this program "
+        "through a gateway (as a pool's `agent` section, sandbox included; a failed episode is scored, not "
+        "reissued). In a run: the pool's, as for `environment`.",
+    )
+
+    @model_validator(mode="after")
+    def _one_agent(self) -> EvalConfig:
+        if self.environment is not None and self.agent is not None:
+            raise ValueError("an evaluation plays an `environment` or an `agent` program, not both: remove one")
+        return self
 
 
 def load_eval_config(path: str | Path) -> EvalConfig:

@@ -21,18 +21,21 @@ from typing import Any
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.errors import WeightsIntegrityError
 from lakeflow.evaluation.config import EvalConfig
+from lakeflow.evaluation.episodes import DROPPED, episode_columns, episodes_runner, play
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.metrics import read_metrics
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import HFEngineConfig
 from lakeflow.raas.engines import Completion, Engine, build_engine, set_chat_template
+from lakeflow.raas.episodes.ends import FAILURES
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import task_messages
 from lakeflow.tracking import MetricSink
 from lakeflow.weights import TransferOptions, latest_version, pull
 
 log = logging.getLogger("lakeflow.eval")
+FAILED = {*FAILURES, DROPPED}  # ends of episodes that never pass, whatever reward they were given
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -53,7 +56,8 @@ class EvalService:
         set_chat_template(self.engine, config.chat_template)
         self.prompts = load_prompts(config.dataset).to_pylist()[: config.limit]
         for task_type in sorted({str(p["task_type"]) for p in self.prompts}):  # PluginError now, not a silent 0
-            build_reward(task_type, config.reward_max_chars, config.reward)
+            if config.environment is None:  # (an environment scores its own episodes)
+                build_reward(task_type, config.reward_max_chars, config.reward)
         self.dataset = config.name or (self.prompts[0]["dataset"] if self.prompts else "heldout")
         self._own_cache = config.cache_dir is None
         self.cache_dir = config.cache_dir or tempfile.mkdtemp(prefix="lakeflow-eval-")
@@ -165,6 +169,8 @@ class EvalService:
         c = self.config
         n = c.n_samples
         tasks = self._tasks()
+        if c.environment is not None or c.agent is not None:
+            return self._row(version, started, *self._score_episodes(tasks))
         passes, rewards, lengths, cut = [], [], [], 0
         for task, completions in zip(tasks, self._generate(tasks), strict=True):
             reward = build_reward(task.task_type, c.reward_max_chars, c.reward)
@@ -174,6 +180,24 @@ class EvalService:
             lengths += [0] * n if completions is None else [len(x.token_ids) for x in completions]
             cut += 0 if completions is None else sum(x.finish_reason == "length" for x in completions)
         count = max(len(rewards), 1)
+        return self._row(
+            version, started, passes, rewards, {"response_len_mean": sum(lengths) / count, "finish_length": cut / count}
+        )
+
+    def _score_episodes(self, tasks: list[Task]) -> tuple[list[int], list[float], dict[str, Any]]:
+        """Each task played as n_samples whole episodes; an episode that failed (its end) never passes."""
+        runner = episodes_runner(self.config, self.engine, self.model_id, self.store)
+        by_task = play(runner, tasks)
+        played = [by_task.get(t.task_id, []) for t in tasks]
+        passes = [sum(e.reward >= self.config.threshold and e.end not in FAILED for e in eps) for eps in played]
+        episodes = [e for eps in played for e in eps]
+        return passes, [e.reward for e in episodes], episode_columns(episodes)
+
+    def _row(
+        self, version: int, started: float, passes: list[int], rewards: list[float], columns: dict[str, Any]
+    ) -> dict[str, Any]:
+        c = self.config
+        n = c.n_samples
         prompts = max(len(passes), 1)
         return {
             "model_id": self.model_id,
@@ -186,9 +210,8 @@ class EvalService:
             "pass_at_1": sum(pass_at_k(n, k, 1) for k in passes) / prompts,
             "k": n,
             "pass_at_k": sum(pass_at_k(n, k, n) for k in passes) / prompts,
-            "reward_mean": sum(rewards) / count,
-            "response_len_mean": sum(lengths) / count,
-            "finish_length": cut / count,
+            "reward_mean": sum(rewards) / max(len(rewards), 1),
+            **columns,
             "gen_s": time.monotonic() - started,
         }
 

@@ -226,6 +226,11 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
         MetricColumn("response_len_mean", _F, "Mean completion length in tokens."),
         MetricColumn("finish_length", _F, "Share of completions cut off by max_new_tokens."),
         MetricColumn("gen_s", _F, "Seconds the evaluation of this version took (generation and scoring)."),
+        MetricColumn(
+            "turns_mean", _F, "Agent evaluations: mean turns per episode (a gateway episode's model requests)."
+        ),
+        MetricColumn("tool_calls_mean", _F, "Agent evaluations: mean tool calls per episode (environments)."),
+        MetricColumn("ends", _S, 'Agent evaluations: episodes per end, JSON ({"done": 12, "agent_error": 1}).'),
     ),
     "rescores": (
         *_common("re-scoring"),

@@ -1,6 +1,7 @@
 """Agent episodes per weight version, from the samples' `extra` (workflow `agent`): tool-call rate,
 turns per episode, tool errors. Shown by `lakeflow report` and `lakeflow status --agents`; the keys
-are documented in docs/agent-episodes.md."""
+are documented in docs/agent-episodes.md. And the agentic evaluation's rows (`eval` with `ends`): held-out
+pass@1, pass@k, turns, tool calls and how episodes ended, per version."""
 
 from __future__ import annotations
 
@@ -77,3 +78,35 @@ def render_text(rows: list[AgentVersion]) -> list[str]:
 def render_html(rows: list[AgentVersion]) -> str:
     """The report's table ('' when the lake has no agent samples: the section is left out)."""
     return html_table("Agent episodes", _HEAD, [_cells(r) for r in rows])
+
+
+_EVAL_SQL = """
+SELECT model_id, dataset, policy_version, arg_max(pass_at_1, created_at) AS p1, arg_max(k, created_at) AS k,
+       arg_max(pass_at_k, created_at) AS pk, arg_max(turns_mean, created_at) AS turns,
+       arg_max(tool_calls_mean, created_at) AS calls, arg_max(ends, created_at) AS ends
+FROM eval WHERE ends IS NOT NULL
+GROUP BY ALL ORDER BY model_id, dataset, policy_version
+"""
+_EVAL_HEAD = ["model", "held-out set", "version", "pass@1", "pass@k", "turns/episode", "tool calls/episode", "ends"]
+
+
+def agent_evals(lake: LakeQuery) -> list[list[str]]:
+    """The report's rows of the agentic evaluation (a re-evaluated version: its last row)."""
+    return [
+        [
+            r["model_id"],
+            r["dataset"],
+            str(r["policy_version"]),
+            f"{r['p1']:.3f}",
+            f"{r['pk']:.3f} (k={r['k']})",
+            f"{r['turns']:.2f}",
+            f"{r['calls']:.2f}",
+            r["ends"],
+        ]
+        for r in lake.sql(_EVAL_SQL).to_pylist()
+    ]
+
+
+def render_eval_html(rows: list[list[str]]) -> str:
+    """The report's agentic evaluation table ('' without agent evaluations)."""
+    return html_table("Agent evaluation (held-out episodes)", _EVAL_HEAD, rows)

@@ -25,7 +25,7 @@ from lakeflow.lake.batch import list_batch_steps, read_batch
 from lakeflow.lake.heartbeats import Production, production, read_heartbeats
 from lakeflow.lake.quarantine import read_quarantine
 from lakeflow.lakeview import LakeQuery, connect_lake
-from lakeflow.report.agents import AgentVersion, agent_by_version
+from lakeflow.report.agents import AgentVersion, agent_by_version, agent_evals
 from lakeflow.report.curves import Curves, curves
 from lakeflow.report.mismatch import MismatchSource, mismatch_by_source
 from lakeflow.report.samples import SampleShown, sample_completions
@@ -115,6 +115,7 @@ class ReportData:
     rollout: Production = field(default_factory=lambda: Production([], []))  # per service and per pool
     agents: list[AgentVersion] = field(default_factory=list)  # agent episodes per (model, version)
     mismatch: list[MismatchSource] = field(default_factory=list)  # per (model, rollout service, lag)
+    agent_evals: list[list[str]] = field(default_factory=list)  # the agentic evaluation's rows (report/agents.py)
 
 
 def gather(store: Store, now: datetime | None = None) -> ReportData:
@@ -147,7 +148,8 @@ def gather(store: Store, now: datetime | None = None) -> ReportData:
             unattributed += n
     published = {m: latest_version(store, m) for m in models}
     rollout = production(read_heartbeats(store), now or datetime.now(UTC), published)
-    return ReportData(store.url, models, unattributed, notes, rollout, agent_by_version(lake), mismatch_by_source(lake))
+    agents, evals = agent_by_version(lake), agent_evals(lake)
+    return ReportData(store.url, models, unattributed, notes, rollout, agents, mismatch_by_source(lake), evals)
 
 
 def model_ids(store: Store, lake: LakeQuery) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from lakeflow.io import Store
 from lakeflow.lake.heartbeats import Production
 from lakeflow.report import curve_plots, figures, plots
+from lakeflow.report.agents import render_eval_html
 from lakeflow.report.agents import render_html as render_agents
 from lakeflow.report.data import ModelData, ReportData, gather, summary
 from lakeflow.report.mismatch import render_html as render_mismatch
@@ -179,6 +180,7 @@ def render(data: ReportData, drawn: dict[str, bool], now: datetime) -> str:
         "<h2>Rollout services</h2>",
         _rollout_tables(data.rollout),
         render_agents(data.agents),
+        render_eval_html(data.agent_evals),
         render_mismatch(data.mismatch),
     ]
     for plot in PLOTS:

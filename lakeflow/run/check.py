@@ -78,7 +78,7 @@ def check_run_config(config: RunConfig) -> list[str]:
                     "eval's own reward function (e.g. math) or remove the eval section"
                 )
                 reward = None
-            section = m.eval.model_copy(update={"reward": reward})
+            section = m.eval.model_copy(update={"reward": reward, **m.eval_episodes()})
             problems += check_eval_config(section, f"{at}.eval")
             problems += _eval_model_problems(m, at)
     return list(dict.fromkeys(problems))

@@ -130,6 +130,12 @@ class RunModel(StrictConfig):
             fields["vocab_size"] = model_vocab_size(self.trainer.model) or _UNKNOWN_VOCAB
         return ModelConfig.model_validate(fields)
 
+    def eval_episodes(self) -> dict[str, Any]:
+        """The eval's `environment` and `agent`: its own, else its pool's (an agent pool's eval plays episodes)."""
+        if self.eval is None or self.eval.environment is not None or self.eval.agent is not None:
+            return {}
+        return {"environment": self.raas.config.environment, "agent": self.raas.config.agent}
+
     def pools(self) -> list[tuple[str, PoolConfig]]:
         """(region name, pool) of every rollout pool: the home pool ("") first, then the regions."""
         return [("", self.raas), *((r.region, r.pool(self.raas)) for r in self.regions)]

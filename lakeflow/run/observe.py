@@ -13,7 +13,8 @@ from lakeflow.tracking.config import TrackerConfig
 def eval_specs(config: RunConfig) -> list[ProcessSpec]:
     """One `lakeflow eval` process per model with an `eval:` section: it follows the model's versions and
     exits once version `steps` is evaluated (the run waits for it, as for the trainers). Its engine is the
-    model's rollout pool's unless the section names one, and so are its reward and chat template."""
+    model's rollout pool's unless the section names one, and so are its reward, chat template, and an agent
+    pool's `environment` or `agent` (the eval then plays whole episodes)."""
     out = []
     for m in config.models:
         if m.eval is None:
@@ -23,6 +24,7 @@ def eval_specs(config: RunConfig) -> list[ProcessSpec]:
             section = section.model_copy(update={"reward": m.raas.config.reward})
         if section.chat_template is None:
             section = section.model_copy(update={"chat_template": m.raas.config.chat_template})
+        section = section.model_copy(update=m.eval_episodes())
         flags = ("--model", m.id, "--until-version", str(config.steps))
         data = section.model_dump(mode="json")
         out.append(ProcessSpec(f"eval-{m.id}", "eval", m.id, "eval", flags, f"eval-{m.id}.yaml", data))

@@ -54,6 +54,16 @@ def test_the_eval_scores_with_the_pools_reward_and_is_checked_with_it(tmp_path: 
     assert eval_specs(config)[0].config["reward"] == "math"  # the eval process gets the pool's reward
 
 
+def test_an_agent_pool_s_eval_plays_its_environment_and_is_checked_without_a_reward_function(tmp_path: Path) -> None:
+    rows = tmp_path / "products.jsonl"
+    rows.write_text(json.dumps({"prompt": "What is 2 * 3?", "answer": "6", "task_type": "agent:calculator"}) + "\n")
+    pool = {"workflow": "agent", "environment": {"name": "calculator", "max_turns": 3}}
+    config = run(pool, eval={"dataset": {"type": "file", "path": str(rows)}})
+    assert check_run_config(config) == []  # the environment scores its episodes: no reward for 'agent' needed
+    section = eval_specs(config)[0].config
+    assert section["environment"]["name"] == "calculator" and section["agent"] is None
+
+
 def test_a_dataset_file_that_cannot_be_read_is_a_problem_at_start(tmp_path: Path) -> None:
     broken = tmp_path / "broken.jsonl"
     broken.write_text("{not json\n")
