@@ -58,7 +58,7 @@ def episodes_runner(config: EvalConfig, engine: Engine, model_id: str, store: St
 
 def play(runner: GroupRunner, tasks: list[Task], wait_s: float = 0.2) -> dict[str, list[EpisodeScore]]:
     """Every task's episodes (n_samples each, padded with failed ones for episodes the runner lost), by task id."""
-    queued, running = list(tasks), set()
+    queued, running = list(tasks), set[str]()
     scores: dict[str, list[EpisodeScore]] = {}
     try:
         while queued or running:
