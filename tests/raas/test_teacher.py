@@ -37,7 +37,8 @@ def _post(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        with e:  # its response is open until closed
+            return e.code, json.loads(e.read())
 
 
 def test_the_score_route_gives_the_logprobs_of_a_plain_forward(served: Any, engine: Any) -> None:

@@ -20,7 +20,6 @@ from lakeflow.raas.engines.base import (
     read_config,
 )
 
-
 SCORE_ROWS = 16  # rows of one scoring forward (`token_logprobs`)
 
 

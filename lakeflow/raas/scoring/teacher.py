@@ -83,7 +83,8 @@ class Teacher:
             with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as e:
-            message = e.read()[:300].decode("utf-8", "replace")
+            with e:  # its response stays open until closed
+                message = e.read()[:300].decode("utf-8", "replace")
             if e.code >= 500 or e.code in (408, 429):
                 raise TeacherUnavailable(f"teacher {self.config.pool!r}: HTTP {e.code}: {message}") from e
             raise ConfigError(

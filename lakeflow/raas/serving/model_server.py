@@ -20,6 +20,7 @@ import math
 import queue
 import random
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,8 @@ class ModelServer:
         self._random = random.Random(config.seed)
         self.version = config.version or model_version(getattr(self.engine, "model_dir", None))  # lineage
         tokenizer = getattr(self.engine, "tokenizer", None)
-        self.vocab = (len(tokenizer), tokenizer_fingerprint(tokenizer)) if tokenizer is not None else (None, None)
+        self.vocab_size: int | None = len(tokenizer) if tokenizer is not None else None
+        self.tokenizer = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
         self._queue: queue.Queue[_Pending | ScoreRequest] = queue.Queue()
         self._closed = threading.Event()
         self._batcher = threading.Thread(target=self._loop, name="lakeflow-serve", daemon=True)
@@ -159,7 +161,7 @@ class ModelServer:
             same = [p for p in sampled if (p.max_tokens, p.temperature) == setting]
             self._settle(same, lambda same=same, setting=setting: self._generate(same, *setting))
 
-    def _settle(self, batch: list[_Pending] | list[ScoreRequest], answers: Any) -> None:
+    def _settle(self, batch: Sequence[_Pending | ScoreRequest], answers: Any) -> None:
         try:
             results: list[Answer] = answers()
         except Exception as e:  # one bad request (a context it cannot take, a fault) must not stop the server
@@ -183,7 +185,7 @@ class ModelServer:
         if not isinstance(self.engine, TokenScorer):
             return refusal("score", 400, f"the {type(self.engine).__name__} cannot score token ids")
         logprobs = self.engine.token_logprobs(r.rows, r.temperature)
-        return score_answer(self.config.id, self.version, *self.vocab, logprobs)
+        return score_answer(self.config.id, self.version, self.vocab_size, self.tokenizer, logprobs)
 
     def _choose(self, p: _Pending) -> Answer:
         if not isinstance(self.engine, ChoiceScorer):
