@@ -25,6 +25,7 @@ from lakeflow.errors import CorruptCommitError, CorruptShardError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.lake.commit import MAX_COMMIT_BYTES, CommitRecord
+from lakeflow.lake.schema import OPTIONAL_COLUMNS, SAMPLE_SCHEMA
 
 MAX_EXPANSION = 100  # a shard may decode to at most this many times its stored size (token ids: ~1.2x)
 
@@ -256,7 +257,12 @@ class LakeReader:
                     raise CorruptShardError(f"row {int(rows.max())} is out of range for {shard} ({starts[-1]} rows)")
                 groups = np.searchsorted(starts, rows, side="right") - 1
                 needed = sorted(set(groups.tolist()))
-                table = f.read_row_groups(needed, columns=columns)
+                present = f.schema_arrow.names
+                lacking = [c for c in columns or [] if c not in present and c in OPTIONAL_COLUMNS]
+                table = f.read_row_groups(needed, columns=[c for c in columns if c not in lacking] if columns else None)
+                for name in lacking:  # a shard of an older schema version: the column reads as null
+                    field = SAMPLE_SCHEMA.field(name)
+                    table = table.append_column(field, pa.nulls(table.num_rows, field.type))
                 offsets = {g: int(sum(sizes[h] for h in needed if h < g)) for g in needed}
                 local = [offsets[int(g)] + int(r - starts[g]) for g, r in zip(groups, rows, strict=True)]
                 return table.take(local)

@@ -111,6 +111,22 @@ def bad_logprobs(table: pa.Table) -> Violation | None:
     )
 
 
+def bad_teacher_logprobs(table: pa.Table) -> Violation | None:
+    """Rows whose teacher logprobs (when given: the column is null for a sample no teacher scored) are not one
+    per response token, or hold a value that is NaN, infinite or above LOGPROB_MAX. A teacher's logprob of a
+    token it would not sample may be far below LOGPROB_MIN: only finiteness bounds it."""
+    if "teacher_logprobs" not in table.column_names or "response_ids" not in table.column_names:
+        return None
+    column = table["teacher_logprobs"]
+    values = _list_rule(column, lambda v: np.isfinite(v) & (v <= LOGPROB_MAX), "teacher_logprobs", "")
+    differs = pc.not_equal(pc.list_value_length(column), pc.list_value_length(table["response_ids"]))
+    rows = np.asarray(pc.fill_null(differs, False).to_numpy(zero_copy_only=False), dtype=bool)
+    if values is not None:
+        rows |= values.rows
+    why = f"is not one finite value at most {LOGPROB_MAX:g} per response token"
+    return _field_rule("teacher_logprobs", why, pa.array(rows))
+
+
 def bad_loss_mask(table: pa.Table) -> Violation | None:
     """Rows whose loss_mask holds a value other than 0 and 1 (it selects tokens; it never weights them)."""
     if "loss_mask" not in table.column_names:
@@ -167,6 +183,7 @@ VALUE_RULES: tuple[Callable[[pa.Table], Violation | None], ...] = (
     non_finite_reward,
     reward_out_of_bound,
     bad_logprobs,
+    bad_teacher_logprobs,
     bad_loss_mask,
     empty_prompt,
     *(partial(misaligned, name=name, other=other) for name, other in ALIGNED),

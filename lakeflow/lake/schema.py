@@ -18,7 +18,7 @@ import pyarrow as pa
 from lakeflow.errors import SampleValidationError
 from lakeflow.lake.rules import ALIGNED, column_type_problem, nulls, value_violations
 
-SCHEMA_VERSION = 2  # 2: token_versions
+SCHEMA_VERSION = 3  # 2: token_versions; 3: teacher_logprobs, teacher
 
 # [start, version] runs: the response tokens from `start` on were sampled by weights `version`, up to the
 # next run's start (weights_update: interrupt). Null: every token was sampled by policy_version.
@@ -55,17 +55,21 @@ SAMPLE_SCHEMA = pa.schema(
         pa.field("extra", pa.string(), nullable=False),  # JSON object
         # added in schema version 2
         pa.field("token_versions", TOKEN_VERSIONS, nullable=True),
+        # added in schema version 3: a teacher's logprob of each response token (on-policy distillation), and
+        # which teacher gave them, '<served id>@<version>'. Null: no teacher scored the sample.
+        pa.field("teacher_logprobs", pa.list_(pa.float32()), nullable=True),
+        pa.field("teacher", pa.string(), nullable=True),
     ]
 )
 
 PAYLOAD_COLUMNS = ("prompt_ids", "response_ids", "response_logprobs", "loss_mask")
 # Columns a shard written before they existed lacks; readers see them as null.
-OPTIONAL_COLUMNS = ("token_versions",)
+OPTIONAL_COLUMNS = ("token_versions", "teacher_logprobs", "teacher")
 METADATA_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in PAYLOAD_COLUMNS + OPTIONAL_COLUMNS)
 REQUIRED_COLUMNS = tuple(n for n in SAMPLE_SCHEMA.names if n not in OPTIONAL_COLUMNS)
 FINISH_REASONS = ("stop", "length", "abort", "error", "tool")
 
-_STRINGS = {f.name for f in SAMPLE_SCHEMA if pa.types.is_string(f.type)}
+_STRINGS = {f.name for f in SAMPLE_SCHEMA if pa.types.is_string(f.type) and not f.nullable}
 _INTS = {"policy_version", "max_version"}
 _DEFAULTS: dict[str, Any] = {
     "task_type": "",
@@ -74,6 +78,8 @@ _DEFAULTS: dict[str, Any] = {
     "extra": "{}",
     "role": "policy",
     "token_versions": None,
+    "teacher_logprobs": None,
+    "teacher": None,
 }
 
 
@@ -111,6 +117,10 @@ def normalize_sample(sample: Mapping[str, Any], row: int) -> dict[str, Any]:
         raise SampleValidationError(_bad(row, out, "finish_reason", f"must be one of {FINISH_REASONS}"))
     if out["token_versions"] is not None:
         out["token_versions"] = _token_versions(out, row)
+    if (out["teacher_logprobs"] is None) != (out["teacher"] is None):
+        raise SampleValidationError(_bad(row, out, "teacher", "and teacher_logprobs go together: give both or neither"))
+    if out["teacher"] is not None and not isinstance(out["teacher"], str):
+        raise SampleValidationError(_bad(row, out, "teacher", f"must be a string, got {type(out['teacher']).__name__}"))
     return out
 
 

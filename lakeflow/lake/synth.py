@@ -19,7 +19,7 @@ import pyarrow as pa
 from lakeflow.errors import InputError
 from lakeflow.io import Store
 from lakeflow.lake.commit import CommitRecord
-from lakeflow.lake.schema import SAMPLE_SCHEMA
+from lakeflow.lake.schema import OPTIONAL_COLUMNS, SAMPLE_SCHEMA
 from lakeflow.lake.writer import ShardWriter
 
 VOCAB = 151_936
@@ -91,7 +91,7 @@ def synth_table(spec: SynthSpec, n: int, rng: np.random.Generator, raas_id: str)
         "region": np.full(full, spec.region),
         "created_at": pa.array(np.full(full, int(now.timestamp() * 1e6)), pa.timestamp("us", tz="UTC")),
         "extra": np.full(full, "{}"),
-        "token_versions": pa.nulls(full, SAMPLE_SCHEMA.field("token_versions").type),
+        **{name: pa.nulls(full, SAMPLE_SCHEMA.field(name).type) for name in OPTIONAL_COLUMNS},
     }
     table = pa.table({k: _as_array(v, SAMPLE_SCHEMA.field(k).type) for k, v in columns.items()}, schema=SAMPLE_SCHEMA)
     return table.slice(0, n)

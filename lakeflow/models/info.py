@@ -8,6 +8,7 @@ downloaded on an offline machine). Engines and the trainer read the same files w
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -170,6 +171,24 @@ def _read(ref: str, stamp: tuple[tuple[str, str, int, int], ...]) -> ModelInfo:
         pad_token_id=pads[0] if pads else None,
         chat_template=template,
     )
+
+
+def tokenizer_digest(ref: str) -> str | None:
+    """A fingerprint of model `ref`'s token -> id map (tokenizer.json's vocabulary and added tokens), or None
+    when it cannot be read here (no tokenizer.json, a tiny model built later, a hub id not in the cache). Two
+    models with the same digest give the same ids to the same tokens: a teacher's logprobs are of the
+    student's tokens."""
+    if ref.startswith(TINY_PREFIX):
+        return None
+    find = _finder(ref)
+    path = find("tokenizer.json") if find is not None else None
+    data = _json(path)
+    vocab = (data.get("model") or {}).get("vocab")
+    if not isinstance(vocab, dict):
+        return None
+    added = sorted((t.get("id"), t.get("content")) for t in data.get("added_tokens") or [] if isinstance(t, dict))
+    text = json.dumps([sorted(vocab.items(), key=lambda kv: str(kv[1])), added], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def model_vocab_size(ref: str) -> int | None:

@@ -41,6 +41,8 @@ class Trajectory:
     reward: float
     finish_reason: str  # stop, length, abort, error, tool
     extra: dict[str, Any] = field(default_factory=dict)
+    teacher_logprobs: list[float] | None = None  # a teacher's logprob of each response token (distillation)
+    teacher: str | None = None  # the teacher that gave them: '<served id>@<version>'
 
 
 Workflow = Callable[[Task, Mapping[str, Engine], RewardFn, Sampling], list[Trajectory]]
@@ -115,6 +117,8 @@ def sample_row(
         "region": region,
         "extra": json.dumps(extra, sort_keys=True),
         "token_versions": runs if isinstance(runs, list) and runs and all(_is_run(r) for r in runs) else None,
+        "teacher_logprobs": t.teacher_logprobs,
+        "teacher": t.teacher,
     }
 
 

@@ -22,7 +22,7 @@ from lakeflow.errors import ConfigError
 from lakeflow.evaluation.check import check_eval_config
 from lakeflow.models.check import chat_template_problem, device_problem, model_problem
 from lakeflow.models.host import fastest_autocast, fastest_dtype, gpu_driver_present, slow_bf16_note
-from lakeflow.models.info import read_model_dtype, read_model_info
+from lakeflow.models.info import model_vocab_size, read_model_dtype, read_model_info, tokenizer_digest
 from lakeflow.raas.check import (
     check_raas_config,
     check_rollout_model,
@@ -69,6 +69,11 @@ def check_run_config(config: RunConfig) -> list[str]:
             for task_type in types:
                 if (problem := task_type_problem(task_type, pool.config.reward, f"{at}.dataflow.dataset")) is not None:
                     problems.append(problem if key.endswith(".raas.config") else f"{problem} (the pool of {key})")
+        if m.trainer.advantages.distill is not None and not any(p.config.teachers for _, p in pools):
+            problems.append(
+                f"{at}.trainer.advantages.distill: the model's rollout pool has no teachers, so no sample would "
+                f"carry teacher logprobs: add `teachers: [{{pool: <a served id>}}]` to {at}.raas.config"
+            )
         if m.eval is not None:  # the eval process scores with the pool's reward unless its section names one
             reward = m.eval.reward if m.eval.reward is not None else m.raas.config.reward
             if isinstance(reward, JudgeConfig | RewardModelConfig):
@@ -138,7 +143,30 @@ def check_run_here(config: RunConfig) -> list[str]:
             problems += reward_here_problems(pool.config, key)
         if m.eval is not None:
             problems += engine_device_problems(m.eval.engine, f"{at}.eval.engine")
+        problems += _teacher_vocab_problems(config, m, at)
     return list(dict.fromkeys(problems))
+
+
+def _teacher_vocab_problems(config: RunConfig, m: RunModel, at: str) -> list[str]:
+    """A served teacher of `m`'s pools whose vocabulary is not the student's (its logprobs would be of other
+    tokens), as far as the files here tell (a model not here is checked by the rollout service at its first
+    request)."""
+    served = {s.id: s.model for s in config.serve}
+    student = tokenizer_digest(m.trainer.model), model_vocab_size(m.trainer.model)
+    problems = []
+    for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("teachers",))]:
+        for j, t in enumerate(pool.config.teachers):
+            ref = served.get(t.pool)
+            if ref is None:
+                continue
+            theirs = tokenizer_digest(ref), model_vocab_size(ref)
+            if any(a is not None and b is not None and a != b for a, b in zip(student, theirs, strict=True)):
+                problems.append(
+                    f"{key}.teachers[{j}]: teacher {t.pool!r} ({ref}) has another vocabulary than the student "
+                    f"({m.trainer.model}): its logprobs would be of other tokens; distil from a model of the "
+                    "student's tokenizer"
+                )
+    return problems
 
 
 def _engine_precision(engine: EngineConfig | None) -> tuple[str | None, str]:

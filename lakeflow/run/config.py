@@ -189,7 +189,8 @@ class RunConfig(StrictConfig):
         default_factory=list,
         description="Frozen models the run serves through lakeflow's OpenAI-compatible endpoint (`lakeflow "
         "serve`), started before the pools and stopped with the run: a pool's judge names one with "
-        "`reward: {type: judge, pool: <id>}` (docs/judges.md).",
+        "`reward: {type: judge, pool: <id>}` (docs/judges.md), a pool's teacher with `teachers: [{pool: <id>}]` "
+        "(docs/distillation.md).",
     )
     tasks: TasksConfig = Field(default_factory=TasksConfig, description="Dataflow task settings.")
     loop: LoopConfig = Field(default_factory=LoopConfig, description="Dataflow loop settings.")
@@ -265,17 +266,29 @@ class RunConfig(StrictConfig):
 
 
 def _check_judge_pools(models: list[RunModel], served: list[ServeConfig]) -> None:
-    """ValueError, saying what to do, for a judge `pool` that names no served model (or a trained one), and
+    """ValueError, saying what to do, for a judge or teacher `pool` that names no served model (or a trained one), and
     for served ids that repeat or are a trained model's."""
     trained, ids = {m.id for m in models}, [s.id for s in served]
     if len(set(ids)) != len(ids) or set(ids) & trained:
         raise ValueError(f"serve: ids {ids} must be unique and differ from the trained models' ({sorted(trained)})")
     for m in models:
         for region, pool in m.pools():
+            where = f"model {m.id}{f', region {region}' if region else ''}: raas.config"
+            for t in pool.config.teachers:
+                if t.pool in trained:
+                    raise ValueError(
+                        f"{where}.teachers names {t.pool!r}, a model this run trains; a teacher is frozen: declare "
+                        f"it under `serve:` with its own id (serve: [{{id: {t.pool}-teacher, model: <its weights>}}])"
+                    )
+                if t.endpoint is None and t.pool not in ids:
+                    raise ValueError(
+                        f"{where}.teachers names {t.pool!r}, which the run does not serve: add `serve: [{{id: "
+                        f"{t.pool}, model: <a directory, hub id or tiny:name>}}]`, or give the teacher an endpoint"
+                    )
             judge = pool.config.reward
             if not isinstance(judge, JudgeConfig) or judge.pool is None:
                 continue
-            at = f"model {m.id}{f', region {region}' if region else ''}: raas.config.reward.pool"
+            at = f"{where}.reward.pool"
             if judge.pool in trained:
                 raise ValueError(
                     f"{at} names {judge.pool!r}, a model this run trains; a judge is frozen: declare it under "

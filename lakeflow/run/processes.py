@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lakeflow.raas.config import JudgeConfig
+from lakeflow.raas.config import JudgeConfig, TeacherConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 
 
@@ -93,9 +93,18 @@ def serve_specs(config: RunConfig, ports: dict[str, int]) -> list[ProcessSpec]:
     return out
 
 
+def _served_region(config: dict[str, Any], judged: Any, taught: Any) -> dict[str, Any]:
+    out = dict(config)
+    if "reward" in out:
+        out["reward"] = judged(out["reward"])
+    if "teachers" in out:
+        out["teachers"] = taught(out["teachers"])
+    return out
+
+
 def with_judge_endpoints(config: RunConfig, urls: dict[str, str]) -> RunConfig:
-    """`config` with the endpoint of every judge that names a `pool` set to that served model's base URL
-    (`urls`: served id -> URL), in home pools and region overrides alike."""
+    """`config` with the endpoint of every judge and teacher that names a `pool` set to that served model's
+    base URL (`urls`: served id -> URL), in home pools and region overrides alike."""
 
     def judged(reward: Any) -> Any:
         if isinstance(reward, JudgeConfig) and reward.pool in urls:
@@ -104,12 +113,23 @@ def with_judge_endpoints(config: RunConfig, urls: dict[str, str]) -> RunConfig:
             return {**reward, "endpoint": urls[reward["pool"]]}
         return reward
 
+    def taught(teachers: Any) -> Any:  # each teacher that names a served pool gets its URL
+        def one(t: Any) -> Any:
+            if isinstance(t, TeacherConfig) and t.pool in urls:
+                return t.model_copy(update={"endpoint": urls[t.pool]})
+            if isinstance(t, dict) and t.get("pool") in urls:
+                return {**t, "endpoint": urls[t["pool"]]}
+            return t
+
+        return [one(t) for t in teachers]
+
     models = []
     for m in config.models:
-        pool = m.raas.config.model_copy(update={"reward": judged(m.raas.config.reward)})
+        changes = {"reward": judged(m.raas.config.reward), "teachers": taught(m.raas.config.teachers)}
+        pool = m.raas.config.model_copy(update=changes)
         regions = [
-            r.model_copy(update={"config": {**r.config, "reward": judged(r.config["reward"])}})
-            if "reward" in r.config
+            r.model_copy(update={"config": _served_region(r.config, judged, taught)})
+            if "reward" in r.config or "teachers" in r.config
             else r
             for r in m.regions
         ]

@@ -118,12 +118,28 @@ class KlConfig(StrictConfig):
     estimator: Literal["k1", "k2", "k3"] = Field("k3", description="Schulman's estimator of KL(policy || reference).")
 
 
+class DistillConfig(StrictConfig):
+    """On-policy distillation (docs/distillation.md): each sampled token's advantage is the per-token reverse KL
+    signal, teacher logprob - behaviour logprob, from the sample's `teacher_logprobs` column."""
+
+    weight: float = Field(1.0, gt=0, description="The weight of the teacher's per-token term in the advantage.")
+    reward_weight: float = Field(
+        0.0, ge=0, description="The weight of the reward's group advantage added to it (0: distillation alone)."
+    )
+
+
 class AdvantageConfig(StrictConfig):
     """How rewards become advantages, from the group statistics the dataflow layer stored in the batch."""
 
     scale_by_std: bool = Field(True, description="Divide (reward - group mean) by (group std + eps); else only centre.")
     eps: float = Field(1e-6, gt=0, description="Added to standard deviations before dividing.")
     batch_norm: bool = Field(False, description="Then normalise advantages to mean 0, std 1 over the whole batch.")
+    distill: DistillConfig | None = Field(
+        None,
+        description="Distil from the teachers of the rollout pool (its `teachers:`): advantage_t = weight * "
+        "(teacher_logprob_t - behaviour_logprob_t) + reward_weight * group advantage; a row without teacher "
+        "logprobs is left out of the step and counted. None (default): the group advantage alone.",
+    )
 
 
 class LrSchedule(StrictConfig):

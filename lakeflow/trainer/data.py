@@ -33,12 +33,15 @@ from lakeflow.lake.checks import row_problems, schema_problem
 from lakeflow.lake.rules import non_finite_reward
 from lakeflow.lake.schema import SAMPLE_SCHEMA
 from lakeflow.trainer.config import AdvantageConfig
-from lakeflow.trainer.losses import batch_normalize, group_advantages
+from lakeflow.trainer.losses import batch_normalize, distill_advantages, group_advantages
 
 log = logging.getLogger("lakeflow.trainer.data")
 
 PAYLOAD = ["prompt_ids", "response_ids", "response_logprobs", "loss_mask", "max_version", "raas_id"]
 PAYLOAD_SCHEMA = pa.schema([SAMPLE_SCHEMA.field(n) for n in PAYLOAD])
+# read besides when distilling (trainer.advantages.distill): a teacher's logprob of each response token
+TEACHER_SCHEMA = pa.schema([*PAYLOAD_SCHEMA, SAMPLE_SCHEMA.field("teacher_logprobs")])
+NO_TEACHER = "no teacher logprobs (advantages.distill needs them: give the rollout pool `teachers`)"
 
 
 @dataclass
@@ -93,7 +96,7 @@ def load_batch(
     """Batch `step` with its payload read from the shards; FileNotFoundError while it is not written.
     Rows the lake's rules refuse are left out (logged; `meta["refused"]`: rows per reason)."""
     table, meta = read_batch(store, model_id, step)
-    payload, refused = read_payload(LakeReader(store), table, vocab_size)
+    payload, refused = read_payload(LakeReader(store), table, vocab_size, advantages.distill is not None)
     keep = pa.array(np.array([r is None for r in refused], dtype=bool))
     counts = Counter(r for r in refused if r is not None)
     for reason, rows in counts.items():
@@ -103,11 +106,14 @@ def load_batch(
 
 
 def read_payload(
-    reader: LakeReader, batch: pa.Table, vocab_size: int | None = None
+    reader: LakeReader, batch: pa.Table, vocab_size: int | None = None, teacher: bool = False
 ) -> tuple[pa.Table, list[str | None]]:
-    """The payload rows of `batch` in its order (PAYLOAD_SCHEMA; a refused row is there, empty) and, per
-    row, why it is refused (None: it may be trained). Shards are read concurrently, each on its own, so
-    one that cannot be read or has another schema refuses only its own rows."""
+    """The payload rows of `batch` in its order (PAYLOAD_SCHEMA, TEACHER_SCHEMA with `teacher`; a refused row
+    is there, empty) and, per row, why it is refused (None: it may be trained). Shards are read concurrently,
+    each on its own, so one that cannot be read or has another schema refuses only its own rows. With
+    `teacher`, a row without teacher logprobs is refused (NO_TEACHER)."""
+    schema = TEACHER_SCHEMA if teacher else PAYLOAD_SCHEMA
+    columns = schema.names
     refs = sample_refs(batch)
     by_shard: dict[str, list[int]] = {}
     for i, ref in enumerate(refs):
@@ -115,10 +121,10 @@ def read_payload(
 
     def read(positions: list[int]) -> pa.Table | str:
         try:
-            part = reader.read_samples([refs[i] for i in positions], columns=PAYLOAD)
+            part = reader.read_samples([refs[i] for i in positions], columns=columns)
         except CorruptShardError as e:
             return str(e)
-        return schema_problem(part.schema, PAYLOAD_SCHEMA) or part.select(PAYLOAD).cast(PAYLOAD_SCHEMA)
+        return schema_problem(part.schema, schema) or part.select(columns).cast(schema)
 
     refused: list[str | None] = [None] * len(refs)
     parts, order = [], []
@@ -127,14 +133,14 @@ def read_payload(
             if isinstance(part, str):
                 for i in positions:
                     refused[i] = part
-                empty = {n: _empty(PAYLOAD_SCHEMA.field(n).type, len(positions)) for n in PAYLOAD}
-                part = pa.table(empty, schema=PAYLOAD_SCHEMA)
+                empty = {n: _empty(schema.field(n).type, len(positions)) for n in columns}
+                part = pa.table(empty, schema=schema)
             parts.append(part)
             order += positions
     payload = (
         pa.concat_tables(parts).take(pa.array(np.argsort(np.array(order, dtype=np.int64))))
         if parts
-        else PAYLOAD_SCHEMA.empty_table()
+        else schema.empty_table()
     )
     checks = [(v.reason, v.rows) for v in [non_finite_reward(batch)] if v is not None]
     stats = pc.or_(pc.invert(pc.is_finite(batch["group_mean"])), pc.invert(pc.is_finite(batch["group_std"])))
@@ -144,6 +150,8 @@ def read_payload(
         bad = [v is not None and not all(x is not None and math.isfinite(x) for x in v) for v in stored]
         checks.append(("stored advantages are NULL, NaN or infinite", np.array(bad, dtype=bool)))
     checks += row_problems(payload, vocab_size)
+    if teacher:
+        checks.append((NO_TEACHER, np.asarray(payload.column("teacher_logprobs").is_null(), dtype=bool)))
     for reason, rows in checks:
         for i in np.flatnonzero(rows):
             refused[i] = refused[i] or reason
@@ -200,6 +208,9 @@ def build_batch(
         adv = batch_normalize(adv, advantages.eps)
     if "turn_advantages" in batch.column_names and batch.column("turn_advantages").null_count < n:
         adv = stored_advantages(batch, adv, [len(p) for p in prompts], [len(r) for r in responses], width)
+    if advantages.distill is not None:
+        teacher = _aligned(payload.column("teacher_logprobs").to_pylist(), prompts, width)
+        adv = distill_advantages(adv, teacher, old_logp, mask, advantages.distill)
     versions = torch.tensor(batch.column("policy_version").to_pylist(), dtype=torch.int64)
     newest = payload.column("max_version").to_pylist() if "max_version" in payload.column_names else versions.tolist()
     return StepBatch(
@@ -214,6 +225,16 @@ def build_batch(
         torch.tensor(newest, dtype=torch.int64),
         payload.column("raas_id").to_pylist() if "raas_id" in payload.column_names else [],
     )
+
+
+def _aligned(values: list[list[float] | None], prompts: list[list[int]], width: int) -> torch.Tensor:
+    """[B, T] per-response-token values placed at their tokens' positions (0 elsewhere); a row without
+    them (None: refused rows never reach here) is all 0."""
+    out = torch.zeros((len(values), width), dtype=torch.float32)
+    for i, (row, prompt) in enumerate(zip(values, prompts, strict=True)):
+        if row:
+            out[i, len(prompt) : len(prompt) + len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
 
 
 def stored_advantages(

@@ -30,6 +30,7 @@ from lakeflow.errors import PluginError
 from lakeflow.trainer.check import resolve_loss
 from lakeflow.trainer.config import (
     Correction,
+    DistillConfig,
     FunctionLoss,
     GrpoLoss,
     KlConfig,
@@ -91,6 +92,23 @@ def group_advantages(
     """
     centred = reward - group_mean
     return centred / (group_std + eps) if scale_by_std else centred
+
+
+def distill_advantages(
+    advantages: torch.Tensor,
+    teacher_logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    config: DistillConfig,
+) -> torch.Tensor:
+    """[B, T] on-policy distillation advantages: on each trained token (mask > 0) the negative per-token
+    reverse KL estimate, teacher_logp - old_logp (the behaviour policy sampled the token, so its log-ratio to
+    the teacher is the reverse KL's single-sample estimate), times `weight`, plus `reward_weight` times the
+    reward's advantage ([B] or [B, T]); 0 off the mask. The behaviour logprob, not the trainer's: it needs no
+    forward and is the policy the tokens came from; the loss's correction (tis) weighs the trainer's mismatch."""
+    reward = token_advantages(advantages).expand_as(mask)
+    signal = config.weight * (teacher_logp - old_logp) + config.reward_weight * reward
+    return torch.where(mask > 0, signal, 0.0)
 
 
 def token_advantages(advantages: torch.Tensor) -> torch.Tensor:

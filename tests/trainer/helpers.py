@@ -63,10 +63,20 @@ def make_group(tok: Any, rng: random.Random, n: int, version: int = 0) -> list[d
     return samples
 
 
-def write_step_batch(store: Store, step: int, tok: Any, groups: int = 2, n: int = 4, seed: int = 0) -> list[str]:
-    """Commit `groups` groups of n samples and write them as batch `step`; returns the sample ids."""
+def write_step_batch(
+    store: Store,
+    step: int,
+    tok: Any,
+    groups: int = 2,
+    n: int = 4,
+    seed: int = 0,
+    samples: list[dict[str, Any]] | None = None,
+) -> list[str]:
+    """Commit `groups` groups of n samples (or the given `samples`) and write them as batch `step`; returns the
+    sample ids."""
     rng = random.Random(seed * 1000 + step)
-    samples = [s for _ in range(groups) for s in make_group(tok, rng, n, version=step)]
+    if samples is None:
+        samples = [s for _ in range(groups) for s in make_group(tok, rng, n, version=step)]
     (commit,) = write_samples(store, samples, name=f"raas-{step}")
     rows = []
     for row, s in enumerate(samples):

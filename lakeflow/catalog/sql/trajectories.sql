@@ -32,5 +32,8 @@ CREATE TABLE trajectories (
     created_at        TIMESTAMPTZ NOT NULL,
     extra             VARCHAR   NOT NULL,  -- JSON object
     -- added in schema version 2 (a shard written before reads it as NULL)
-    token_versions    STRUCT("start" INTEGER, "version" BIGINT)[]  -- [start, version] runs of response tokens; NULL: all policy_version
+    token_versions    STRUCT("start" INTEGER, "version" BIGINT)[],  -- [start, version] runs of response tokens; NULL: all policy_version
+    -- added in schema version 3 (on-policy distillation; NULL: no teacher scored the sample)
+    teacher_logprobs  FLOAT[],   -- the teacher's logprob of each response token
+    teacher           VARCHAR    -- the teacher that gave them: <served id>@<version>
 );

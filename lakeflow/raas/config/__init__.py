@@ -4,7 +4,8 @@ validated, unknown keys refused. It imports nothing else of the rollout service.
 `pool.py`: `RaasConfig` (one rollout service) and its engines; `environment.py`: the `environment` section
 (an environment lakeflow plays); `agent.py`: the `agent` section (the user's program through the gateway);
 `judge.py` and `reward_model.py`: the reward sections that ask a model; `serve.py`: a frozen model that
-`lakeflow serve` answers chat completions with (a run's judge pool).
+`lakeflow serve` answers chat completions with (a run's judge pool); `teacher.py`: the `teachers` section (frozen
+models that score the sampled tokens: distillation).
 """
 
 from lakeflow.raas.config.agent import AgentConfig, GatewayConfig
@@ -23,6 +24,7 @@ from lakeflow.raas.config.pool import (
 )
 from lakeflow.raas.config.reward_model import RewardModelConfig
 from lakeflow.raas.config.serve import ServeConfig
+from lakeflow.raas.config.teacher import TeacherConfig, teacher_for
 
 __all__ = [
     "AgentConfig",
@@ -35,9 +37,11 @@ __all__ = [
     "RaasConfig",
     "RewardModelConfig",
     "ServeConfig",
+    "TeacherConfig",
     "VLLMEngineConfig",
     "command_config",
     "load_config",
     "parse_config",
     "reward_function",
+    "teacher_for",
 ]

@@ -17,6 +17,7 @@ from lakeflow.raas.config.agent import AgentConfig
 from lakeflow.raas.config.environment import EnvironmentConfig
 from lakeflow.raas.config.judge import JudgeConfig
 from lakeflow.raas.config.reward_model import RewardModelConfig
+from lakeflow.raas.config.teacher import TeacherConfig, check_teachers
 from lakeflow.tracking.config import TrackerConfig
 
 
@@ -118,6 +119,11 @@ class RaasConfig(StrictConfig):
             "rlvr; docs/judges.md#reward-models). None (default): chosen by each "
             "task's task_type; a task_type with no reward is refused."
         ),
+    )
+    teachers: list[TeacherConfig] = Field(
+        default_factory=list,
+        description="Frozen models that score every sampled token of this pool's samples, by the tasks' dataset "
+        "(on-policy distillation: the trainer's `advantages.distill`; docs/distillation.md). Empty (default): none.",
     )
     roles: dict[str, str] = Field(
         default_factory=dict,
@@ -264,6 +270,11 @@ class RaasConfig(StrictConfig):
                 "mid-turn: it needs weights_update: interrupt and an `environment` or `agent` section (leave it "
                 "out otherwise)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _teachers_apart(self) -> RaasConfig:
+        check_teachers(self.teachers)
         return self
 
     @model_validator(mode="after")

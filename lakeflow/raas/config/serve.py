@@ -29,4 +29,10 @@ class ServeConfig(StrictConfig):
         256, ge=1, description="Tokens of a reply when a request gives no max_tokens (always cut to the context)."
     )
     max_body_bytes: int = Field(4 << 20, ge=1024, description="A larger request body is refused (HTTP 413).")
+    version: str | None = Field(
+        None,
+        max_length=64,
+        description="A label of the served weights that a teacher's samples record (`teacher` column: id@version); "
+        "default: a fingerprint of the model's weight files.",
+    )
     cache_dir: str | None = Field(None, description="Where a 'tiny:' model is built (default: the system's temp).")

@@ -14,12 +14,15 @@ from lakeflow.raas.engines.base import (
     FinishReason,
     Prompt,
     TokenizedEngine,
+    TokenScorer,
     chat_token_ids,
     check_sampling,
+    check_score_rows,
     decode_text,
     is_token_ids,
     read_config,
     set_chat_template,
+    tokenizer_fingerprint,
 )
 from lakeflow.raas.engines.hf import HFEngine
 from lakeflow.raas.engines.registry import ENGINES, build_engine, engine_factory
@@ -33,14 +36,17 @@ __all__ = [
     "FinishReason",
     "HFEngine",
     "Prompt",
+    "TokenScorer",
     "TokenizedEngine",
     "build_engine",
     "chat_token_ids",
     "check_sampling",
+    "check_score_rows",
     "decode_text",
     "engine_factory",
     "is_token_ids",
     "read_config",
     "set_chat_template",
     "template_setting_problem",
+    "tokenizer_fingerprint",
 ]

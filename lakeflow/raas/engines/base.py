@@ -9,6 +9,7 @@ pi_theta / pi_behaviour right.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,38 @@ class ChoiceScorer(Protocol):
         """log p(choice | prompt) of each choice's text (tokenized on its own), summed over its tokens, at
         temperature 1."""
         ...
+
+
+@runtime_checkable
+class TokenScorer(Protocol):
+    """An engine that scores given token ids (a teacher's logprobs of a student's sampled tokens)."""
+
+    def token_logprobs(
+        self, rows: Sequence[tuple[Sequence[int], Sequence[int]]], temperature: float
+    ) -> list[list[float]]:
+        """For each (prompt ids, response ids): log p(response token t | prompt, response tokens < t) at
+        `temperature` (logits / temperature), one value per response token."""
+        ...
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str | None:
+    """A short fingerprint of a tokenizer's vocabulary (token -> id, added tokens included); None when it
+    has none to read. Two tokenizers with the same fingerprint give the same ids to the same tokens."""
+    get_vocab = getattr(tokenizer, "get_vocab", None)
+    if get_vocab is None:
+        return None
+    vocab = sorted(get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:12]
+
+
+def check_score_rows(rows: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int) -> None:
+    """ValueError for a row the scorer cannot take: an empty prompt (nothing predicts its first token), or a
+    prompt and response longer than `limit` tokens."""
+    for i, (prompt, response) in enumerate(rows):
+        if not prompt:
+            raise ValueError(f"row {i}: the prompt is empty; its first token cannot be scored")
+        if len(prompt) + len(response) > limit:
+            raise ValueError(f"row {i}: {len(prompt)} prompt and {len(response)} response tokens exceed {limit}")
 
 
 def choice_rows(tokenizer: Any, prompt_ids: Sequence[int], choices: Sequence[str], limit: int) -> list[list[int]]:

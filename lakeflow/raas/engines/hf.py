@@ -14,10 +14,13 @@ from lakeflow.raas.engines.base import (
     Prompt,
     TokenizedEngine,
     check_sampling,
+    check_score_rows,
     choice_rows,
     is_token_ids,
     read_config,
 )
+
+SCORE_ROWS = 16  # rows of one scoring forward (`token_logprobs`)
 
 
 class HFEngine(TokenizedEngine):
@@ -136,6 +139,33 @@ class HFEngine(TokenizedEngine):
                 Completion(list(ids), tokens, lp[: len(tokens)], reason, self.decode(tokens))  # type: ignore[arg-type]
             )
         return completions * n if greedy else completions
+
+    def token_logprobs(
+        self, rows: Sequence[tuple[Sequence[int], Sequence[int]]], temperature: float
+    ) -> list[list[float]]:
+        """Each response token's logprob given what precedes it, at `temperature`: one forward per
+        SCORE_ROWS rows, padded on the right (a causal model's earlier positions ignore the padding); the
+        chunks bound the memory of the [rows, width, vocab] logits."""
+        import torch
+
+        self._require_model()
+        if not temperature > 0:
+            raise ValueError(f"temperature {temperature} must be above 0 to score tokens")
+        check_score_rows(rows, self.max_model_len)
+        out: list[list[float]] = []
+        pad = self.tokenizer.pad_token_id or 0
+        for at in range(0, len(rows), SCORE_ROWS):
+            chunk = rows[at : at + SCORE_ROWS]
+            seqs = [[int(t) for t in p] + [int(t) for t in r] for p, r in chunk]
+            width = max(len(s) for s in seqs)
+            x = torch.tensor([s + [pad] * (width - len(s)) for s in seqs], device=self.config.device)
+            mask = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=self.config.device)
+            with torch.inference_mode():
+                logits = self.model(input_ids=x, attention_mask=mask).logits[:, :-1].float() / temperature
+                logp = torch.log_softmax(logits, dim=-1).gather(-1, x[:, 1:, None]).squeeze(-1)
+            # logp[i, t] scores token t + 1 of row i; a response starts at token len(prompt)
+            out += [logp[i, len(p) - 1 : len(p) - 1 + len(r)].tolist() for i, (p, r) in enumerate(chunk)]
+        return out
 
     def choice_logprobs(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> list[float]:
         """log p(choice | prompt) of each choice, summed over its tokens: one forward over the prompt followed

@@ -32,6 +32,7 @@ from lakeflow.raas.engines.base import (
     Prompt,
     TokenizedEngine,
     check_sampling,
+    check_score_rows,
     choice_rows,
     is_token_ids,
     read_config,
@@ -182,6 +183,27 @@ class VLLMEngine(TokenizedEngine):
         for row, output in zip(rows, outputs, strict=True):
             steps = output.prompt_logprobs or []
             out.append(sum(float(steps[i][row[i]].logprob) for i in range(start, len(row))))
+        return out
+
+    def token_logprobs(
+        self, rows: Sequence[tuple[Sequence[int], Sequence[int]]], temperature: float
+    ) -> list[list[float]]:
+        """Each response token's logprob given what precedes it: the prompt logprobs of prompt + response (one
+        token generated and dropped). vLLM computes prompt logprobs from the raw logits: temperature 1 only."""
+        self._require_model()
+        if temperature != 1.0:
+            raise ValueError(
+                f"the vllm engine scores tokens at temperature 1 only (asked {temperature}): serve the teacher on "
+                "the hf engine, or sample the student at temperature 1"
+            )
+        check_score_rows(rows, self.max_model_len - 1)
+        seqs = [[int(t) for t in p] + [int(t) for t in r] for p, r in rows]
+        params = self.vllm.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
+        outputs = self.llm.generate([{"prompt_token_ids": s} for s in seqs], params, use_tqdm=False)
+        out = []
+        for (prompt, _), seq, output in zip(rows, seqs, outputs, strict=True):
+            steps = output.prompt_logprobs or []
+            out.append([float(steps[t][seq[t]].logprob) for t in range(len(prompt), len(seq))])
         return out
 
 

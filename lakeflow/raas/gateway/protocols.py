@@ -2,7 +2,8 @@
 
 A request kind is the endpoint it came through (`KINDS`): `chat` (`/v1/chat/completions`), `responses`
 (`/v1/responses`), `messages` (`/v1/messages`, Anthropic), `count_tokens`
-(`/v1/messages/count_tokens`), and `models` (`/v1/models`, answered by the runner at once).
+(`/v1/messages/count_tokens`), `models` (`/v1/models`, answered by the runner at once), and `score`
+(`/v1/score`, given token ids scored by a served model: `lakeflow serve` only, not parsed here).
 `parse(kind, body)` gives the `ChatRequest` (or raises `BadRequest`: a 400 with the reason), after
 checking the whole body for text no tokenizer reads (a lone UTF-16 surrogate) and hostile nesting;
 `render(kind, request, reply)` the 200 answer in that endpoint's format, streamed when the request
@@ -22,7 +23,7 @@ from lakeflow.raas.gateway.responses_api import response_events, response_object
 
 __all__ = ["KINDS", "Answer", "BadRequest", "ChatRequest", "Reply", "parse", "refusal", "render"]
 
-KINDS = ("chat", "responses", "messages", "count_tokens", "models")
+KINDS = ("chat", "responses", "messages", "count_tokens", "models", "score")
 _ANTHROPIC = ("messages", "count_tokens")
 _PARSERS: dict[str, Callable[[object], ChatRequest]] = {
     "chat": openai_api.chat_request,

@@ -80,9 +80,10 @@ async def _read_body(request: Request, kind: str, limit: int) -> object | Answer
 EPISODES = "/e/{token}"  # the routes' prefix in a rollout service: one secret base URL per episode
 
 
-def build_app(submit: Submit, max_body_bytes: int, prefix: str = EPISODES) -> Starlette:
+def build_app(submit: Submit, max_body_bytes: int, prefix: str = EPISODES, score: bool = False) -> Starlette:
     """The app; `submit(token, kind, body)` with kind one of `protocols.KINDS`. `prefix` comes before each
-    route's `/v1/...`: an episode's (the token is its path parameter), or '' (`lakeflow serve`: the token '')."""
+    route's `/v1/...`: an episode's (the token is its path parameter), or '' (`lakeflow serve`: the token '').
+    `score`: also route `/v1/score` (a served model scoring given token ids: a teacher's)."""
 
     async def call(request: Request, kind: str) -> Response:
         token = request.path_params.get("token", "")
@@ -113,6 +114,7 @@ def build_app(submit: Submit, max_body_bytes: int, prefix: str = EPISODES) -> St
         Route(f"{prefix}/v1/messages", endpoint("messages"), methods=["POST"]),
         Route(f"{prefix}/v1/messages/count_tokens", endpoint("count_tokens"), methods=["POST"]),
         Route(f"{prefix}/v1/models", endpoint("models"), methods=["GET"]),
+        *([Route(f"{prefix}/v1/score", endpoint("score"), methods=["POST"])] if score else []),
         Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)
@@ -124,14 +126,16 @@ KEEP_ALIVE_S = 120  # seconds an idle client connection stays open
 class GatewayServer:
     """uvicorn serving the app on a thread; `url` is where it listens."""
 
-    def __init__(self, submit: Submit, host: str, port: int, max_body_bytes: int, prefix: str = EPISODES) -> None:
+    def __init__(
+        self, submit: Submit, host: str, port: int, max_body_bytes: int, prefix: str = EPISODES, score: bool = False
+    ) -> None:
         self._socket = socket.create_server((host, port))
         bound_host, bound_port = self._socket.getsockname()[:2]
         self.url = f"http://{host if host not in ('0.0.0.0', '::') else socket.gethostname()}:{bound_port}"
         # Agents run tools between model calls; a keep-alive longer than uvicorn's 5 s default keeps the
         # server from closing an idle connection just as a client (with retries off) reuses it.
         config = uvicorn.Config(
-            build_app(submit, max_body_bytes, prefix),
+            build_app(submit, max_body_bytes, prefix, score),
             log_level="warning",
             lifespan="off",
             access_log=False,

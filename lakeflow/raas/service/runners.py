@@ -13,7 +13,8 @@ hands every group it returns to the claim ledger. A runner implements `groups.Gr
 - `ScoredRunner` (`scoring/runner.py`): workflow rlvr scored by a model, a judge (`reward: {type: judge}`)
   or a reward model (`reward: {type: reward_model}`), through its `Scorer`.
 `RUNNERS` maps (workflow kind, scorer kind) to the runner's factory; a pair it lacks is refused with what
-the scorer does score.
+the scorer does score. A pool with `teachers` has its runner wrapped by `TeacherRunner` (`scoring/teacher.py`):
+the teachers score every group it finishes, whatever the runner (distillation).
 """
 
 from __future__ import annotations
@@ -204,4 +205,11 @@ def build_runner(
         scores = sorted(k for k, s in RUNNERS if s == scorer)
         raise ConfigError(f"reward: a {scorer} scores workflow {', '.join(scores)} only, not {config.workflow!r}")
     stamp = version if config.weights_update == "interrupt" else None
-    return factory(Pool(config, engines, roles, own, stopping, stamp, store, stats))
+    runner = factory(Pool(config, engines, roles, own, stopping, stamp, store, stats))
+    if not config.teachers:
+        return runner
+    # imported here: the teachers' client loads only in services that have teachers
+    from lakeflow.raas.scoring.teacher import with_teachers
+
+    tokenizer = getattr(engines[own], "tokenizer", None)
+    return with_teachers(runner, config.teachers, config.temperature, tokenizer)

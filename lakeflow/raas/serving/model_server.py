@@ -7,8 +7,10 @@ template, and answered in a batch with the others that wait (`max_batch` per eng
 the given strings: each choice's log-probability after the prompt is computed by the engine (`ChoiceScorer`),
 the reply is the likeliest (temperature 0) or one drawn from them, and with `logprobs: true` the reply's
 `logprobs.content[0].top_logprobs` holds every choice's log-probability, renormalised over the choices (the
-distribution the constrained reply is drawn from). Nothing is written to a lake: the model is frozen and the
-replies are not training data.
+distribution the constrained reply is drawn from). `POST /v1/score` scores given token ids (a teacher's
+logprobs of a student's sampled tokens, docs/distillation.md; `scoring.py` reads the request): the answer holds
+one logprob per response token, with the served model's id, `version` (lineage) and vocabulary size. Nothing is
+written to a lake: the model is frozen and the replies are not training data.
 """
 
 from __future__ import annotations
@@ -18,15 +20,22 @@ import math
 import queue
 import random
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from lakeflow.models import resolve_model
 from lakeflow.raas.config.serve import ServeConfig
-from lakeflow.raas.engines import ChoiceScorer, Engine, build_engine
+from lakeflow.raas.engines import ChoiceScorer, Engine, TokenScorer, build_engine, tokenizer_fingerprint
 from lakeflow.raas.gateway.protocols import Answer, BadRequest, ChatRequest, Reply, parse, refusal, render
 from lakeflow.raas.gateway.server import GatewayServer
+from lakeflow.raas.serving.scoring import (
+    ScoreRequest,
+    model_version,
+    score_answer,
+    score_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +62,15 @@ class ModelServer:
         if engine is None:
             self.engine.load(resolve_model(config.model, config.cache_dir))
         self._random = random.Random(config.seed)
-        self._queue: queue.Queue[_Pending] = queue.Queue()
+        self.version = config.version or model_version(getattr(self.engine, "model_dir", None))  # lineage
+        tokenizer = getattr(self.engine, "tokenizer", None)
+        self.vocab_size: int | None = len(tokenizer) if tokenizer is not None else None
+        self.tokenizer = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
+        self._queue: queue.Queue[_Pending | ScoreRequest] = queue.Queue()
         self._closed = threading.Event()
         self._batcher = threading.Thread(target=self._loop, name="lakeflow-serve", daemon=True)
         self._batcher.start()
-        self._server = GatewayServer(self.submit, host, port, config.max_body_bytes, prefix="")
+        self._server = GatewayServer(self.submit, host, port, config.max_body_bytes, prefix="", score=True)
         self.url = f"{self._server.url}/v1"
 
     def close(self) -> None:
@@ -83,7 +96,9 @@ class ModelServer:
         self._queue.put(pending)
         return future
 
-    def _pending(self, kind: str, body: object, future: Future[Answer]) -> _Pending | None:
+    def _pending(self, kind: str, body: object, future: Future[Answer]) -> _Pending | ScoreRequest | None:
+        if kind == "score":
+            return score_request(body, self.config.id, self.engine.max_model_len, future)
         if kind == "models":
             data = [{"id": self.config.id, "object": "model", "owned_by": "lakeflow"}]
             future.set_result(Answer(200, {"object": "list", "data": data}))
@@ -133,17 +148,20 @@ class ModelServer:
                     break
             self._answer(batch)
 
-    def _answer(self, batch: list[_Pending]) -> None:
+    def _answer(self, batch: list[_Pending | ScoreRequest]) -> None:
         """Answer a batch: each constrained choice on its own, the rest one engine call per sampling setting.
         A request the engine fails on is answered with a 500 that says why; the server goes on."""
-        for p in [p for p in batch if p.choices is not None]:
+        for r in [r for r in batch if isinstance(r, ScoreRequest)]:
+            self._settle([r], lambda r=r: [self._score(r)])
+        chats = [p for p in batch if isinstance(p, _Pending)]
+        for p in [p for p in chats if p.choices is not None]:
             self._settle([p], lambda p=p: [self._choose(p)])
-        sampled = [p for p in batch if p.choices is None]
+        sampled = [p for p in chats if p.choices is None]
         for setting in sorted({(p.max_tokens, p.temperature) for p in sampled}):
             same = [p for p in sampled if (p.max_tokens, p.temperature) == setting]
             self._settle(same, lambda same=same, setting=setting: self._generate(same, *setting))
 
-    def _settle(self, batch: list[_Pending], answers: Any) -> None:
+    def _settle(self, batch: Sequence[_Pending | ScoreRequest], answers: Any) -> None:
         try:
             results: list[Answer] = answers()
         except Exception as e:  # one bad request (a context it cannot take, a fault) must not stop the server
@@ -162,6 +180,12 @@ class ModelServer:
             reply = Reply(self.config.id, text, [], length, len(p.ids), len(completion.token_ids), stop)
             answers.append(render("chat", p.request, reply))
         return answers
+
+    def _score(self, r: ScoreRequest) -> Answer:
+        if not isinstance(self.engine, TokenScorer):
+            return refusal("score", 400, f"the {type(self.engine).__name__} cannot score token ids")
+        logprobs = self.engine.token_logprobs(r.rows, r.temperature)
+        return score_answer(self.config.id, self.version, self.vocab_size, self.tokenizer, logprobs)
 
     def _choose(self, p: _Pending) -> Answer:
         if not isinstance(self.engine, ChoiceScorer):
