@@ -256,7 +256,7 @@ def parse_workspace_key(key: str) -> tuple[str, str]:
 # --- repository tasks (`lakeflow tasks synth`: docs/tasks.md) ----------------------------------
 
 REPO_TASKS = "repo_tasks/"
-TASK_STATES = "tasks"  # the `workspaces/<name>/` of every suite's snapshots and mutants (shared: same bytes, one object)
+TASK_STATES = "tasks"  # the `workspaces/<name>/` of every suite's snapshots and mutants (same bytes: one object)
 
 
 def repo_tasks_prefix(suite: str) -> str:

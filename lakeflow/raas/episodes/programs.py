@@ -131,10 +131,15 @@ def sandboxed(run: SandboxRun, seconds: float) -> Outcome:
 
 
 def repo_task(
-    sandbox: EpisodeSandbox, command: list[str], env: dict[str, str], answer: str, timeout_s: float
+    sandbox: EpisodeSandbox,
+    command: list[str],
+    env: dict[str, str],
+    answer: str,
+    timeout_s: float,
+    files: dict[str, bytes] | None = None,
 ) -> Outcome:
-    """A repository task's episode: `command` in the task's workspace, then its tests there (`repo_tests.py`);
-    the outcome carries their report, which the `repo_tests` reward scores."""
+    """A repository task's episode: `command` in the task's workspace (`files` written there first), then its
+    tests there (`repo_tests.py`); the outcome carries their report, which the `repo_tests` reward scores."""
     try:
         task = repo_tests.parse_task(answer)
     except InputError as e:
@@ -144,7 +149,7 @@ def repo_task(
     if seconds <= 0:
         why = f"agent.max_seconds {timeout_s:g} leaves no time for the agent after agent.sandbox.tests_seconds"
         return Outcome(error=why)
-    run = sandbox.run(command, env, seconds, source=task.workspace, then=tests_then(sandbox.config, task))
+    run = sandbox.run(command, env, seconds, task.workspace, files, tests_then(sandbox.config, task))
     outcome = sandboxed(run, seconds)
     if run.then is None:
         return outcome
