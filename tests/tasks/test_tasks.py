@@ -97,3 +97,21 @@ def test_synth_keeps_the_mutants_tests_catch_and_check_scores_gold_1_and_mutant_
     failed = CliRunner().invoke(main, ["tasks", "check", "--suite", "tiny", "--split", "broken", *lake])
     assert failed.exit_code == 1, failed.output
     assert "FAIL" in failed.output
+
+
+def test_the_suite_and_the_recipes_parse_and_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakeflow.configfile import load_config_file
+    from lakeflow.launch.targets import launch
+    from lakeflow.launch.workloads import LaunchOptions
+    from lakeflow.run import load_run_config
+
+    repo = TINY.parents[2]
+    monkeypatch.chdir(repo)
+    suite = load_config_file(SuiteConfig, repo / "jobs" / "tasks" / "swe-tiny.yaml")
+    assert len({p.name for p in suite.packages}) >= 3 and {p.split for p in suite.packages} == {"train", "heldout"}
+    for name in ("swe-tiny.yaml", "swe-qwen25-coder-7b.yaml"):
+        config = load_run_config(repo / "jobs" / "examples" / name)
+        raas = config.models[0].raas.config
+        assert raas.reward == "repo_tests" and raas.agent is not None and raas.agent.sandbox.backend == "bwrap"
+    options = LaunchOptions(lake="s3://bucket/runs/x", workdir=str(repo), offline=True)  # the cluster variant renders
+    assert launch(config, "k8s", options, tmp_path).files
