@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from lakeflow.cli import main
 from lakeflow.io import open_store
-from lakeflow.raas.repo_tests import RepoTask, report_from, repo_tests_partial_reward, repo_tests_reward
+from lakeflow.raas.repo_tests import RepoTask, repo_tests_partial_reward, repo_tests_reward, report_from
 from lakeflow.raas.sandbox import bwrap_status
 from lakeflow.tasks.config import PackageSource, SuiteConfig
 from lakeflow.tasks.mutate import mutations
