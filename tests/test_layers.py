@@ -30,6 +30,7 @@ ALLOWED = {
     "raas": {"configfile", "text", "humaneval", "models", "weights", "lake", "io", "errors", "tracking"},
     "trainer": {"configfile", "text", "models", "weights", "lake", "io", "errors", "tracking"},
     "evaluation": {"configfile", "text", "raas", "dataflow", "lakeview", "tracking", "weights", "lake", "io", "errors"},
+    "tasks": {"configfile", "text", "raas", "lake", "io", "errors"},  # repository tasks: synth, check
     "report": {"configfile", "text", "lakeview", "weights", "lake", "io", "errors"},
     "notebook": {"text", "lakeview", "dataflow", "lake", "io", "errors"},
     "run": {
@@ -51,6 +52,7 @@ ALLOWED = {
     "launch": {"configfile", "text", "run", "raas", "trainer", "dataflow", "weights", "lake", "io", "errors"},
     "bench": {"text", "lakeview", "weights", "lake", "io", "errors"},  # measures of the user's own setup
     "cli": {
+        "tasks",
         "notebook",
         "infra",
         "evaluation",

@@ -38,6 +38,7 @@ COMMANDS = {
     "export-metrics": "lakeflow.cli.metrics:export_metrics",
     "models": "lakeflow.cli.models:models",
     "workspace": "lakeflow.cli.workspace:workspace",
+    "tasks": "lakeflow.cli.tasks:tasks",
 }
 
 # One line each in `lakeflow --help`, so listing the commands imports none of them.
@@ -64,6 +65,7 @@ SUMMARIES = {
     "export-metrics": "Replay a lake's metric tables into W&B, TensorBoard or MLflow.",
     "models": "Prepare a model directory (from a GGUF file, a wheel holding one, a hub id).",
     "workspace": "Show or restore what a sandboxed agent episode changed in its workspace.",
+    "tasks": "Synthesise repository tasks from packages' tests (synth) and check them (check).",
 }
 
 

@@ -253,6 +253,22 @@ def parse_workspace_key(key: str) -> tuple[str, str]:
     return check_name(m[1], "model id"), m[2]
 
 
+# --- repository tasks (`lakeflow tasks synth`: docs/tasks.md) ----------------------------------
+
+REPO_TASKS = "repo_tasks/"
+TASK_STATES = "tasks"  # the `workspaces/<name>/` of every suite's snapshots and mutants (same bytes: one object)
+
+
+def repo_tasks_prefix(suite: str) -> str:
+    """Every object of one task suite: a rows file per package and one per split."""
+    return f"{REPO_TASKS}{check_name(suite, 'task suite')}/"
+
+
+def repo_tasks_key(suite: str, name: str) -> str:
+    """A suite's rows (JSON lines): `<package>-<version>` (one package's tasks) or a split (train, heldout)."""
+    return f"{repo_tasks_prefix(suite)}{check_name(name, 'task rows name')}.jsonl"
+
+
 def _number(n: int, what: str) -> str:
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise InputError(f"{what} must be a non-negative integer, got {n!r}")

@@ -30,6 +30,7 @@ from lakeflow.errors import MissingExtraError, PluginError
 from lakeflow.plugins import GROUPS, call_problem, entry_point_names, resolve
 from lakeflow.raas.code import code_reward
 from lakeflow.raas.outcome import Reward, RewardFn
+from lakeflow.raas.repo_tests import repo_tests_partial_reward, repo_tests_reward
 
 __all__ = [
     "REWARDS",
@@ -162,7 +163,13 @@ def _reasoning_gym_scorer(generator: str, config_json: str) -> tuple[Callable[..
     return reasoning_gym.create_dataset(generator, **json.loads(config_json)).score_answer, extract_answer
 
 
-REWARDS: dict[str, RewardFn] = {"math": math_reward, "reasoning_gym": reasoning_gym_reward, "code": code_reward}
+REWARDS: dict[str, RewardFn] = {
+    "math": math_reward,
+    "reasoning_gym": reasoning_gym_reward,
+    "code": code_reward,
+    "repo_tests": repo_tests_reward,  # a repository task's tests run in its episode's workspace (docs/tasks.md)
+    "repo_tests_partial": repo_tests_partial_reward,
+}
 _TAKE_MAX_CHARS = (math_reward, reasoning_gym_reward)
 
 

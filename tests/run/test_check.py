@@ -45,8 +45,9 @@ def test_the_eval_scores_with_the_pools_reward_and_is_checked_with_it(tmp_path: 
     dataset = {"type": "file", "path": str(rows)}
     config = run(eval={"dataset": dataset})
     assert check_run_config(config) == [
-        "models[0].eval.dataset: no reward for task_type 'poetry' (known: code, math, reasoning_gym): set `reward` "
-        "in the rollout config (a shipped name, 'package.module:attr' or a name registered in 'lakeflow.rewards'), "
+        "models[0].eval.dataset: no reward for task_type 'poetry' (known: code, math, reasoning_gym, repo_tests, "
+        "repo_tests_partial): set `reward` in the rollout config (a shipped name, 'package.module:attr' or a name "
+        "registered in 'lakeflow.rewards'), "
         "or give the dataset's rows a task_type that has one"
     ]
     config = run({"reward": "math"}, eval={"dataset": dataset})

@@ -104,6 +104,17 @@ class SandboxConfig(StrictConfig):
         description="The largest change (compressed) stored in the lake per episode; a larger one is recorded "
         "(files, bytes, truncated: true) and not stored.",
     )
+    tests_python: str = Field(
+        "python3",
+        description="The interpreter (with pytest) that runs a repository task's tests in the episode's workspace "
+        "after the agent ends (task_type repo_tests, docs/tasks.md); a virtual environment's must be in binds.",
+    )
+    tests_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Wall time of a repository task's tests after the agent ends; it comes out of the episode's "
+        "time, so the agent's command is stopped this much earlier.",
+    )
     work_dir: str | None = Field(
         None,
         description="Where cached bases and the episodes' workspaces live (default: <temp dir>/lakeflow-workspaces).",

@@ -8,6 +8,7 @@ called the model is one empty sample, so its group stays whole.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lakeflow.lake.tasks import Task
+from lakeflow.raas import repo_tests
 from lakeflow.raas.config.agent import AgentConfig
 from lakeflow.raas.engines import Engine
 from lakeflow.raas.episodes.ends import FAILURES, EpisodeEnd
@@ -61,6 +63,8 @@ def score(episode: AgentEpisode, task: Task, reward: Callable[[Task], RewardFn],
     """The episode's reward and its failure ('' when the program gave a result that could be scored); a
     failed episode gets the `failed` reward with its end as the reason."""
     outcome = episode.outcome or Outcome(error="no outcome")
+    if outcome.tests is not None:  # a repository task: its workspace is judged, however the agent ended
+        return reward(task)(json.dumps(outcome.tests), task.answer), outcome.error
     if episode.end not in FAILURES and outcome.reward is not None:
         return Reward(outcome.reward, "agent"), ""
     if episode.end not in FAILURES and outcome.answer is not None:
@@ -94,6 +98,8 @@ def samples(
         extra["stderr"] = stderr[-STDERR_KEPT:]
     if episode.outcome is not None and episode.outcome.workspace is not None:
         extra["workspace"] = episode.outcome.workspace  # a sandboxed command's stored workspace
+    if episode.outcome is not None and episode.outcome.tests is not None:
+        extra["tests"] = repo_tests.capped(episode.outcome.tests)  # a repository task's test report
     episode_id = uuid.uuid4().hex
     if not segments:  # the program never called the model: one empty sample keeps the group whole
         prompt = engine.encode_chat(task_view(task)["messages"])

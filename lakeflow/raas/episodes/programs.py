@@ -23,10 +23,13 @@ import threading
 from dataclasses import replace
 from typing import Any
 
+from lakeflow.errors import InputError
 from lakeflow.lake.tasks import Task
+from lakeflow.raas import repo_tests
+from lakeflow.raas.config.sandbox import SandboxConfig
 from lakeflow.raas.episodes.results import SHOWN, Outcome, last_json_line
 from lakeflow.raas.trajectory import task_messages
-from lakeflow.raas.workspace import EpisodeSandbox, SandboxRun
+from lakeflow.raas.workspace import EpisodeSandbox, SandboxRun, Then
 
 
 def task_view(task: Task) -> dict[str, Any]:
@@ -65,6 +68,8 @@ class CommandRunner:
         self._lock = threading.Lock()
 
     def __call__(self, task: dict[str, Any], client: dict[str, str], timeout_s: float) -> Outcome:
+        if self.sandbox is not None and task.get("task_type", "").partition(":")[0] == repo_tests.TASK_TYPE:
+            return repo_task(self.sandbox, self.command, episode_env(task, client), task["answer"], timeout_s)
         if self.sandbox is not None:
             seconds = self.sandbox.config.command_seconds(timeout_s)
             return sandboxed(self.sandbox.run(self.command, episode_env(task, client), seconds), seconds)
@@ -123,6 +128,41 @@ def sandboxed(run: SandboxRun, seconds: float) -> Outcome:
         why = f"the sandbox stopped the command: {_STOPPED[run.limit]}"
         return Outcome(error=why, stderr=run.stderr, workspace=run.workspace)
     return replace(ended(run.exit_code, run.stdout, run.stderr, run.limit), workspace=run.workspace)
+
+
+def repo_task(
+    sandbox: EpisodeSandbox,
+    command: list[str],
+    env: dict[str, str],
+    answer: str,
+    timeout_s: float,
+    files: dict[str, bytes] | None = None,
+) -> Outcome:
+    """A repository task's episode: `command` in the task's workspace (`files` written there first), then its
+    tests there (`repo_tests.py`); the outcome carries their report, which the `repo_tests` reward scores."""
+    try:
+        task = repo_tests.parse_task(answer)
+    except InputError as e:
+        return Outcome(error=str(e)[:SHOWN])
+    tests_s = sandbox.config.tests_seconds
+    seconds = min(sandbox.config.command_seconds(timeout_s), 0.95 * timeout_s - tests_s)
+    if seconds <= 0:
+        why = f"agent.max_seconds {timeout_s:g} leaves no time for the agent after agent.sandbox.tests_seconds"
+        return Outcome(error=why)
+    run = sandbox.run(command, env, seconds, task.workspace, files, tests_then(sandbox.config, task))
+    outcome = sandboxed(run, seconds)
+    if run.then is None:
+        return outcome
+    report = repo_tests.tests_report(task, run.then.error, run.then.exit_code, run.then.limit, run.then.stdout)
+    return replace(outcome, tests=report)
+
+
+def tests_then(config: SandboxConfig, task: repo_tests.RepoTask) -> Then:
+    """The run of a repository task's tests after its episode (its test files put back first)."""
+    python = config.tests_python  # a relative path is from the service's working directory, as binds are
+    python = os.path.abspath(python) if "/" in python and not os.path.isabs(python) else python
+    command = repo_tests.test_command(python, task.test_files)
+    return Then(command, repo_tests.test_env(task), config.tests_seconds, tuple(task.test_files))
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

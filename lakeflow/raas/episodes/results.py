@@ -26,6 +26,7 @@ class Outcome:
     timed_out: bool = False  # it ran past its time limit (then `error` says so)
     stderr: str = ""  # a command's standard error (its tail is kept with a failed episode's samples)
     workspace: dict[str, Any] | None = None  # a sandboxed command's stored workspace (extra.workspace)
+    tests: dict[str, Any] | None = None  # a repository task's test report after the command (repo_tests.py)
 
 
 def read_result(value: object) -> Outcome:

@@ -9,6 +9,6 @@ copy; `relay.py` and `routes.py`: the gateway in a sandbox with no network; `cha
 `lake_states.py`: a change as a content-addressed state in the lake, read back and restored.
 """
 
-from lakeflow.raas.workspace.runner import EpisodeSandbox, SandboxRun
+from lakeflow.raas.workspace.runner import EpisodeSandbox, SandboxRun, Then
 
-__all__ = ["EpisodeSandbox", "SandboxRun"]
+__all__ = ["EpisodeSandbox", "SandboxRun", "Then"]

@@ -18,15 +18,23 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lakeflow.errors import InputError
 from lakeflow.raas.sandbox_processes import chown_tree
 from lakeflow.raas.workspace.base import Base
 from lakeflow.raas.workspace.changes import copy_change, overlay_change
-from lakeflow.raas.workspace.mounts import bind_read_only, in_own_namespace, mount_overlay, mount_tmpfs, unmount
-from lakeflow.raas.workspace.state import Change
+from lakeflow.raas.workspace.mounts import (
+    bind_read_only,
+    in_namespace,
+    in_own_namespace,
+    mount_overlay,
+    mount_tmpfs,
+    unmount,
+)
+from lakeflow.raas.workspace.state import Change, safe_path
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +88,36 @@ class EpisodeCopy:
             upper = Path(f"/proc/self/fd/{self.fds['upper']}") if self.fds else self.upper  # through the fd
             return overlay_change(upper, self.base.tree, upper)
         return copy_change(self.path, self.base.tree)
+
+    def write(self, files: Mapping[str, bytes], uid: int | None) -> None:
+        """Write `files` (relative path -> bytes) into the workspace, owned by `uid` (from the service's side:
+        a task's starting files, the test files put back before its tests run)."""
+        if not files:
+            return
+        targets = {}
+        for rel, data in files.items():
+            if safe_path(rel) is None:
+                raise InputError(f"cannot write {rel!r} into a workspace: a relative path without '..' is needed")
+            targets[self.path / rel] = data
+
+        def write_all() -> None:  # no process of the episode runs now: nothing changes the tree meanwhile
+            for path, data in targets.items():
+                for p in [*reversed(path.relative_to(self.path).parents[:-1]), path.relative_to(self.path)]:
+                    if (self.path / p).is_symlink():  # written as root: never through a link the episode made
+                        (self.path / p).unlink()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.is_dir():
+                    shutil.rmtree(path)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                if uid is not None:
+                    os.chown(path, uid, uid)
+
+        if self.mntns_fd is not None:
+            in_namespace(self.mntns_fd, write_all)
+        else:
+            write_all()
 
     def remove(self) -> None:
         for fd in self.fds.values():  # the last reference to its namespace: its mounts end with it

@@ -23,6 +23,7 @@ _MNT_DETACH = 2
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
 _MS_REC, _MS_PRIVATE = 0x4000, 1 << 18
 _CLONE_NEWNS = 0x00020000
+_CLONE_FS = 0x00000200
 T = TypeVar("T")
 
 
@@ -69,6 +70,17 @@ def in_own_namespace(fn: Callable[[], T]) -> T:
         return fn()
 
     return on_new_thread("lakeflow-mntns", run)
+
+
+def in_namespace(fd: int, fn: Callable[[], T]) -> T:
+    """Run `fn` on a new thread that enters the mount namespace `fd` holds (an episode's: its overlay)."""
+
+    def run() -> T:
+        check(libc().unshare(_CLONE_FS), "unshare this thread's file system attributes")  # setns needs its own
+        check(libc().setns(fd, _CLONE_NEWNS), "enter the workspace's mount namespace")
+        return fn()
+
+    return on_new_thread("lakeflow-mntns-enter", run)
 
 
 @functools.cache

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,19 @@ class SandboxRun:
     error: str = ""
     workspace: dict[str, Any] | None = None  # extra.workspace: key, sha256, bytes, files, truncated, base
     ready_s: float = 0.0  # from `run` to the command let go in its ready workspace
+    then: SandboxRun | None = None  # what the `Then` command did, when one was given
+
+
+@dataclass(frozen=True)
+class Then:
+    """A second command run in the episode's workspace after the first ended and its change was stored (a
+    repository task's tests): no network, the same uid and limits, `restore`d paths put back from the base
+    first (the task's test files, whatever the first command did to them); its own change is not stored."""
+
+    command: list[str]
+    env: Mapping[str, str]
+    seconds: float
+    restore: tuple[str, ...] = ()
 
 
 class Backend(Protocol):
@@ -100,6 +113,7 @@ class EpisodeSandbox:
         self._running: dict[int, _Episode] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.keep_changes = True  # store each episode's change (False: a checker's runs, `lakeflow tasks`)
 
     def command(self, command: list[str]) -> list[str]:
         """`command` as it runs here: its relative paths absolute and under a bind (`binds.sandbox_command`)."""
@@ -109,8 +123,18 @@ class EpisodeSandbox:
         """The pool's base, built on first use (the first episode waits for it)."""
         return self.bases.get(self.config.workspace)
 
-    def run(self, command: list[str], episode_env: dict[str, str], seconds: float) -> SandboxRun:
-        """Run `command` in a new sandbox with the episode's variables; stopped after `seconds`."""
+    def run(
+        self,
+        command: list[str],
+        episode_env: dict[str, str],
+        seconds: float,
+        source: str | None = None,
+        files: Mapping[str, bytes] | None = None,
+        then: Then | None = None,
+    ) -> SandboxRun:
+        """Run `command` in a new sandbox with the episode's variables; stopped after `seconds`. `source`: the
+        workspace source of this episode (default: the pool's `workspace`); `files`: written into its copy
+        before the command starts (relative path -> bytes); `then`: run after it in the same copy."""
         t0 = time.monotonic()
         if self._closed:
             return SandboxRun(error="the rollout service is stopping")
@@ -121,7 +145,10 @@ class EpisodeSandbox:
             return SandboxRun(error=f"cannot make the episode's network namespace: {e}")
         try:
             own = self.backend.private_mounts
-            copy = make_copy(self.episodes_dir, self.base(), self.method, self.config.disk_mb, uid, own, self.staged)
+            base = self.bases.get(source) if source is not None else self.base()
+            copy = make_copy(self.episodes_dir, base, self.method, self.config.disk_mb, uid, own, self.staged)
+            if files:
+                copy.write(files, uid)
         except (OSError, LakeflowError) as e:
             if slot is not None and self.slots is not None:
                 self.slots.release(slot)
@@ -130,7 +157,10 @@ class EpisodeSandbox:
         with self._lock:
             self._running[id(episode)] = episode
         try:
-            return self._play(episode, command, episode_env, seconds, t0)
+            played = self._play(episode, command, episode_env, seconds, t0)
+            if then is None or played.error:
+                return played
+            return replace(played, then=self._then(episode, then))
         finally:
             with self._lock:
                 self._running.pop(id(episode), None)
@@ -176,7 +206,33 @@ class EpisodeSandbox:
         stderr = err_bytes.decode(errors="replace")
         exit_code = None if stopped else bwrap.exit_code(code)
         limit = stopped or limit_of(exit_code, stderr) or ("disk" if e.copy.full() else "")
-        return SandboxRun(exit_code, out.decode(errors="replace"), stderr, limit, "", self._store(e), ready)
+        stored = self._store(e) if self.keep_changes else None
+        return SandboxRun(exit_code, out.decode(errors="replace"), stderr, limit, "", stored, ready)
+
+    def _then(self, e: _Episode, then: Then) -> SandboxRun:
+        """Run `then` in the copy `e` leaves: in a network namespace of its own with nothing in it."""
+        try:
+            e.copy.write({p: (e.copy.base.tree / p).read_bytes() for p in then.restore}, e.uid)
+            env = bwrap.base_env(self.config) | dict(then.env)
+            argv = bwrap.Argv(then.command, then.seconds, e.uid, None, e.copy.mntns_fd, e.copy.sources)
+            launched = self.backend.launch(e.copy.path, e.copy.space, env, [], argv)
+        except (OSError, ValueError, subprocess.SubprocessError) as err:
+            return SandboxRun(error=f"cannot run the command after the episode: {err}")
+        try:
+            os.write(launched.release_fd, b"1")
+        finally:
+            os.close(launched.release_fd)
+        with launched.proc as proc:
+            deadline = time.monotonic() + then.seconds
+            out, err_bytes, stopped = collect_output(proc, OUTPUT_BYTES, deadline, self._watch(e.copy), POLL_S)
+            if launched.stop is not None:
+                launched.stop()
+            kill_group(proc.pid)
+            code = proc.wait()
+        stderr = err_bytes.decode(errors="replace")
+        exit_code = None if stopped else bwrap.exit_code(code)
+        limit = stopped or limit_of(exit_code, stderr)
+        return SandboxRun(exit_code, out.decode(errors="replace"), stderr, limit)
 
     def _listen(self, slot: Slot, ports: Mapping[int, Target]) -> None:
         """The slot's listeners are exactly `ports`, each relayed to its target (kept between episodes)."""

@@ -1,0 +1,117 @@
+"""Repository tasks: the mutants of a module, synthesis on a tiny local repository (kept and dropped mutants,
+the issue text, the split by package), the repo_tests reward (gold 1, mutant 0, partial credit) and the exit
+codes of `lakeflow tasks check`, in bwrap sandboxes where they can run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli import main
+from lakeflow.io import open_store
+from lakeflow.raas.repo_tests import RepoTask, repo_tests_partial_reward, repo_tests_reward, report_from
+from lakeflow.raas.sandbox import bwrap_status
+from lakeflow.tasks.config import PackageSource, SuiteConfig
+from lakeflow.tasks.mutate import mutations
+from lakeflow.tasks.synth import read_rows, synthesize
+
+TINY = Path(__file__).resolve().parents[2] / "examples" / "repos" / "tiny-lib"
+NO_BWRAP = "" if os.geteuid() == 0 and bwrap_status()[0] else "synthesis runs tests in bwrap: needs root and bubblewrap"
+
+
+def test_each_mutant_changes_one_place_and_compiles() -> None:
+    source = (TINY / "tinylib" / "__init__.py").read_bytes()
+    found = mutations("tinylib/__init__.py", source)
+    ops = {m.op for m in found}
+    assert {"binop", "compare", "off_by_one", "drop_if", "constant"} <= ops
+    for m in found:
+        changed = [a for a, b in zip(source.splitlines(), m.source.splitlines(), strict=True) if a != b]
+        assert len(changed) == 1  # one line of the module, the rest byte for byte
+    swapped = mutations("m.py", b"print(a, b)\nprint(a, a)\n")
+    assert [m.source for m in swapped if m.op == "swap_args"] == [b"print(b, a)\nprint(a, a)\n"]
+    assert b'"""A tiny' in found[0].source  # the docstring is never a constant to change
+    assert all(not m.source.startswith(b'""""""') for m in found)
+
+
+def test_the_report_and_the_reward_with_and_without_partial_credit() -> None:
+    report = report_from(
+        "PASSED t.py::a\nFAILED t.py::b - AssertionError: 1 != 2\nPASSED t.py::c[x y]\nERROR t.py::c[x y] - boom\n"
+    )
+    assert report == {
+        "t.py::a": ("PASSED", ""),
+        "t.py::b": ("FAILED", "AssertionError: 1 != 2"),
+        "t.py::c[x y]": ("ERROR", "boom"),
+    }
+    task = RepoTask(workspace="lake://x", test_files=["t.py"], fail_to_pass=["f1", "f2"], pass_to_pass=["p"])
+    answer = task.model_dump_json()
+
+    def scored(outcomes: dict[str, str], partial: bool = False) -> float:
+        text = json.dumps({"tests": outcomes, "error": ""})
+        return (repo_tests_partial_reward if partial else repo_tests_reward)(text, answer).value
+
+    assert scored({"f1": "PASSED", "f2": "PASSED", "p": "PASSED"}) == 1.0
+    assert scored({"f1": "PASSED", "f2": "FAILED", "p": "PASSED"}) == 0.0
+    assert scored({"f1": "PASSED", "f2": "FAILED", "p": "PASSED"}, partial=True) == 0.5
+    assert scored({"f1": "PASSED", "f2": "PASSED", "p": "FAILED"}, partial=True) == 0.0  # a passing test broke
+    assert repo_tests_reward("the agent's answer, not a report", answer).reason.startswith("no-test-report")
+
+
+@pytest.mark.skipif(bool(NO_BWRAP), reason=NO_BWRAP or "-")
+def test_synth_keeps_the_mutants_tests_catch_and_check_scores_gold_1_and_mutant_0(tmp_path: Path) -> None:
+    config = SuiteConfig(
+        name="tiny",
+        packages=[
+            PackageSource(name="tinylib", path=str(TINY), split="train"),
+            PackageSource(name="tinylib-copy", path=str(TINY), split="heldout"),
+        ],
+        candidates=40,
+        max_tasks=40,
+        mutant_seconds=30,
+    )
+    store = open_store(str(tmp_path / "lake"))
+    stats = synthesize(config, store, tmp_path / "cache")
+    tiny = stats[0]
+    assert tiny.baseline_passed == 4 and tiny.kept > 0
+    assert tiny.dropped.get("no-failing-test", 0) > 0  # `unused` is tested by nothing: its mutants are dropped
+    assert tiny.kept + sum(tiny.dropped.values()) == tiny.tried
+    rows = read_rows(store, "tiny", "tinylib-local")
+    for row in rows:
+        ref = json.loads(row["answer"])
+        assert ref["fail_to_pass"] and not set(ref["fail_to_pass"]) & set(ref["pass_to_pass"])
+        changed = [line[1:] for line in row["gold_patch"].splitlines() if line.startswith(("-", "+"))][2:]
+        assert all(line.strip() not in row["prompt"] for line in changed)  # the issue never shows the diff
+        assert any(test_id.split("::")[1] in row["prompt"] for test_id in ref["fail_to_pass"])
+    train, heldout = read_rows(store, "tiny", "train"), read_rows(store, "tiny", "heldout")
+    assert {r["package"] for r in train} == {"tinylib"} and {r["package"] for r in heldout} == {"tinylib-copy"}
+
+    lake = ["--lake", str(tmp_path / "lake")]
+    some = CliRunner().invoke(main, ["tasks", "check", "--suite", "tiny", "--split", "train", "--limit", "2", *lake])
+    assert some.exit_code == 0, some.output
+    assert "2 of 2 tasks pass" in some.output
+    broken = dict(rows[0], gold_patch=rows[1]["gold_patch"]) if len(rows) > 1 else dict(rows[0], gold_patch="")
+    store.put("repo_tasks/tiny/broken.jsonl", (json.dumps(broken) + "\n").encode())
+    failed = CliRunner().invoke(main, ["tasks", "check", "--suite", "tiny", "--split", "broken", *lake])
+    assert failed.exit_code == 1, failed.output
+    assert "FAIL" in failed.output
+
+
+def test_the_suite_and_the_recipes_parse_and_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakeflow.configfile import load_config_file
+    from lakeflow.launch.targets import launch
+    from lakeflow.launch.workloads import LaunchOptions
+    from lakeflow.run import load_run_config
+
+    repo = TINY.parents[2]
+    monkeypatch.chdir(repo)
+    suite = load_config_file(SuiteConfig, repo / "jobs" / "tasks" / "swe-tiny.yaml")
+    assert len({p.name for p in suite.packages}) >= 3 and {p.split for p in suite.packages} == {"train", "heldout"}
+    for name in ("swe-tiny.yaml", "swe-qwen25-coder-7b.yaml"):
+        config = load_run_config(repo / "jobs" / "examples" / name)
+        raas = config.models[0].raas.config
+        assert raas.reward == "repo_tests" and raas.agent is not None and raas.agent.sandbox.backend == "bwrap"
+    options = LaunchOptions(lake="s3://bucket/runs/x", workdir=str(repo), offline=True)  # the cluster variant renders
+    assert launch(config, "k8s", options, tmp_path).files
