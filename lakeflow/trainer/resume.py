@@ -100,7 +100,11 @@ def _retrain(trainer: Resumable, checkpoint: int, latest: int) -> bool:
     checkpoint has them), publishing nothing; False (and nothing changed) when a batch or that version is gone."""
     c, config = trainer.config, trainer.model.config
     if c.lora is not None:  # the retrain below rebuilds a whole model from a version: an adapter is not one
-        log.info("LoRA: not retraining from checkpoint %d; its moments are used with version %d's adapter", checkpoint, latest)
+        log.info(
+            "LoRA: not retraining from checkpoint %d; its moments are used with version %d's adapter",
+            checkpoint,
+            latest,
+        )
         return False
     pad, vocab = getattr(config, "pad_token_id", None) or 0, getattr(config, "vocab_size", None)
     try:

@@ -1,0 +1,58 @@
+"""LoRA adapter versions in the transformers engine: one served through peft on its base computes what the
+merged checkpoint (`lakeflow weights merge`) computes; `weights ls`, `verify` and `gc` know adapter versions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lakeflow.cli.weights import weights as weights_cli
+from lakeflow.io import open_store
+from lakeflow.raas.engines import HFEngine, load_version
+from lakeflow.weights import TransferOptions, list_versions, read_manifest
+from tests.raas.lora_helpers import publish_adapters
+
+pytest.importorskip("peft")
+
+
+def test_hf_engine_serves_adapter_versions_as_the_merged_checkpoint_computes(tmp_path: Path, tiny_dir: str) -> None:
+    lake = str(tmp_path / "lake")
+    store = open_store(lake)
+    publish_adapters(store, "policy", tiny_dir, versions=2)
+    assert read_manifest(store, "policy", 2).shown_kind() == "adapter-delta"
+    engine = HFEngine(seed=0)
+    cache = str(tmp_path / "cache")
+    load_version(engine, store, "policy", 0, cache, TransferOptions(progress=False))
+    prompt = engine.encode_chat([{"role": "user", "content": "What is 12 + 30?"}])
+    choices = ["42", "41", "12 + 30 = 42"]
+    bare = engine.choice_logprobs(prompt, choices)
+    served = {}
+    for version in (1, 2):
+        load_version(engine, store, "policy", version, cache, TransferOptions(progress=False))
+        served[version] = engine.choice_logprobs(prompt, choices)
+        greedy = engine.generate([prompt], n=1, max_tokens=6, temperature=0)[0][0]
+        out = tmp_path / f"merged-{version}"
+        run = CliRunner().invoke(
+            weights_cli, ["merge", "--lake", lake, "--model", "policy", "--version", str(version), "--out", str(out)]
+        )
+        assert run.exit_code == 0, run.output
+        merged = HFEngine(seed=0)
+        merged.load(str(out))
+        assert merged.choice_logprobs(prompt, choices) == pytest.approx(served[version], abs=1e-4)
+        assert merged.generate([prompt], n=1, max_tokens=6, temperature=0)[0][0].token_ids == greedy.token_ids
+    assert served[1] != pytest.approx(bare, abs=1e-3) and served[2] != pytest.approx(served[1], abs=1e-3)
+    load_version(engine, store, "policy", 0, cache, TransferOptions(progress=False))  # back to the bare base
+    assert engine.choice_logprobs(prompt, choices) == pytest.approx(bare, abs=1e-5)
+
+    runner = CliRunner()
+    listing = runner.invoke(weights_cli, ["ls", "--lake", lake, "--model", "policy"])
+    kinds = [line.split()[1] for line in listing.output.splitlines()[1:]]
+    assert listing.exit_code == 0 and kinds == ["full", "adapter", "adapter-delta"], listing.output
+    verify = runner.invoke(weights_cli, ["verify", "--lake", lake, "--model", "policy", "--version", "2"])
+    assert verify.exit_code == 0 and "ok (rebuilt from [1, 2]" in verify.output, verify.output
+    refused = runner.invoke(weights_cli, ["merge", "--lake", lake, "--model", "policy", "--version", "0", "--out", "x"])
+    assert refused.exit_code == 1 and "not an adapter" in refused.output
+    runner.invoke(weights_cli, ["gc", "--lake", lake, "--model", "policy", "--keep", "1", "--drop-base"])
+    assert list_versions(store, "policy") == [0, 1, 2]  # the adapters' base and the chain stay
