@@ -28,6 +28,7 @@ from lakeflow.raas.check import (
     check_rollout_model,
     engine_device_problems,
     engine_model_problems,
+    lora_engine_problems,
     reward_here_problems,
     task_type_problem,
     tool_template_warnings,
@@ -58,6 +59,8 @@ def check_run_config(config: RunConfig) -> list[str]:
             problems += check_raas_config(pool.config, key)
             for ref, model_key in _rollout_models(config, m, pool.config, key):
                 problems += check_rollout_model(pool.config, ref, model_key, key)
+            if m.trainer.lora is not None and pool.config.model is None:  # the pool serves the trainer's adapters
+                problems += lora_engine_problems(pool.config.engine, m.trainer.lora.rank, f"{key}.engine")
         try:
             types = sorted(task_types(dataset) or ()) if dataset is not None else []
         except ConfigError as e:  # a dataset file that cannot be read: the dataflow would stop on it
@@ -80,6 +83,8 @@ def check_run_config(config: RunConfig) -> list[str]:
                 reward = None
             section = m.eval.model_copy(update={"reward": reward})
             problems += check_eval_config(section, f"{at}.eval")
+            if m.trainer.lora is not None:
+                problems += lora_engine_problems(m.eval.engine, m.trainer.lora.rank, f"{at}.eval.engine")
             problems += _eval_model_problems(m, at)
     return list(dict.fromkeys(problems))
 

@@ -56,3 +56,25 @@ def test_hf_engine_serves_adapter_versions_as_the_merged_checkpoint_computes(tmp
     assert refused.exit_code == 1 and "not an adapter" in refused.output
     runner.invoke(weights_cli, ["gc", "--lake", lake, "--model", "policy", "--keep", "1", "--drop-base"])
     assert list_versions(store, "policy") == [0, 1, 2]  # the adapters' base and the chain stay
+
+
+class NoAdapters:
+    """A factory engine class without load_adapter (never built: the check looks at the class)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.max_model_len = 0
+
+
+def test_engines_that_cannot_serve_the_trainers_adapters_are_refused() -> None:
+    from lakeflow.raas.check import lora_engine_problems
+    from lakeflow.raas.config import FactoryEngineConfig, HFEngineConfig, VLLMEngineConfig
+
+    assert lora_engine_problems(HFEngineConfig(), 64, "e") == []
+    assert lora_engine_problems(VLLMEngineConfig(max_lora_rank=16), 16, "e") == []
+    (low,) = lora_engine_problems(VLLMEngineConfig(max_lora_rank=8), 16, "e")
+    assert low.startswith("e.max_lora_rank: 8 is below the trainer's lora.rank 16")
+    (high,) = lora_engine_problems(VLLMEngineConfig(), 1024, "e")
+    assert "up to rank 512" in high
+    factory = FactoryEngineConfig(factory=f"{__name__}:NoAdapters")
+    (none,) = lora_engine_problems(factory, 8, "e")
+    assert none.startswith("e.factory: NoAdapters has no load_adapter")

@@ -80,3 +80,15 @@ def test_lora_settings_that_cannot_work_are_refused(tmp_path: Path, tiny_cache: 
         t.start()
     with pytest.raises(ValueError, match="distinct"):
         load_config(write_config(tmp_path / "dup.yaml", tiny_cache, lora={**LORA, "targets": ["q_proj", "q_proj"]}))
+
+
+def test_the_check_before_start_names_the_models_modules(tiny_dir: str) -> None:
+    from lakeflow.trainer.check import check_trainer_here
+    from lakeflow.trainer.config import TrainerConfig
+
+    good = TrainerConfig(model=tiny_dir, lora={"targets": ["q_proj", "model.layers.0.mlp.down_proj"]})
+    assert check_trainer_here(good, "trainer") == []
+    bad = TrainerConfig(model=tiny_dir, lora={"targets": ["q_proj", "qkv_proj"]})
+    (problem,) = check_trainer_here(bad, "trainer")
+    assert problem.startswith(f"trainer.lora.targets: qkv_proj is no module of {tiny_dir}; its Linear modules are:")
+    assert "k_proj, o_proj, q_proj" in problem and "embed" not in problem
