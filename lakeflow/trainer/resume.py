@@ -90,7 +90,7 @@ def restore(trainer: Resumable, latest: int) -> int:
         master = _load_optimizer(trainer, found)
         if found < latest:
             log.info("optimizer moments are version %d's, %d versions older than the weights", found, latest - found)
-        elif master is not None:
+        elif master is not None and not (trainer.config.lora is not None and latest == 0):  # (LoRA: v0 is the base)
             _adopt_master(trainer, master, latest)
     return found
 
