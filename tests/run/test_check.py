@@ -189,3 +189,10 @@ def test_an_engine_that_computes_narrower_than_a_float32_trainer_is_warned_of() 
     assert notes({"type": "vllm", "dtype": "bfloat16"}) == [warned]
     assert notes({"type": "hf", "dtype": "bfloat16"}, autocast="bfloat16") == []
     assert notes({"type": "hf", "dtype": "float32"}) == notes({"type": "vllm"}) == []
+
+
+def test_a_lora_trainer_is_checked_against_the_engine_that_serves_its_adapters() -> None:
+    lora = {"model": "tiny:x", "lora": {"rank": 16}}
+    (problem,) = check_run_config(run({"engine": {"type": "vllm", "max_lora_rank": 8}}, trainer=lora))
+    assert problem.startswith("models[0].raas.config.engine.max_lora_rank: 8 is below the trainer's lora.rank 16")
+    assert check_run_config(run({"engine": {"type": "vllm", "max_lora_rank": 16}}, trainer=lora)) == []

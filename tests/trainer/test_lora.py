@@ -19,6 +19,7 @@ from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_bat
 pytest.importorskip("peft")
 
 LORA = {"rank": 4, "alpha": 8.0, "targets": ["q_proj", "v_proj"]}
+FAST = {"writer": "thread", "mismatch_versions": 0}  # no spawned writer process to start: the same writes
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str = "work", **overrides: object) -> Trainer:
@@ -33,7 +34,7 @@ def test_lora_trains_only_the_adapter_and_publishes_adapter_versions(
     tok = tokenizer(tiny_dir)
     for step in range(3):
         write_step_batch(store, step, tok)
-    t = trainer(store, tmp_path, tiny_cache, lora=LORA, lr=1e-2)
+    t = trainer(store, tmp_path, tiny_cache, lora=LORA, lr=1e-2, **FAST)
     t.start()
     frozen = {n: p.detach().clone() for n, p in t.model.named_parameters() if not p.requires_grad}
     trained = {n: p.detach().clone() for n, p in t.model.named_parameters() if p.requires_grad}
@@ -65,7 +66,7 @@ def test_lora_trains_only_the_adapter_and_publishes_adapter_versions(
 
     # a resume loads version 0 and the newest adapter, and trains on
     write_step_batch(store, 3, tok)
-    again = trainer(store, tmp_path, tiny_cache, name="again", lora=LORA, lr=1e-2)
+    again = trainer(store, tmp_path, tiny_cache, name="again", lora=LORA, lr=1e-2, **FAST)
     assert again.start() == 3
     assert all(torch.equal(p, live[n]) for n, p in again.model.named_parameters() if n in live)
     again.run(until_version=4)
