@@ -46,7 +46,7 @@ def peft_config(config: LoraConfig) -> Any:
         raise MissingExtraError("peft", "train") from e
     return PeftLoraConfig(
         r=config.rank,
-        lora_alpha=config.alpha,
+        lora_alpha=config.alpha,  # type: ignore[arg-type]  # annotated int; peft scales by alpha / r as a float
         target_modules=list(config.targets),
         lora_dropout=config.dropout,
         bias="none",
@@ -70,7 +70,7 @@ def adapter_tensors(model: Any) -> dict[str, torch.Tensor]:
     """The adapter's tensors under the names PEFT saves them by (the live tensors, not copies)."""
     from peft import get_peft_model_state_dict
 
-    return dict(get_peft_model_state_dict(model))
+    return dict(get_peft_model_state_dict(model))  # type: ignore[no-untyped-call]
 
 
 def trainable_tensors(model: Any) -> dict[str, torch.Tensor]:
@@ -127,7 +127,7 @@ def load_adapter(model: Any, directory: str) -> None:
     from lakeflow.weights.tensors import SINGLE_FILE
 
     state = load_file(os.path.join(directory, SINGLE_FILE))
-    result = set_peft_model_state_dict(model, state)
+    result: Any = set_peft_model_state_dict(model, state)  # type: ignore[func-returns-value]  # (annotated None)
     missing = [k for k in result.missing_keys if "lora_" in k]
     if missing or result.unexpected_keys:
         raise ConfigError(
