@@ -37,7 +37,7 @@ from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLME
 from lakeflow.raas.scoring.judge import JudgeConfig
 from lakeflow.raas.scoring.reward_model import RewardModelConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
-from lakeflow.trainer.check import check_trainer_config
+from lakeflow.trainer.check import check_trainer_config, lora_target_problems
 from lakeflow.trainer.config import publish_dtype_for
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
@@ -136,6 +136,7 @@ def check_run_here(config: RunConfig) -> list[str]:
         model_at(m.trainer.model, f"{at}.trainer.model")
         if (problem := device_problem(m.trainer.device)) is not None:
             problems.append(f"{at}.trainer.device: {problem}")
+        problems += lora_target_problems(m.trainer, f"{at}.trainer.")
         problems += engine_device_problems(m.raas.config.engine, f"{at}.raas.config.engine")  # regions share it
         for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model", "reward"))]:
             if pool.config.model is not None:
