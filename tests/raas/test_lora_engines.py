@@ -30,7 +30,8 @@ def test_hf_engine_serves_adapter_versions_as_the_merged_checkpoint_computes(tmp
     bare = engine.choice_logprobs(prompt, choices)
     served = {}
     for version in (1, 2):
-        load_version(engine, store, "policy", version, cache, TransferOptions(progress=False))
+        pulled = load_version(engine, store, "policy", version, cache, TransferOptions(progress=False))
+        assert pulled.bytes_fetched < read_manifest(store, "policy", 0).state_bytes / 4  # the base is not fetched again
         served[version] = engine.choice_logprobs(prompt, choices)
         greedy = engine.generate([prompt], n=1, max_tokens=6, temperature=0)[0][0]
         out = tmp_path / f"merged-{version}"

@@ -8,6 +8,7 @@ adapter reaches every engine the same way, pulled and verified like any version.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Protocol, runtime_checkable
 
 from lakeflow.errors import ConfigError
@@ -29,8 +30,9 @@ def load_version(
     engine: Engine, store: Store, model_id: str, version: int, cache_dir: str, options: TransferOptions
 ) -> PullResult:
     """Pull `version` of `model_id` into `cache_dir/<model_id>` and load it into `engine`; an adapter version's
-    base goes to `cache_dir/<model_id>-base` (pulled once: its marker says when it is there). The pull's
-    exceptions pass through; ConfigError for an adapter and an engine that cannot serve one."""
+        base goes to `cache_dir/<model_id>-base` (pulled once: its marker says when it is there; a base loaded before
+    as a full version is moved there from `cache_dir/<model_id>` rather than fetched again). The pull's
+        exceptions pass through; ConfigError for an adapter and an engine that cannot serve one."""
     manifest = read_manifest(store, model_id, version)
     dest = os.path.join(cache_dir, model_id)
     adapter = manifest.adapter
@@ -44,14 +46,21 @@ def load_version(
             "one (no load_adapter): use the hf or vllm engine, or merge it (`lakeflow weights merge`)"
         )
     base_dir = dest + "-base"
-    marker = local_version(base_dir) or {}
     fetched = 0
-    if marker.get("model") != model_id or marker.get("version") != adapter.base_version:
-        fetched = pull(store, model_id, base_dir, adapter.base_version, options).bytes_fetched
+    if not _holds(base_dir, model_id, adapter.base_version):
+        if _holds(dest, model_id, adapter.base_version):  # the base was loaded as a full version: move it, not fetch
+            shutil.rmtree(base_dir, ignore_errors=True)
+            os.rename(dest, base_dir)
+        fetched = pull(store, model_id, base_dir, adapter.base_version, options).bytes_fetched  # (verified)
     result = pull(store, model_id, dest, version, options)
     engine.load_adapter(base_dir, result.path, version, adapter.rank)
     result.bytes_fetched += fetched
     return result
+
+
+def _holds(directory: str, model_id: str, version: int) -> bool:
+    marker = local_version(directory) or {}
+    return marker.get("model") == model_id and marker.get("version") == version
 
 
 def held_state(model_dir: str) -> str | None:
