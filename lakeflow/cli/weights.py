@@ -1,4 +1,4 @@
-"""`lakeflow weights …` (publish, pull, mirror, ls, verify, gc) and `lakeflow bench weights`."""
+"""`lakeflow weights …` (publish, pull, mirror, ls, verify, gc, merge) and `lakeflow bench weights`."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
     if pointer is None or pointer[0].version != top:
         found = "missing or unreadable" if pointer is None else f"at version {pointer[0].version}"
         click.echo(f"note: LATEST is {found}; the newest published version is {top} (from the manifests)", err=True)
-    click.echo(f"{'version':>8}  {'kind':5}  {'full bytes':>14}  {'delta bytes':>12}  {'unchanged':>9}  created")
+    click.echo(f"{'version':>8}  {'kind':13}  {'full bytes':>14}  {'delta bytes':>12}  {'unchanged':>9}  created")
     for v in list_versions(store, model):
         try:
             m = read_manifest(store, model, v)
@@ -195,7 +195,8 @@ def ls_cmd(lake_url: str, endpoint_url: str | None, model: str) -> None:
         unchanged = "" if m.sparsity is None else f"{m.sparsity:.4%}"
         delta = m.delta.size if m.delta else 0
         mark = "  <- newest" if v == top else ""
-        click.echo(f"{v:>8}  {m.kind:5}  {m.full_bytes():>14,}  {delta:>12,}  {unchanged:>9}  {m.created_at}{mark}")
+        kind = m.shown_kind()
+        click.echo(f"{v:>8}  {kind:13}  {m.full_bytes():>14,}  {delta:>12,}  {unchanged:>9}  {m.created_at}{mark}")
 
 
 @weights.command("verify")
@@ -211,6 +212,32 @@ def verify_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int
         except (WeightsIntegrityError, FileNotFoundError, ValueError) as e:  # any malformed object fails the check
             raise click.ClickException(f"verification failed: {e}") from e
     click.echo(f"{model} version {r.version}: ok (rebuilt from {r.chain}, every checksum matches)")
+
+
+@weights.command("merge")
+@lake_options
+@model_option
+@click.option("--version", type=int, default=None, help="The adapter version to merge (default: the newest).")
+@click.option("--out", "out_dir", required=True, type=click.Path(), help="New directory for the merged checkpoint.")
+def merge_cmd(lake_url: str, endpoint_url: str | None, model: str, version: int | None, out_dir: str) -> None:
+    """Write a LoRA adapter version merged into its base: one Hugging Face checkpoint (both pulled, verified)."""
+    store = open_existing_lake(lake_url, endpoint_url)
+    version = latest_version(store, model) if version is None else version
+    if version is None:
+        raise click.ClickException(f"model {model!r} has no published weights")
+    adapter = read_manifest(store, model, version).adapter
+    if adapter is None:
+        raise click.ClickException(
+            f"{model} version {version} is full weights, not an adapter: `lakeflow weights pull` gives it as it is"
+        )
+    from lakeflow.models.merge import merge_adapter
+
+    with tempfile.TemporaryDirectory(prefix="lakeflow-merge-") as tmp:
+        base = pull(store, model, os.path.join(tmp, "base"), adapter.base_version, TransferOptions(progress=False))
+        pulled = pull(store, model, os.path.join(tmp, "adapter"), version, TransferOptions(progress=False))
+        merge_adapter(base.path, pulled.path, out_dir)
+    what = f"rank {adapter.rank} adapter on version {adapter.base_version}"
+    click.echo(f"{model} version {version} ({what}) merged into {out_dir}")
 
 
 @weights.command("gc")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
 import tempfile
 import threading
@@ -27,12 +26,12 @@ from lakeflow.lake import layout
 from lakeflow.lake.metrics import read_metrics
 from lakeflow.lake.tasks import Task
 from lakeflow.raas.config import HFEngineConfig
-from lakeflow.raas.engines import Completion, Engine, build_engine, set_chat_template
+from lakeflow.raas.engines import Completion, Engine, build_engine, load_version, set_chat_template
 from lakeflow.raas.episodes.ends import FAILURES
 from lakeflow.raas.rewards import build_reward
 from lakeflow.raas.trajectory import task_messages
 from lakeflow.tracking import MetricSink
-from lakeflow.weights import TransferOptions, latest_version, pull
+from lakeflow.weights import TransferOptions, latest_version
 
 log = logging.getLogger("lakeflow.eval")
 FAILED = {*FAILURES, DROPPED}  # ends of episodes that never pass, whatever reward they were given
@@ -112,18 +111,14 @@ class EvalService:
         None when the version cannot be pulled (collected or broken: it is skipped)."""
         started = time.monotonic()
         try:
-            result = pull(
-                self.store,
-                self.model_id,
-                os.path.join(self.cache_dir, self.model_id),
-                version,
-                TransferOptions(progress=False),
+            # a full version as a model; a LoRA adapter version on its base, as the rollout service serves it
+            load_version(
+                self.engine, self.store, self.model_id, version, self.cache_dir, TransferOptions(progress=False)
             )
         except (WeightsIntegrityError, FileNotFoundError) as e:
             log.warning("cannot pull %s version %d, skipping it: %s", self.model_id, version, e)
             self.done.add(version)
             return None
-        self.engine.load(result.path)
         row = self._score(version, started)
         self.sink.add(row)
         self.done.add(version)

@@ -62,6 +62,44 @@ def _finder(ref: str) -> Callable[[str], Path | None] | None:
     return cached if cached("config.json") is not None else None
 
 
+def read_matrix_modules(ref: str) -> list[str] | None:
+    """The last name part of every module with a 2-D `weight` (the Linear layers, and embeddings, whose names
+    say `embed`, left out), read from the safetensors headers of a model whose files are here (a directory,
+    the Hugging Face cache): what a LoRA `targets` may name. None when they are not here (or for `tiny:`,
+    built on first use: the trainer checks at start)."""
+    find = _finder(ref)
+    if find is None:
+        return None
+    index = find("model.safetensors.index.json")
+    try:
+        if index is not None:
+            names = sorted(set(_json(index).get("weight_map", {}).values()))
+            paths = [p for n in names if (p := find(n)) is not None]
+        else:
+            paths = [p for p in [find("model.safetensors")] if p is not None]
+        headers = [_safetensors_header(p) for p in paths]
+    except (OSError, ValueError):
+        return None
+    if not headers:
+        return None
+    found = set()
+    for header in headers:
+        for name, info in header.items():
+            shape = info.get("shape") if isinstance(info, dict) else None
+            if name.endswith(".weight") and isinstance(shape, list) and len(shape) == 2 and "embed" not in name:
+                found.add(name.removesuffix(".weight").rsplit(".", 1)[-1])
+    return sorted(found)
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if size > 100 << 20:
+            raise ValueError(f"{path}: not a safetensors file")
+        header = json.loads(f.read(size))
+    return header if isinstance(header, dict) else {}
+
+
 def read_model_dtype(ref: str) -> str | None:
     """The dtype a model's config.json names (`dtype`, or `torch_dtype` before transformers 5) where its files
     are here (a directory, the Hugging Face cache); None when they are not, or it names none."""

@@ -115,6 +115,37 @@ def engine_model_problems(engine: EngineConfig | None, ref: str, key: str) -> li
     return [] if problem is None else [f"{_at(key, 'max_model_len')}: {problem}"]
 
 
+VLLM_MAX_LORA_RANK = 512  # the largest max_lora_rank vLLM 0.32 takes
+
+
+def lora_engine_problems(engine: EngineConfig | None, rank: int, key: str) -> list[str]:
+    """Problems of `engine` (under `key`) serving the LoRA adapters of rank `rank` that a model's trainer
+    publishes: a vLLM `max_lora_rank` below it or a rank above vLLM's largest, a factory engine whose class
+    has no `load_adapter`."""
+    if isinstance(engine, VLLMEngineConfig):
+        if rank > VLLM_MAX_LORA_RANK:
+            return [
+                f"{key}: vLLM serves LoRA adapters up to rank {VLLM_MAX_LORA_RANK}; the trainer's lora.rank is {rank}"
+            ]
+        if engine.max_lora_rank is not None and engine.max_lora_rank < rank:
+            return [
+                f"{_at(key, 'max_lora_rank')}: {engine.max_lora_rank} is below the trainer's lora.rank {rank}: raise "
+                "it, or leave it out (vLLM then starts with LoRA on at the first adapter version)"
+            ]
+    if isinstance(engine, FactoryEngineConfig):
+        try:
+            factory = engine_factory(engine, key=_at(key, "factory"))
+        except PluginError:
+            return []  # check_raas_config names it
+        if isinstance(factory, type) and not callable(getattr(factory, "load_adapter", None)):
+            return [
+                f"{_at(key, 'factory')}: {factory.__name__} has no load_adapter, and the trainer publishes LoRA "
+                "adapters: use the hf or vllm engine, implement lakeflow.raas.engines.AdapterEngine, or train "
+                "without lora"
+            ]
+    return []
+
+
 def engine_device_problems(engine: EngineConfig | None, key: str) -> list[str]:
     """The device of a transformers engine (under `key`) that this machine does not have."""
     if not isinstance(engine, HFEngineConfig):

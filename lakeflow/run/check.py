@@ -28,6 +28,7 @@ from lakeflow.raas.check import (
     check_rollout_model,
     engine_device_problems,
     engine_model_problems,
+    lora_engine_problems,
     reward_here_problems,
     task_type_problem,
     tool_template_warnings,
@@ -36,7 +37,7 @@ from lakeflow.raas.config import EngineConfig, HFEngineConfig, RaasConfig, VLLME
 from lakeflow.raas.scoring.judge import JudgeConfig
 from lakeflow.raas.scoring.reward_model import RewardModelConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
-from lakeflow.trainer.check import check_trainer_config
+from lakeflow.trainer.check import check_trainer_config, lora_target_problems
 from lakeflow.trainer.config import publish_dtype_for
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
@@ -58,6 +59,8 @@ def check_run_config(config: RunConfig) -> list[str]:
             problems += check_raas_config(pool.config, key)
             for ref, model_key in _rollout_models(config, m, pool.config, key):
                 problems += check_rollout_model(pool.config, ref, model_key, key)
+            if m.trainer.lora is not None and pool.config.model is None:  # the pool serves the trainer's adapters
+                problems += lora_engine_problems(pool.config.engine, m.trainer.lora.rank, f"{key}.engine")
         try:
             types = sorted(task_types(dataset) or ()) if dataset is not None else []
         except ConfigError as e:  # a dataset file that cannot be read: the dataflow would stop on it
@@ -85,6 +88,8 @@ def check_run_config(config: RunConfig) -> list[str]:
                 reward = None
             section = m.eval.model_copy(update={"reward": reward, **m.eval_episodes()})
             problems += check_eval_config(section, f"{at}.eval")
+            if m.trainer.lora is not None:
+                problems += lora_engine_problems(m.eval.engine, m.trainer.lora.rank, f"{at}.eval.engine")
             problems += _eval_model_problems(m, at)
     return list(dict.fromkeys(problems))
 
@@ -136,6 +141,7 @@ def check_run_here(config: RunConfig) -> list[str]:
         model_at(m.trainer.model, f"{at}.trainer.model")
         if (problem := device_problem(m.trainer.device)) is not None:
             problems.append(f"{at}.trainer.device: {problem}")
+        problems += lora_target_problems(m.trainer, f"{at}.trainer.")
         problems += engine_device_problems(m.raas.config.engine, f"{at}.raas.config.engine")  # regions share it
         for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, ("model", "reward"))]:
             if pool.config.model is not None:

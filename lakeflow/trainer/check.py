@@ -1,7 +1,8 @@
 """The check of a trainer config before `lakeflow train` starts: a `type: function` loss resolves and takes
 its params; a warm-up's demonstrations read. Shipped names are checked against their typed configs, so the
 check imports no torch.
-`check_trainer_here` looks for what this machine must have: the model's files and the device."""
+`check_trainer_here` looks for what this machine must have: the model's files and the device, and that LoRA
+targets name modules of the model (read from its files' headers)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from lakeflow.errors import ConfigError, PluginError
 from lakeflow.models.chat import template_setting_problem
 from lakeflow.models.check import device_problem, model_problem
+from lakeflow.models.info import read_matrix_modules
 from lakeflow.plugins import call_problem, resolve
 from lakeflow.trainer.config import SHIPPED_LOSSES, FunctionLoss, LossConfig, TrainerConfig
 from lakeflow.trainer.demos import read_conversations
@@ -80,4 +82,17 @@ def check_trainer_here(config: TrainerConfig, key: str = "") -> list[str]:
         problems.append(f"{prefix}model: {problem}")
     if (problem := device_problem(config.device)) is not None:
         problems.append(f"{prefix}device: {problem}")
-    return problems
+    return problems + lora_target_problems(config, prefix)
+
+
+def lora_target_problems(config: TrainerConfig, prefix: str) -> list[str]:
+    """LoRA `targets` that name no module of the model, where its files are here (read from their headers)."""
+    if config.lora is None or (modules := read_matrix_modules(config.model)) is None:
+        return []
+    missing = [t for t in config.lora.targets if t.rsplit(".", 1)[-1] not in modules]
+    if not missing:
+        return []
+    return [
+        f"{prefix}lora.targets: {', '.join(missing)} is no module of {config.model}; its Linear modules are: "
+        f"{', '.join(modules)}"
+    ]

@@ -192,6 +192,28 @@ class WarmupConfig(StrictConfig):
     )
 
 
+class LoraConfig(StrictConfig):
+    """Train a LoRA adapter (through peft) instead of every weight: the base stays frozen as version 0 and each
+    later version is the adapter alone (docs/trainer.md#lora)."""
+
+    rank: int = Field(16, ge=1, le=1024, description="LoRA rank r: each wrapped Linear gains B @ A of rank r.")
+    alpha: float = Field(32.0, gt=0, description="The update B @ A is scaled by alpha / rank.")
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Names of the Linear modules to wrap (the last part of their name, e.g. q_proj, or a full "
+        "dotted name); `lakeflow check` lists the model's.",
+    )
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapter's input while training.")
+
+    @field_validator("targets")
+    @classmethod
+    def _distinct(cls, targets: list[str]) -> list[str]:
+        if len(set(targets)) != len(targets) or any(not t.strip() for t in targets):
+            raise ValueError(f"targets must be distinct, non-empty module names (got {targets})")
+        return targets
+
+
 class TrainerConfig(StrictConfig):
     """The whole file."""
 
@@ -289,6 +311,11 @@ class TrainerConfig(StrictConfig):
         "computes it natively, else `dtype`, as `autocast: fastest` picks (a trainer that computes in float32 "
         "then serves the weights it computes with). Below `dtype`, training keeps its master weights and "
         "checkpoints them beside the optimizer state. Every version of a model has the same.",
+    )
+    lora: LoraConfig | None = Field(
+        None,
+        description="Train a LoRA adapter on the frozen base instead of every weight (published versions after 0 "
+        "are adapters); None: full fine-tuning.",
     )
     warmup: WarmupConfig | None = Field(
         None, description="Supervised warm-up on demonstrations before version 0 is published (a fresh start only)."

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
-from lakeflow.errors import WeightsConflictError
+from lakeflow.errors import ConfigError, WeightsConflictError
 from lakeflow.io import Store
 from lakeflow.lake import layout
 from lakeflow.models import resolve_model
-from lakeflow.trainer import distributed, resume
+from lakeflow.trainer import distributed, lora, resume
 from lakeflow.trainer.background import Prefetch
 from lakeflow.trainer.config import TrainerConfig, publish_dtype_for
 from lakeflow.trainer.data import StepBatch, load_batch
@@ -47,7 +47,7 @@ from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.stats import StepStats
 from lakeflow.trainer.step import MISMATCH_ROWS, StepParts, Stopped, train_step
 from lakeflow.trainer.warmup import warm_up
-from lakeflow.weights import State, TransferOptions, latest_version, pull, raw_tensor, repair_latest
+from lakeflow.weights import State, TransferOptions, latest_version, pull, raw_tensor, read_manifest, repair_latest
 
 log = logging.getLogger("lakeflow.trainer")
 __all__ = ["Stopped", "Trainer"]
@@ -112,10 +112,19 @@ class Trainer:
             if latest is None:
                 raise WeightsConflictError(f"rank 0 published no version of {self.model_id!r}")
             self.version = latest
-            pulled = self.pull_version(latest, "policy")
+            problem = lora.settings_problem(read_manifest(self.store, self.model_id, latest).adapter, c.lora, latest)
+            if problem is not None:
+                raise ConfigError(problem)
+            pulled = self.pull_version(latest if c.lora is None else lora.BASE_VERSION, "policy")
             self.publish_dtype = published_dtype(pulled, c)
             self.model = load_model(pulled, c.dtype).to(self.device)
             log.info("resuming %s from published version %d", self.model_id, self.version)
+        if c.lora is not None:  # the base frozen, a fresh adapter on it (then the published one, on a resume)
+            if self.world:
+                raise ConfigError("lora: a LoRA trainer runs as one process; FSDP2 under torchrun is not supported")
+            self.model = lora.attach(self.model, c.lora)
+            if self.version > lora.BASE_VERSION:
+                lora.load_adapter(self.model, self.pull_version(self.version, "adapter"))
         if c.activation_checkpointing:
             checkpoint_activations(self.model)
         if self.world:
@@ -131,10 +140,11 @@ class Trainer:
             if self.lead:
                 resume.write_checkpoint(self.store, self.model_id, 0, fresh, c)
         checkpointed = resume.restore(self, self.version)
-        tensors = self._published(distributed.full_tensors(self.model))  # under torchrun a collective
+        tensors = self._published(self.tensors())  # under torchrun a collective
         if self.lead:
             proof = self.lease.proof() if self.lease is not None else None
-            self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec(), proof)
+            adapter = (lora.adapter_info(c.lora), lora.adapter_files(c.lora)) if c.lora is not None else None
+            self.outbox = Outbox(self.store, self.model_id, c, self._metrics_spec(), proof, adapter)
             self.outbox.start(tensors, self.version, checkpointed)
         return self.version
 
@@ -233,8 +243,8 @@ class Trainer:
         due = self.outbox.checkpoint_due(version) if self.outbox is not None else False
         if self.world:
             due = distributed.any_rank(due)
-        tensors = distributed.full_tensors(self.model)
-        optimizer_state = self._checkpoint_state(tensors) if due else None
+        tensors = self.tensors()
+        optimizer_state = self._checkpoint_state(tensors if self.config.lora is None else None) if due else None
         if self.outbox is not None:
             self.outbox.send(version, self._published(tensors), stats, optimizer_state)
 
@@ -310,9 +320,18 @@ class Trainer:
         state: dict[str, Any] = {
             "optimizer_fqn": get_optimizer_state_dict(self.model, self._parts().optimizer, options=options)
         }
-        if self.publish_dtype != self.config.dtype:
+        if self.publish_dtype != self.config.dtype and self.config.lora is not None:
+            state["master"] = lora.trainable_tensors(self.model)  # by the wrapped model's own names
+        elif self.publish_dtype != self.config.dtype:
             state["master"] = tensors if tensors is not None else distributed.full_tensors(self.model)
         return state
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """What a version publishes, in the master dtype: every tensor of the model (under torchrun gathered,
+        a collective), or with LoRA the adapter's alone."""
+        if self.config.lora is not None:
+            return lora.adapter_tensors(self.model)
+        return distributed.full_tensors(self.model)
 
     def _published(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The model's tensors as published (in `publish_dtype`)."""

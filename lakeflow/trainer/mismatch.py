@@ -107,14 +107,15 @@ class PastWeights:
         if self.keep < 1 or version in self._by_version:
             return
         with torch.no_grad():
-            self._by_version[version] = {n: p.detach().clone() for n, p in model.named_parameters()}
+            # frozen parameters (a LoRA trainer's base) never change: only the trained ones are kept
+            self._by_version[version] = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
         for old in self.versions[: -self.keep]:
             del self._by_version[old]
 
     @contextlib.contextmanager
     def holding(self, model: Any, version: int) -> Iterator[None]:
         """`model` computes with the parameters of `version` inside the block (its own are put back after)."""
-        params = dict(model.named_parameters())
+        params = {n: p for n, p in model.named_parameters() if n in self._by_version[version]}
         own = {n: p.data for n, p in params.items()}
         try:
             for n, p in params.items():

@@ -42,6 +42,7 @@ from lakeflow.trainer.messages import (
 from lakeflow.trainer.shared import Slot, SlotLayout, flatten
 from lakeflow.trainer.stats import StepStats
 from lakeflow.trainer.writer import VersionWriter, WriterSpec, main, serve
+from lakeflow.weights import AdapterInfo
 from lakeflow.weights.publish import PublishGuard
 
 SLOTS = 3  # weight slots: the published base, one in the writer's hands, one the trainer fills
@@ -57,8 +58,10 @@ class Outbox:
         config: TrainerConfig,
         metrics: dict[str, Any] | None,
         lease: PublishGuard | None = None,
+        adapter: tuple[AdapterInfo, dict[str, bytes]] | None = None,
     ) -> None:
         self.store, self.model_id, self.config, self.metrics = store, model_id, config, metrics
+        self.adapter = adapter  # LoRA: what the manifests record and the adapter's files (adapter_config.json)
         self.lease = lease  # checked by the writer before each publish and checkpoint (picklable: `LeaseProof`)
         self.mode = config.writer if config.overlap_io else "inline"
         if self.mode == "process" and not store.shared_across_processes:
@@ -106,7 +109,7 @@ class Outbox:
         c = self.config
         spec = WriterSpec(
             self.store, self.model_id, c.full_every, c.publish_workers, c.publish_processes,
-            self._base.layout, self._base.name, version, self.metrics, self.lease,
+            self._base.layout, self._base.name, version, self.metrics, self.lease, self.adapter,
         )  # fmt: skip
         if self.mode == "inline":
             self._writer = VersionWriter(spec)

@@ -1,5 +1,6 @@
 """One model's weight versions as a trainer publishes them: version 0 (the base model), then each
-step's version coded against the one before (LATEST moves last: the commit point).
+step's version coded against the one before (LATEST moves last: the commit point). With LoRA each
+version after 0 is the adapter alone, with its adapter_config.json, coded against the previous adapter.
 
 It keeps the published state the next delta is coded against (`base`). The trainer's writer
 (`writer.py`) drives it.
@@ -11,7 +12,7 @@ import logging
 
 from lakeflow.errors import WeightsConflictError
 from lakeflow.io import Store
-from lakeflow.weights import State, latest_version, publish
+from lakeflow.weights import AdapterInfo, State, latest_version, publish
 from lakeflow.weights.publish import PublishGuard
 
 log = logging.getLogger("lakeflow.trainer")
@@ -32,6 +33,8 @@ class Publisher:
         self.published = -1
         self._force = True  # leftovers of a crashed predecessor may exist for the first publish
         self.lease: PublishGuard | None = None  # the model's trainer lease (lakeflow train sets it): force needs it
+        self.adapter: AdapterInfo | None = None  # LoRA: every version after 0 is this adapter on version 0
+        self.adapter_files: dict[str, bytes] | None = None  # and ships these files (adapter_config.json)
 
     def resumed(self, version: int, state: State) -> None:
         """The trainer holds published `version` (whose state is `state`, or {} on ranks that never publish)."""
@@ -66,6 +69,8 @@ class Publisher:
             self.model_id,
             state,
             base=self.base,
+            files=self.adapter_files,
+            adapter=self.adapter,
             full_every=self.full_every,
             publisher="trainer",
             force=self._force and self.lease is not None,

@@ -51,6 +51,8 @@ class Resumable(Protocol):
 
     def pull_version(self, version: int, name: str) -> str: ...
 
+    def tensors(self) -> dict[str, torch.Tensor]: ...
+
 
 def newest_checkpoint(store: Store, model_id: str, at_most: int) -> int | None:
     """The newest version <= `at_most` with an optimizer checkpoint, or None."""
@@ -88,7 +90,7 @@ def restore(trainer: Resumable, latest: int) -> int:
         master = _load_optimizer(trainer, found)
         if found < latest:
             log.info("optimizer moments are version %d's, %d versions older than the weights", found, latest - found)
-        elif master is not None:
+        elif master is not None and not (trainer.config.lora is not None and latest == 0):  # (LoRA: v0 is the base)
             _adopt_master(trainer, master, latest)
     return found
 
@@ -97,6 +99,13 @@ def _retrain(trainer: Resumable, checkpoint: int, latest: int) -> bool:
     """Retrain batches checkpoint .. latest - 1 from version `checkpoint` (its master weights where the
     checkpoint has them), publishing nothing; False (and nothing changed) when a batch or that version is gone."""
     c, config = trainer.config, trainer.model.config
+    if c.lora is not None:  # the retrain below rebuilds a whole model from a version: an adapter is not one
+        log.info(
+            "LoRA: not retraining from checkpoint %d; its moments are used with version %d's adapter",
+            checkpoint,
+            latest,
+        )
+        return False
     pad, vocab = getattr(config, "pad_token_id", None) or 0, getattr(config, "vocab_size", None)
     try:
         store, model_id = trainer.store, trainer.model_id
@@ -143,7 +152,7 @@ def _adopt_master(trainer: Resumable, master: dict[str, torch.Tensor], version: 
 
 
 def _published_sha256(trainer: Resumable) -> str:
-    return state_sha256(to_state(published_tensors(distributed.full_tensors(trainer.model), trainer.publish_dtype)))
+    return state_sha256(to_state(published_tensors(trainer.tensors(), trainer.publish_dtype)))
 
 
 def _copy_into(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:

@@ -40,6 +40,7 @@ from lakeflow.trainer.messages import (
 )
 from lakeflow.trainer.publisher import Publisher
 from lakeflow.trainer.shared import Slot, SlotLayout, unflatten
+from lakeflow.weights import AdapterInfo
 from lakeflow.weights.publish import PublishGuard
 
 OPTIMIZER_FILE = "optimizer.pt"
@@ -67,6 +68,7 @@ class WriterSpec:
     base_version: int
     metrics: dict[str, Any] | None  # MetricSink arguments (tracker, params, flush_s), or None: no table
     lease: PublishGuard | None = None  # the model's trainer lease, checked before each publish (`LeaseProof`)
+    adapter: tuple[AdapterInfo, dict[str, bytes]] | None = None  # LoRA: manifests' adapter info, its files
 
 
 class VersionWriter:
@@ -78,6 +80,8 @@ class VersionWriter:
         self.slots: dict[str, Slot] = {}
         self.publisher = Publisher(spec.store, spec.model_id, spec.full_every, spec.workers, spec.processes)
         self.publisher.lease = spec.lease
+        if spec.adapter is not None:
+            self.publisher.adapter, self.publisher.adapter_files = spec.adapter
         self.base_slot = spec.base_slot
         self.publisher.resumed(spec.base_version, self._slot(spec.base_slot, spec.layout).state())
         self.last_job_s = 0.0

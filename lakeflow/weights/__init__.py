@@ -10,7 +10,15 @@ rule: imports lakeflow.io, lakeflow.lake.layout, numpy, numba, safetensors, zsta
 from __future__ import annotations
 
 from lakeflow.weights.codec import decode_delta, decode_delta_sha256, encode_delta
-from lakeflow.weights.manifest import Latest, Manifest, ObjectEntry, latest_version, read_latest, read_manifest
+from lakeflow.weights.manifest import (
+    AdapterInfo,
+    Latest,
+    Manifest,
+    ObjectEntry,
+    latest_version,
+    read_latest,
+    read_manifest,
+)
 from lakeflow.weights.mirror import MirrorResult, mirror
 from lakeflow.weights.publish import publish, read_source, repair_latest
 from lakeflow.weights.pull import PullResult, local_version, pull, rebuild_state
@@ -19,6 +27,7 @@ from lakeflow.weights.tensors import RawTensor, State, load_state, raw_tensor, s
 from lakeflow.weights.transfer import TransferOptions
 
 __all__ = [
+    "AdapterInfo",
     "Latest",
     "Manifest",
     "MirrorResult",

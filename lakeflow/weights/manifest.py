@@ -34,6 +34,18 @@ class ObjectEntry(BaseModel):
     sha256: str = Field(description="Hex sha256 of the object's bytes.")
 
 
+class AdapterInfo(BaseModel):
+    """What a LoRA adapter version is: its tensors are the adapter's (PEFT names), applied to a full version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(ge=1, description="LoRA rank r (rows of each A, columns of each B).")
+    alpha: float = Field(gt=0, description="LoRA alpha: the update B @ A is scaled by alpha / rank.")
+    targets: list[str] = Field(description="Module names (suffixes) the adapter wraps, e.g. q_proj, v_proj.")
+    dropout: float = Field(ge=0, lt=1, description="LoRA dropout it was trained with (no effect when serving).")
+    base_version: int = Field(ge=0, description="The full version the adapter applies to (version 0, the base).")
+
+
 class Manifest(BaseModel):
     """What one published weight version is and how to rebuild it."""
 
@@ -70,8 +82,19 @@ class Manifest(BaseModel):
     sparsity: float | None = Field(
         default=None, description="Fraction of elements unchanged from the previous version."
     )
+    adapter: AdapterInfo | None = Field(
+        default=None,
+        description="Set when the version's state is a LoRA adapter (PEFT tensors) on the full version it names; "
+        "its directory then holds adapter_config.json and adapter_model.safetensors instead of a model.",
+    )
     publisher: str = Field(description="Who published this version (trainer id).")
     created_at: str = Field(description="UTC time of publishing, ISO 8601.")
+
+    def shown_kind(self) -> str:
+        """The kind `lakeflow weights ls` shows: full, delta, adapter (a whole adapter) or adapter-delta."""
+        if self.adapter is None:
+            return self.kind
+        return "adapter" if self.kind == "full" else "adapter-delta"
 
     def full_bytes(self) -> int:
         """Bytes a puller downloads to take this version from its full copy."""

@@ -33,6 +33,7 @@ from lakeflow.lake.commit import commit
 from lakeflow.weights.codec import encode_delta
 from lakeflow.weights.manifest import (
     DEFAULT_SHARD_BYTES,
+    AdapterInfo,
     Latest,
     Manifest,
     ObjectEntry,
@@ -95,6 +96,7 @@ def publish(
     workers: int | None = None,
     processes: bool = False,
     lease: PublishGuard | None = None,
+    adapter: AdapterInfo | None = None,
 ) -> Manifest:
     """Publish `state` as the next version of `model` and return its manifest.
 
@@ -104,6 +106,8 @@ def publish(
     version (no manifest) left by a publish that crashed; needs `lease`. `lease`: checked before the
     first write and before the manifest, so a publisher that lost it commits nothing. `workers`,
     `processes`: threads (or forked processes) of the delta codec (default: every CPU, threads).
+    `adapter`: `state` is a LoRA adapter on that full version (its `files` hold adapter_config.json); coded
+    against the previous version like any state when that is the same adapter's (same tensors and files).
     Raises `WeightsConflictError` when another trainer published this version first (before the
     manifest is written: the version is then not published by this call).
     """
@@ -131,7 +135,7 @@ def publish(
     if delta is None or delta.entry is None or version % full_every == 0:
         entries = _write_full(write, model, version, state, max_shard_bytes)
         side = _side_entries(store, model, version, files, prev, write, own_dir=True)
-    manifest = _manifest(model, version, state, entries, delta, side, publisher)
+    manifest = _manifest(model, version, state, entries, delta, side, publisher, adapter)
     if lease is not None:
         lease.check()  # the last moment a lost lease can stop this publish: the manifest commits it
     try:
@@ -190,6 +194,7 @@ def _manifest(
     delta: _Delta | None,
     side: list[ObjectEntry],
     publisher: str,
+    adapter: AdapterInfo | None = None,
 ) -> Manifest:
     """The manifest of a version written as full `entries` or as a delta (full wins when both were written)."""
     dtypes = Counter[str]()
@@ -212,6 +217,7 @@ def _manifest(
         dtypes=dict(dtypes),
         changed=changed,
         sparsity=None if changed is None else 1 - changed / max(params, 1),
+        adapter=adapter,
         publisher=publisher,
         created_at=datetime.now(UTC).isoformat(),
     )

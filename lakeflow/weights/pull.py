@@ -6,7 +6,9 @@ estimated to finish sooner (bytes at the measured bandwidth, decode work at the 
 rate) than the nearest full version plus its own chain; otherwise start from that full version
 (first pull, periodic full, missing or unusable deltas, a long chain on a fast link). The new state is built
 in a fresh sibling directory, checked against the manifest's state checksum, and swapped
-in with one rename; on any mismatch the pull falls back to the full path.
+in with one rename; on any mismatch the pull falls back to the full path. A LoRA adapter version's
+directory is a PEFT adapter directory (adapter_config.json, and adapter_model.safetensors linked to the
+model.safetensors that holds its tensors); the full version it applies to is pulled on its own.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lakeflow.weights.manifest import DEFAULT_SHARD_BYTES, Manifest, ObjectEntry
 from lakeflow.weights.plan import DEFAULT_APPLY, Rates, load_rates, save_rates
 from lakeflow.weights.tensors import (
     INDEX_FILE,
+    SINGLE_FILE,
     State,
     load_state,
     model_files,
@@ -40,6 +43,7 @@ from lakeflow.weights.tensors import (
 )
 from lakeflow.weights.transfer import Downloader, TransferOptions
 
+ADAPTER_FILE = "adapter_model.safetensors"  # in the directory of an adapter version, beside model.safetensors
 MARKER = "lakeflow-weights.json"  # written into every pulled directory: model, version, state checksum
 
 
@@ -239,6 +243,8 @@ def _install(
         for e in target.files:
             src = fetched.get(e.key) if e in side else os.path.join(dest, e.name)
             shutil.copyfile(str(src), os.path.join(new, e.name))
+        if target.adapter is not None:  # the name PEFT and vLLM load an adapter from; a link, not a copy
+            os.link(os.path.join(new, SINGLE_FILE), os.path.join(new, ADAPTER_FILE))
         with open(os.path.join(new, MARKER), "w") as f:
             json.dump({"model": target.model, "version": target.version, "state_sha256": target.state_sha256}, f)
         _swap(new, dest)

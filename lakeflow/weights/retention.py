@@ -34,6 +34,8 @@ def needed_versions(store: Store, model: str, keep: int) -> set[int]:
     for v in range(max(0, top - keep + 1), top + 1):
         for m in back_to_full(book, book.get(v)):  # a delta: back to the full version it is rebuilt from
             needed.add(m.version)
+            if m.adapter is not None:  # an adapter is served on its full version
+                needed.add(m.adapter.base_version)
             needed.update(_version_of(e.key, model) for e in m.files)
     return needed
 

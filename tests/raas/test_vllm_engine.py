@@ -158,3 +158,37 @@ def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: 
         )
     finally:
         engine.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.usefixtures("untraced_engine_process")
+def test_vllm_serves_adapter_versions_as_lora_on_the_base(tmp_path: Path) -> None:
+    """One vLLM on the base serves each adapter version as a LoRA adapter: its sampled logprobs are those of
+    the merged checkpoint, version after version (a full adapter, then an adapter delta)."""
+    pytest.importorskip("peft")
+    from lakeflow.io import open_store
+    from lakeflow.models.merge import merge_adapter
+    from lakeflow.raas.engines import load_version
+    from lakeflow.weights import TransferOptions, pull
+    from tests.raas.lora_helpers import publish_adapters
+
+    tiny = resolve_model("tiny:vllm-lora", tmp_path / "models")
+    store = open_store(str(tmp_path / "lake"))
+    publish_adapters(store, "policy", tiny, versions=2)
+    engine = build_engine(VLLMEngineConfig(max_model_len=256, enforce_eager=True, max_lora_rank=8), seed=0)
+    options = TransferOptions(progress=False)
+    try:
+        cache = str(tmp_path / "cache")
+        load_version(engine, store, "policy", 0, cache, options)
+        prompts = [[{"role": "user", "content": "What is 3 + 4 * 5?"}]]
+        bare = engine.generate(prompts, n=4, max_tokens=16, temperature=T)
+        assert _max_error(tiny, bare) < TOL
+        for version in (1, 2):
+            load_version(engine, store, "policy", version, cache, options)
+            groups = engine.generate(prompts, n=4, max_tokens=16, temperature=T)
+            adapter = pull(store, "policy", str(tmp_path / f"adapter-{version}"), version, options).path
+            merged = merge_adapter(tiny, adapter, str(tmp_path / f"merged-{version}"))
+            error, unmerged = _max_error(merged, groups), _max_error(tiny, groups)
+            print(f"version {version}: max |logprob error| {error:.3g} (against the bare base: {unmerged:.3g})")
+            assert error < TOL < unmerged
+    finally:
+        engine.close()  # type: ignore[attr-defined]

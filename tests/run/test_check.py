@@ -200,3 +200,31 @@ def test_an_engine_that_computes_narrower_than_a_float32_trainer_is_warned_of() 
     assert notes({"type": "vllm", "dtype": "bfloat16"}) == [warned]
     assert notes({"type": "hf", "dtype": "bfloat16"}, autocast="bfloat16") == []
     assert notes({"type": "hf", "dtype": "float32"}) == notes({"type": "vllm"}) == []
+
+
+def test_a_lora_trainer_is_checked_against_the_engine_that_serves_its_adapters() -> None:
+    lora = {"model": "tiny:x", "lora": {"rank": 16}}
+    (problem,) = check_run_config(run({"engine": {"type": "vllm", "max_lora_rank": 8}}, trainer=lora))
+    assert problem.startswith("models[0].raas.config.engine.max_lora_rank: 8 is below the trainer's lora.rank 16")
+    assert check_run_config(run({"engine": {"type": "vllm", "max_lora_rank": 16}}, trainer=lora)) == []
+
+
+def test_lora_targets_are_checked_against_the_models_files_before_a_run(tmp_path: Path) -> None:
+    import json
+
+    import numpy as np
+
+    from lakeflow.run.check import check_run_here
+    from lakeflow.weights.tensors import raw_tensor, write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 8}))
+    names = ["model.embed_tokens", "model.layers.0.self_attn.q_proj", "model.layers.0.mlp.up_proj", "lm_head"]
+    state = {f"{n}.weight": raw_tensor("F32", (2, 2), np.zeros(4, np.float32)) for n in names}
+    state["model.norm.weight"] = raw_tensor("F32", (2,), np.zeros(2, np.float32))
+    write_safetensors(str(tmp_path / "model.safetensors"), state)
+    here = run({}, trainer={"model": str(tmp_path), "lora": {"targets": ["q_proj", "qkv"]}})
+    problems = [p for p in check_run_here(here) if "lora" in p]
+    modules = "lm_head, q_proj, up_proj"  # the 2-D weights but the embedding's
+    assert problems == [
+        f"models[0].trainer.lora.targets: qkv is no module of {tmp_path}; its Linear modules are: {modules}"
+    ]

@@ -52,6 +52,12 @@ class VLLMEngineConfig(StrictConfig):
         "CPU bfloat16 where it has bf16 instructions (AVX512-BF16, AMX), else float32). None: float32 on CPU "
         "(behaviour logprobs closest to the trainer's float32 forward), the model's own on accelerators.",
     )
+    max_lora_rank: int | None = Field(
+        None,
+        ge=1,
+        description="Start vLLM with LoRA on, for adapters up to this rank (a LoRA trainer's versions after 0). "
+        "None: off until the first adapter version arrives, which restarts vLLM once with LoRA on at its rank.",
+    )
 
 
 class FactoryEngineConfig(StrictConfig):

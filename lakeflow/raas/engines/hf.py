@@ -1,4 +1,5 @@
-"""`HFEngine`: the `Engine` interface on transformers `generate`, on one device (float32 on CPU by default)."""
+"""`HFEngine`: the `Engine` interface on transformers `generate`, on one device (float32 on CPU by default).
+A LoRA adapter version is served through peft on the base model (`load_adapter`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ from lakeflow.raas.engines.base import (
     is_token_ids,
     read_config,
 )
+from lakeflow.raas.engines.versions import held_state
+from lakeflow.weights.pull import ADAPTER_FILE
+
+ADAPTER_CONFIG = "adapter_config.json"
 
 SCORE_ROWS = 16  # rows of one scoring forward (`token_logprobs`)
 
@@ -43,6 +48,8 @@ class HFEngine(TokenizedEngine):
         self.max_model_len = 0
         self._config_json: str | None = None
         self._stop_ids: set[int] = set()
+        self._state: str | None = None  # the state checksum of the full weights loaded (a pulled directory's)
+        self._adapter_config: bytes | None = None  # adapter_config.json of the adapter served (peft), if any
 
     # --- weights ------------------------------------------------------------------------
 
@@ -54,6 +61,9 @@ class HFEngine(TokenizedEngine):
 
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         config_json = read_config(model_dir)
+        self._state = held_state(model_dir)
+        if self._adapter_config is not None:  # back to the bare model: the adapter's layers removed, not merged
+            self.model, self._adapter_config = self.model.unload(), None
         same_architecture = self.model is not None and config_json is not None and config_json == self._config_json
         if same_architecture and self._load_in_place(model_dir):
             self.model_dir = model_dir
@@ -91,6 +101,29 @@ class HFEngine(TokenizedEngine):
             for key, value in state.items():
                 params[key].copy_(value)
         return True
+
+    def load_adapter(self, base_dir: str, adapter_dir: str, adapter_id: int, rank: int) -> None:
+        """Serve the PEFT adapter of `adapter_dir` on the model of `base_dir` through peft (its layers compute
+        base + scale * B @ A; the base weights stay as they are); a later adapter of the same settings is
+        copied into the same layers."""
+        if self.model is None or held_state(base_dir) is None or held_state(base_dir) != self._state:
+            self.load(base_dir)
+        with open(os.path.join(adapter_dir, ADAPTER_CONFIG), "rb") as f:
+            adapter_config = f.read()
+        if self._adapter_config is not None and adapter_config != self._adapter_config:
+            self.model, self._adapter_config = self.model.unload(), None
+        try:
+            from peft import PeftModel, set_peft_model_state_dict
+        except ImportError as e:
+            raise MissingExtraError("peft", "raas") from e
+        if self._adapter_config is None:
+            self.model = PeftModel.from_pretrained(self.model, adapter_dir, is_trainable=False).eval()
+            self._adapter_config = adapter_config
+        else:
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.model, load_file(os.path.join(adapter_dir, ADAPTER_FILE)))
+        self.model_dir = adapter_dir
 
     # --- sampling -----------------------------------------------------------------------
 

@@ -11,6 +11,10 @@ Weights: the first `load` starts vLLM on the directory; a later `load` of a dire
 prefix cache, which is how a weight-store pull (an atomic swap of the directory) reaches the engine.
 A different architecture restarts vLLM.
 
+LoRA: an adapter version is served as a LoRA adapter (`enable_lora`, one `LoRARequest` per version) on the
+base weights, which stay loaded; vLLM starts with LoRA on when the config gives `max_lora_rank`, else it
+restarts once, with LoRA on, at the first adapter version.
+
 vLLM starts worker processes: a script using this engine needs an `if __name__ == "__main__":` guard.
 """
 
@@ -37,6 +41,7 @@ from lakeflow.raas.engines.base import (
     is_token_ids,
     read_config,
 )
+from lakeflow.raas.engines.versions import held_state
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +87,40 @@ class VLLMEngine(TokenizedEngine):
         self.model_dir: str | None = None
         self.max_model_len = 0
         self._config_json: str | None = None
+        self._state: str | None = None  # the state checksum of the base weights loaded (a pulled directory's)
+        self._lora_rank: int | None = None  # the largest adapter rank vLLM was started for (None: LoRA off)
+        self._lora: Any = None  # the LoRARequest every generation uses (None: the bare model)
 
     # --- weights ------------------------------------------------------------------------
 
     def load(self, model_dir: str) -> None:
         """Reload the directory's weights in place when the architecture is unchanged, else start vLLM."""
+        self._start(model_dir, self.config.max_lora_rank)
+
+    def load_adapter(self, base_dir: str, adapter_dir: str, adapter_id: int, rank: int) -> None:
+        """Serve the PEFT adapter of `adapter_dir` as a LoRA adapter (`LoRARequest`) on the model of `base_dir`:
+        vLLM is (re)started with LoRA on only when it runs without it, with a smaller maximum rank, or on other
+        base weights. vLLM reads the adapter at the first generation that uses it."""
+        held = held_state(base_dir)
+        if self.llm is None or self._lora_rank is None or rank > self._lora_rank or held is None or held != self._state:
+            self._start(base_dir, max(rank, self.config.max_lora_rank or 0), restart=self._lora_rank is None)
+        request = importlib.import_module("vllm.lora.request").LoRARequest
+        self._lora = request(f"adapter-{adapter_id}", adapter_id, adapter_dir)
+        self.model_dir = adapter_dir
+
+    def _start(self, model_dir: str, lora_rank: int | None, restart: bool = False) -> None:
+        """Load `model_dir`: in place when vLLM runs on the same architecture with the LoRA setting asked for
+        (and `restart` is not set), else (re)start vLLM on it. The adapter served until now is dropped."""
         config_json = read_config(model_dir)
-        if self.llm is not None and config_json is not None and config_json == self._config_json:
+        self._state, self._lora = held_state(model_dir), None
+        same_lora = lora_rank is None or (self._lora_rank is not None and lora_rank <= self._lora_rank)
+        if (
+            self.llm is not None
+            and not restart
+            and same_lora
+            and config_json is not None
+            and config_json == self._config_json
+        ):
             t0 = time.perf_counter()
             # reload_weights re-lists the directory's safetensors, so a directory swapped in at the same
             # path is read anew; `weights_path` also points vLLM at a new path when the caller moved.
@@ -119,7 +151,10 @@ class VLLMEngine(TokenizedEngine):
         }
         if not on_cpu:
             kwargs["gpu_memory_utilization"] = self.config.gpu_memory_utilization
+        if lora_rank is not None:  # one adapter at a time: each version replaces the one before
+            kwargs.update(enable_lora=True, max_lora_rank=_lora_rank_slot(lora_rank), max_loras=1)
         self.llm = self.vllm.LLM(**kwargs)
+        self._lora_rank = _lora_rank_slot(lora_rank) if lora_rank is not None else None
         self.tokenizer = self.llm.get_tokenizer()
         self.model_dir, self._config_json, self.max_model_len = model_dir, config_json, max_len
         log.info("vLLM started on %s in %s in %.1f s", model_dir, kwargs["dtype"], time.perf_counter() - t0)
@@ -156,7 +191,9 @@ class VLLMEngine(TokenizedEngine):
         params = self.vllm.SamplingParams(
             n=1 if greedy else n, temperature=temperature, top_p=1.0, top_k=0, max_tokens=max_tokens, logprobs=0
         )
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in all_ids], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in all_ids], params, use_tqdm=False, lora_request=self._lora
+        )
         results = []
         for ids, out in zip(all_ids, outputs, strict=True):
             completions = []
@@ -178,7 +215,9 @@ class VLLMEngine(TokenizedEngine):
         rows = choice_rows(self.tokenizer, prompt_ids, choices, self.max_model_len - 1)
         start = len(prompt_ids)
         params = self.vllm.SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=0)
-        outputs = self.llm.generate([{"prompt_token_ids": r} for r in rows], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": r} for r in rows], params, use_tqdm=False, lora_request=self._lora
+        )
         out = []
         for row, output in zip(rows, outputs, strict=True):
             steps = output.prompt_logprobs or []
@@ -233,6 +272,14 @@ class WorkerExtension:
         method = getattr(head, "quant_method", None)
         if method is not None:
             method.process_weights_after_loading(head)
+
+
+def _lora_rank_slot(rank: int) -> int:
+    """The `max_lora_rank` vLLM accepts for adapters of `rank`: the smallest of its allowed values that holds it."""
+    for allowed in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= allowed:
+            return allowed
+    raise ConfigError(f"LoRA rank {rank} exceeds vLLM's largest max_lora_rank, 512: lower lora.rank")
 
 
 def _max_positions(config_json: str | None) -> int | None:

@@ -1,7 +1,7 @@
 """A rollout service's engines following the published weights: which version each model's engine holds.
 
 Between groups (or between two rounds of turns, `weights_update: interrupt`) `refresh()` pulls a newer
-LATEST of each model and reloads its engine;
+LATEST of each model and reloads its engine (a LoRA adapter version on its base: `engines.load_version`);
 never back, since LATEST may roll back. A frozen model (the config's `model`) is loaded once as version 0.
 With a far weights source (`weights_url`) a background thread runs `watch()`, which asks the source every
 `weights_poll_s`, and `refresh()` uses what it found, so the source's round trips stay out of the rollout
@@ -12,7 +12,6 @@ weights in place and is tried again later.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import threading
@@ -23,9 +22,9 @@ from lakeflow.errors import WeightsIntegrityError
 from lakeflow.io import Store
 from lakeflow.models import resolve_model
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.engines import Engine
+from lakeflow.raas.engines import Engine, load_version
 from lakeflow.raas.service.metrics import RolloutMetrics
-from lakeflow.weights import PullResult, TransferOptions, latest_version, local_version, pull
+from lakeflow.weights import PullResult, TransferOptions, latest_version, local_version
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +132,9 @@ class WeightFollower:
         self.pulling = model_id
         started = time.monotonic()
         try:
-            result = self._pull(model_id, latest)
+            result = self._pull(engine, model_id, latest)
             if result is None:
                 return None
-            engine.load(result.path)
         finally:
             self.pulling = None
         pull_s = time.monotonic() - started
@@ -147,11 +145,12 @@ class WeightFollower:
         log.info("%s: loaded %s version %s (%s)", self.metrics.raas_id, model_id, result.version, result.route)
         return Pulled(model_id, result.version, result.bytes_fetched, pull_s)
 
-    def _pull(self, model_id: str, version: int) -> PullResult | None:
-        """Pull `version` into the cache; None (logged once per version) when it cannot be pulled now."""
+    def _pull(self, engine: Engine, model_id: str, version: int) -> PullResult | None:
+        """Pull `version` into the cache and load it into `engine` (an adapter version on its base); None (logged
+        once per version) when it cannot be pulled now."""
         try:
             options = TransferOptions(workers=self.config.decode_workers, processes=self.config.decode_processes)
-            return pull(self.weights, model_id, os.path.join(self.cache_dir, model_id), version, options)
+            return load_version(engine, self.weights, model_id, version, self.cache_dir, options)
         except (WeightsIntegrityError, OSError) as e:  # broken, collected, not yet mirrored, unreachable: try later
             if self._refused.get(model_id) != version:  # one line per version, not one per group
                 log.warning("cannot pull %s version %s (keeping the loaded weights): %s", model_id, version, e)
