@@ -126,6 +126,12 @@ class DistillConfig(StrictConfig):
     reward_weight: float = Field(
         0.0, ge=0, description="The weight of the reward's group advantage added to it (0: distillation alone)."
     )
+    baseline: Literal["batch", "none"] = Field(
+        "batch",
+        description="'batch': subtract the mean of teacher - behaviour logprob over the step's trained tokens "
+        "before weighting (the student usually likes its own samples more than the teacher does, so without it "
+        "nearly every token, the stop token included, is pushed down); 'none': the raw per-token signal.",
+    )
 
 
 class AdvantageConfig(StrictConfig):

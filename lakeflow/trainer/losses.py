@@ -104,10 +104,15 @@ def distill_advantages(
     """[B, T] on-policy distillation advantages: on each trained token (mask > 0) the negative per-token
     reverse KL estimate, teacher_logp - old_logp (the behaviour policy sampled the token, so its log-ratio to
     the teacher is the reverse KL's single-sample estimate), times `weight`, plus `reward_weight` times the
-    reward's advantage ([B] or [B, T]); 0 off the mask. The behaviour logprob, not the trainer's: it needs no
+    reward's advantage ([B] or [B, T]); 0 off the mask. With `baseline: batch` the teacher term's mean over the
+    trained tokens is subtracted first. The behaviour logprob, not the trainer's: it needs no
     forward and is the policy the tokens came from; the loss's correction (tis) weighs the trainer's mismatch."""
     reward = token_advantages(advantages).expand_as(mask)
-    signal = config.weight * (teacher_logp - old_logp) + config.reward_weight * reward
+    teacher_term = teacher_logp - old_logp
+    trained = mask > 0
+    if config.baseline == "batch" and bool(trained.any()):
+        teacher_term = teacher_term - teacher_term[trained].mean()
+    signal = config.weight * teacher_term + config.reward_weight * reward
     return torch.where(mask > 0, signal, 0.0)
 
 

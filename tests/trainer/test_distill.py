@@ -33,6 +33,11 @@ def test_the_advantage_is_teacher_minus_behaviour_on_trained_tokens_plus_the_wei
     assert alone.tolist() == [[0.0, 0.5, -2.0, 0.0], [0.0, 2.0, -0.5, 0.0]]
     mixed = distill_advantages(reward, teacher, old, mask, DistillConfig(weight=2.0, reward_weight=0.5))
     assert mixed.tolist() == [[0.0, 1.5, -3.5, 0.0], [0.0, 3.5, -1.5, 0.0]]
+    # the batch baseline (default): a teacher 1 nat less sure of every token gives the same advantages (the
+    # mean of the teacher term over the trained tokens is subtracted); without it, every one falls by 1
+    assert distill_advantages(reward, teacher - 1.0, old, mask, DistillConfig()).tolist() == alone.tolist()
+    raw = distill_advantages(reward, teacher - 1.0, old, mask, DistillConfig(baseline="none"))
+    assert raw.tolist() == [[0.0, -0.5, -3.0, 0.0], [0.0, 1.0, -1.5, 0.0]]
     per_token = torch.tensor([[0.0, 1.0, 2.0, 3.0], [0.0, 0.0, 0.0, 0.0]])  # turn-level credit: [B, T]
     assert distill_advantages(per_token, teacher, old, mask, DistillConfig(reward_weight=1.0))[0].tolist() == [
         0.0,
@@ -47,7 +52,8 @@ def test_the_grpo_step_moves_a_token_toward_the_teacher() -> None:
     for teacher, direction in ((-0.1, 1.0), (-5.0, -1.0)):
         logp = torch.tensor([[0.0, -1.0]], requires_grad=True)
         old, mask = torch.tensor([[0.0, -1.0]]), torch.tensor([[0.0, 1.0]])
-        adv = distill_advantages(torch.zeros(1), torch.tensor([[0.0, teacher]]), old, mask, DistillConfig())
+        raw = DistillConfig(baseline="none")  # one token: the batch's baseline would centre it to 0
+        adv = distill_advantages(torch.zeros(1), torch.tensor([[0.0, teacher]]), old, mask, raw)
         objective = build_loss(GrpoLoss(type="grpo", clip_eps=0.2, correction={"type": "none"}), None)
         objective(LossInputs(logp, old, adv, mask)).per_token.sum().backward()  # type: ignore[no-untyped-call]
         assert logp.grad is not None and float(-logp.grad[0, 1]) * direction > 0  # descent raises / lowers it
@@ -64,7 +70,8 @@ def test_a_batch_trains_on_its_teacher_logprobs_and_leaves_out_rows_without_them
     taught["teacher_logprobs"] = [x + 1.0 for x in taught["response_logprobs"]]  # the teacher: 1 nat surer
     taught["teacher"] = "teacher@abc"
     write_step_batch(store, 1, tok, samples=samples)
-    b, meta = load_batch(store, MODEL, 1, AdvantageConfig(distill=DistillConfig(weight=0.5)), pad_id=0)
+    half = DistillConfig(weight=0.5, baseline="none")  # one taught row: a batch baseline would centre it to 0
+    b, meta = load_batch(store, MODEL, 1, AdvantageConfig(distill=half), pad_id=0)
     assert b.rows == 1 and meta["refused"] == {NO_TEACHER: 1}
     start = len(taught["prompt_ids"])
     trained = b.mask[0] > 0
