@@ -12,7 +12,8 @@ import pytest
 from lakeflow.io import open_mirror, open_store
 from lakeflow.lake import layout
 from lakeflow.raas.config import RaasConfig
-from lakeflow.raas.service import RolloutService, follow
+from lakeflow.raas.engines import versions
+from lakeflow.raas.service import RolloutService
 from lakeflow.weights import codec, load_state, publish
 from lakeflow.weights.mirror import mirror
 from lakeflow.weights.tensors import State
@@ -79,13 +80,13 @@ def test_service_decodes_with_its_configured_workers(tmp_path: Path, monkeypatch
     states.append(adam_step(states[0], 0))
     publish(lake, "policy", states[0])
     seen = []
-    real = follow.pull
+    real = versions.pull  # every engine's version goes through engines.load_version
 
     def spy(*args: Any) -> Any:
         seen.append(args[4])
         return real(*args)
 
-    monkeypatch.setattr(follow, "pull", spy)
+    monkeypatch.setattr(versions, "pull", spy)
     config = RaasConfig(cache_dir=str(tmp_path / "cache"), decode_workers=2, decode_processes=True)
     engine = LoadOnly()
     service = RolloutService(lake, "policy", config, engine=engine)  # type: ignore[arg-type]

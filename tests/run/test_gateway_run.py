@@ -71,7 +71,8 @@ def test_openai_api_agents_train_through_lakeflow_run(tmp_path: Path) -> None:
     row = view.sql("SELECT sum(mismatch_tokens) AS n, max(mismatch_max) AS worst FROM trainer_steps").to_pylist()[0]
     assert row["n"] > 0 and row["worst"] <= 1e-3, row
     # and apart per version and engine: the `mismatch` table joined to the services' engines (docs/metrics.md)
-    query = (DOCS / "metrics.md").read_text().split("```sql\n")[1].split("```")[0]
+    blocks = [b.split("```")[0] for b in (DOCS / "metrics.md").read_text().split("```sql\n")[1:]]
+    query = next(b for b in blocks if "FROM mismatch" in b)
     apart = view.sql(query).to_pylist()
     assert {r["engine"] for r in apart} == {"hf"} and sum(r["tokens"] for r in apart) == row["n"], apart
     assert all(r["max"] <= 1e-3 for r in apart) and [r["version"] for r in apart] == sorted(r["version"] for r in apart)
