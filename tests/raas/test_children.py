@@ -39,7 +39,15 @@ def _children(pid: int) -> set[int]:
     while frontier:
         frontier = {p for p, pp in parents.items() if pp in frontier} - found
         found |= frontier
-    return {p for p in found if _alive(p) and os.getsid(p) != p}
+    return {p for p in found if _alive(p) and _session(p) != p}
+
+
+def _session(pid: int) -> int | None:
+    """The session id of `pid`; None when it ended meanwhile (between the /proc walk and now)."""
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
 
 
 def _alive(pid: int) -> bool:
