@@ -164,18 +164,16 @@ def _empty(kind: pa.DataType, rows: int) -> pa.Array:
     return pa.array(values, kind)
 
 
-def build_batch(
-    batch: pa.Table, payload: pa.Table, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
-) -> StepBatch:
-    """Pad the payload rows (in batch order) and compute advantages from the batch's group statistics,
-    or, for a batch whose rows carry the advantage policy's credit, take them from it ([B, T])."""
-    prompts = payload.column("prompt_ids").to_pylist()
-    responses = payload.column("response_ids").to_pylist()
-    logprobs = payload.column("response_logprobs").to_pylist()
-    loss_masks = payload.column("loss_mask").to_pylist()
-    n = len(prompts)  # 0 when every row was refused: the step trains nothing
-    lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
-    width = max(lengths, default=0)
+def _padded(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    logprobs: list[list[float]],
+    loss_masks: list[list[float]],
+    pad_id: int,
+    width: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token ids, attention, loss mask and behaviour logprobs of the rows, right-padded to `width` ([B, T])."""
+    n = len(prompts)
     input_ids = torch.full((n, width), pad_id, dtype=torch.int64)
     attention = torch.zeros((n, width), dtype=torch.int64)
     mask = torch.zeros((n, width), dtype=torch.float32)
@@ -194,6 +192,22 @@ def build_batch(
         if r:
             mask[i, p : p + r] = torch.tensor(lm, dtype=torch.float32)
             old_logp[i, p : p + r] = torch.tensor(lp, dtype=torch.float32)
+    return input_ids, attention, mask, old_logp
+
+
+def build_batch(
+    batch: pa.Table, payload: pa.Table, advantages: AdvantageConfig, pad_id: int, vocab_size: int | None = None
+) -> StepBatch:
+    """Pad the payload rows (in batch order) and compute advantages from the batch's group statistics,
+    or, for a batch whose rows carry the advantage policy's credit, take them from it ([B, T])."""
+    prompts = payload.column("prompt_ids").to_pylist()
+    responses = payload.column("response_ids").to_pylist()
+    logprobs = payload.column("response_logprobs").to_pylist()
+    loss_masks = payload.column("loss_mask").to_pylist()
+    n = len(prompts)  # 0 when every row was refused: the step trains nothing
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(lengths, default=0)
+    input_ids, attention, mask, old_logp = _padded(prompts, responses, logprobs, loss_masks, pad_id, width)
     if vocab_size is not None and n and int(input_ids.max()) >= vocab_size:
         raise LakeFormatError(f"token id {int(input_ids.max())} is outside the model's vocabulary ({vocab_size})")
     reward = torch.tensor(batch.column("reward").to_pylist(), dtype=torch.float32)

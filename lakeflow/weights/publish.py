@@ -111,12 +111,7 @@ def publish(
     Raises `WeightsConflictError` when another trainer published this version first (before the
     manifest is written: the version is then not published by this call).
     """
-    if full_every < 1:
-        raise InputError(f"full_every must be >= 1, got {full_every}")
-    if force and lease is None:
-        raise InputError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
-    if lease is not None:
-        lease.check()
+    _check_arguments(full_every, force, lease)
     current = latest_version(store, model)  # not LATEST itself: a deleted or rolled-back pointer is no reset
     version = 0 if current is None else current + 1
     prev = read_manifest(store, model, version - 1) if version > 0 else None
@@ -144,6 +139,16 @@ def publish(
         raise _conflict(manifest_key, model, version) from e
     _advance_latest(store, model, version, publisher)
     return manifest
+
+
+def _check_arguments(full_every: int, force: bool, lease: PublishGuard | None) -> None:
+    """Refuse a bad schedule or a forced publish without the lease; check the lease before the first write."""
+    if full_every < 1:
+        raise InputError(f"full_every must be >= 1, got {full_every}")
+    if force and lease is None:
+        raise InputError("force needs the model's trainer lease: only its holder may overwrite unfinished versions")
+    if lease is not None:
+        lease.check()
 
 
 @dataclass(frozen=True)
