@@ -137,6 +137,16 @@ def test_vllm_generates_tempered_logprobs_and_reloads_swapped_weights(tmp_path: 
         got = engine.choice_logprobs(asked, choices)  # type: ignore[attr-defined]
         assert max(abs(a - b) for a, b in zip(got, expected, strict=True)) < TOL
 
+        # a distillation teacher's score (`POST /v1/score`): each response token's logprob, as the
+        # transformers engine gives it; vLLM's prompt logprobs come from raw logits: temperature 1 only
+        rows = [(asked, c.token_ids) for c in groups[0][:2]]
+        want = hf.token_logprobs(rows, 1.0)  # type: ignore[attr-defined]
+        scored = engine.token_logprobs(rows, 1.0)  # type: ignore[attr-defined]
+        assert [len(s) for s in scored] == [len(r) for _, r in rows]
+        assert max(abs(a - b) for s, w in zip(scored, want, strict=True) for a, b in zip(s, w, strict=True)) < TOL
+        with pytest.raises(ValueError, match="temperature 1 only"):
+            engine.token_logprobs(rows, T)  # type: ignore[attr-defined]
+
         old_dir = tmp_path / "old-weights"
         shutil.copytree(model_dir, old_dir)
         _swap_in_perturbed(Path(model_dir))
