@@ -32,6 +32,11 @@ _LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS) (\S.*?)(?: - (.*))?$")
 # summaries not cut to a terminal's width, the same hash seed every run
 TEST_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONDONTWRITEBYTECODE": "1", "COLUMNS": "400"}
 TEST_ENV |= {"PYTHONHASHSEED": "0"}
+# what decides how pytest runs, wherever it is in the repository: put back as the snapshot has it (an agent's
+# own removed) before the tests run, so no agent passes them with a hook that rewrites outcomes
+HARNESS_FILES = frozenset(
+    {"conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "sitecustomize.py", "usercustomize.py"}
+)
 
 
 class RepoTask(StrictConfig):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,13 +14,19 @@ from click.testing import CliRunner
 
 from lakeflow.cli import main
 from lakeflow.io import open_store
+from lakeflow.raas.episodes.programs import repo_task
 from lakeflow.raas.repo_tests import RepoTask, repo_tests_partial_reward, repo_tests_reward, report_from
 from lakeflow.raas.sandbox import bwrap_status
 from lakeflow.tasks.config import PackageSource, SuiteConfig
 from lakeflow.tasks.mutate import mutations
 from lakeflow.tasks.synth import read_rows, synthesize
+from lakeflow.tasks.synth import tests_sandbox as sandbox_of_tasks  # not collected as a test
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "repos" / "tiny-lib"
+# a hook that reports every test as passed, planted where pytest finds it
+_HOOK = "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+_HOOK += '    outcome = yield\n    outcome.get_result().outcome = "passed"\n'
+CHEAT = f"printf '{_HOOK}' > conftest.py && cp conftest.py tests/conftest.py"
 NO_BWRAP = "" if os.geteuid() == 0 and bwrap_status()[0] else "synthesis runs tests in bwrap: needs root and bubblewrap"
 
 
@@ -97,6 +104,18 @@ def test_synth_keeps_the_mutants_tests_catch_and_check_scores_gold_1_and_mutant_
     failed = CliRunner().invoke(main, ["tasks", "check", "--suite", "tiny", "--split", "broken", *lake])
     assert failed.exit_code == 1, failed.output
     assert "FAIL" in failed.output
+
+    # an agent that rewrites pytest's outcomes (a conftest.py beside the tests and one in the root) instead of
+    # fixing the bug: its files are gone before the tests run
+    with tempfile.TemporaryDirectory(prefix="lakeflow-test-cheat-") as tmp:  # a work_dir each uid passes through
+        sandbox = sandbox_of_tasks(4096, 30, Path(tmp) / "sandbox")
+        sandbox.bases.store = store
+        try:
+            cheat = repo_task(sandbox, ["/bin/sh", "-c", CHEAT], {}, rows[0]["answer"], 90)
+        finally:
+            sandbox.close()
+    assert cheat.tests is not None and repo_tests_reward(json.dumps(cheat.tests), rows[0]["answer"]).value == 0.0
+    assert all(cheat.tests["tests"][i] == "FAILED" for i in json.loads(rows[0]["answer"])["fail_to_pass"])
 
 
 def test_the_suite_and_the_recipes_parse_and_render(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,11 +158,13 @@ def repo_task(
 
 
 def tests_then(config: SandboxConfig, task: repo_tests.RepoTask) -> Then:
-    """The run of a repository task's tests after its episode (its test files put back first)."""
+    """The run of a repository task's tests after its episode (its test files and pytest's configuration put
+    back first)."""
     python = config.tests_python  # a relative path is from the service's working directory, as binds are
     python = os.path.abspath(python) if "/" in python and not os.path.isabs(python) else python
     command = repo_tests.test_command(python, task.test_files)
-    return Then(command, repo_tests.test_env(task), config.tests_seconds, tuple(task.test_files))
+    files = tuple(task.test_files)
+    return Then(command, repo_tests.test_env(task), config.tests_seconds, files, repo_tests.HARNESS_FILES)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

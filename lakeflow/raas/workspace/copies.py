@@ -119,6 +119,26 @@ class EpisodeCopy:
         else:
             write_all()
 
+    def reset(self, restore: Sequence[str], named: frozenset[str], uid: int | None) -> None:
+        """Put `restore` back from the base, and every file called one of `named`: the base's as they were, the
+        episode's own removed (before a repository task's tests: its test files, pytest's configuration and
+        plug-ins, which an agent could otherwise write to pass them)."""
+        tree = self.base.tree
+        kept = [str(f.relative_to(tree)) for f in tree.rglob("*") if f.name in named and f.is_file()]
+
+        def drop_added() -> None:
+            for dirpath, _, names in os.walk(self.path):
+                for name in set(names) & named:
+                    path = Path(dirpath, name)
+                    if not (self.base.tree / path.relative_to(self.path)).exists():
+                        path.unlink()
+
+        if named and self.mntns_fd is not None:
+            in_namespace(self.mntns_fd, drop_added)
+        elif named:
+            drop_added()
+        self.write({p: (self.base.tree / p).read_bytes() for p in {*restore, *kept}}, uid)
+
     def remove(self) -> None:
         for fd in self.fds.values():  # the last reference to its namespace: its mounts end with it
             os.close(fd)

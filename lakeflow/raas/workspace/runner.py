@@ -62,13 +62,15 @@ class SandboxRun:
 @dataclass(frozen=True)
 class Then:
     """A second command run in the episode's workspace after the first ended and its change was stored (a
-    repository task's tests): no network, the same uid and limits, `restore`d paths put back from the base
-    first (the task's test files, whatever the first command did to them); its own change is not stored."""
+    repository task's tests): no network, the same uid and limits, `restore`d paths and files `named` put back
+    from the base first (the task's test files and pytest's configuration, whatever the first command did to
+    them; such files the first command added are removed); its own change is not stored."""
 
     command: list[str]
     env: Mapping[str, str]
     seconds: float
     restore: tuple[str, ...] = ()
+    named: frozenset[str] = frozenset()  # files of these names anywhere: the base's put back, the episode's removed
 
 
 class Backend(Protocol):
@@ -212,7 +214,7 @@ class EpisodeSandbox:
     def _then(self, e: _Episode, then: Then) -> SandboxRun:
         """Run `then` in the copy `e` leaves: in a network namespace of its own with nothing in it."""
         try:
-            e.copy.write({p: (e.copy.base.tree / p).read_bytes() for p in then.restore}, e.uid)
+            e.copy.reset(then.restore, then.named, e.uid)
             env = bwrap.base_env(self.config) | dict(then.env)
             argv = bwrap.Argv(then.command, then.seconds, e.uid, None, e.copy.mntns_fd, e.copy.sources)
             launched = self.backend.launch(e.copy.path, e.copy.space, env, [], argv)
