@@ -54,7 +54,8 @@ def _beside(plan: Plan, target: str) -> list[str]:
     is not started there (a note)."""
     if target == "k8s":
         return []
-    out, used = [], set()
+    out: list[str] = []
+    used: set[str] = set()
     for w in plan.workloads:
         served = beside(plan, w)
         used.update(s.spec.name for s in served)

@@ -25,8 +25,9 @@ SERVE_CONFIG = "serve-{id}.yaml"
 
 def served_ids(raas: dict[str, Any]) -> list[str]:
     """The served ids a rollout service's config names: its judge's `pool`, then its teachers'."""
-    reward = raas.get("reward") or {}
-    ids = [reward["pool"]] if reward.get("type") == "judge" and reward.get("pool") else []
+    reward = raas.get("reward")  # a name, or a section told apart by `type`
+    judged = reward.get("pool") if isinstance(reward, dict) and reward.get("type") == "judge" else None
+    ids = [judged] if judged else []
     return ids + [t["pool"] for t in raas.get("teachers") or [] if t["pool"] not in ids]
 
 

@@ -81,12 +81,15 @@ def test_skypilot_runs_a_served_model_on_its_pool_s_nodes(path: Path, tmp_path: 
     task = yaml.safe_load(rendered.files["sky/raas-policy.yaml"])
     *start, last = task["run"].splitlines()
     served = config.serve[0]
-    assert start[1].startswith(f"lakeflow serve --host 127.0.0.1 --port 8000 --config /lakeflow/configs/serve-{served.id}")
+    assert start[1].startswith(
+        f"lakeflow serve --host 127.0.0.1 --port 8000 --config /lakeflow/configs/serve-{served.id}"
+    )
     assert start[1].split("#")[0].rstrip().endswith(" &") and last.startswith("exec lakeflow raas")
     assert task["resources"]["cpus"] == "8+" and task["resources"]["memory"] == "64+"  # the pool's and the model's
     assert set(rendered.files) >= {"configs/raas-policy.yaml", f"configs/serve-{served.id}.yaml"}
     assert sorted(n for n in rendered.files if n.startswith("sky/")) == [
-        f"sky/{n}.yaml" for n in ("dataflow", *(["eval-policy"] if path == DISTILL else []), "raas-policy", "train-policy")
+        f"sky/{n}.yaml"
+        for n in ("dataflow", *(["eval-policy"] if path == DISTILL else []), "raas-policy", "train-policy")
     ]
     raas = RaasConfig.model_validate(yaml.safe_load(rendered.files["configs/raas-policy.yaml"]))
     ends = [t.endpoint for t in raas.teachers] + [getattr(raas.reward, "endpoint", None)]
@@ -115,7 +118,7 @@ def test_slurm_starts_a_served_model_in_the_pool_s_job(path: Path, tmp_path: Pat
     calls = sorted((tmp_path / "calls").read_text().splitlines())
     served = config.serve[0]
     assert calls[1].startswith(f"serve --host 127.0.0.1 --port 8321 --config {out}/configs/serve-{served.id}.yaml")
-    url = f"http://127.0.0.1:8321/v1"
+    url = "http://127.0.0.1:8321/v1"
     assert calls[0].startswith("raas --lake") and calls[0].endswith(f"--served {served.id}={url}")
     # what the rollout service makes of it: its judge or teacher at that address
     raas = command_config(str(out / "configs/raas-policy.yaml"), served={served.id: url})
@@ -133,7 +136,10 @@ def test_a_served_model_with_gpus_shares_its_pool_s_node(tmp_path: Path) -> None
     task = yaml.safe_load(_launch(config, "skypilot", tmp_path / "sky").files["sky/raas-policy.yaml"])
     assert task["resources"]["accelerators"] == "H100:2" and task["setup"] == "scripts/install-env cuda .venv\n"
     run = task["run"]
-    assert 'GPUS="${CUDA_VISIBLE_DEVICES:-0,1}"' in run and 'CUDA_VISIBLE_DEVICES="$(echo "$GPUS" | cut -d, -f2-2)" ' in run
+    assert (
+        'GPUS="${CUDA_VISIBLE_DEVICES:-0,1}"' in run
+        and 'CUDA_VISIBLE_DEVICES="$(echo "$GPUS" | cut -d, -f2-2)" ' in run
+    )
     assert 'export CUDA_VISIBLE_DEVICES="$(echo "$GPUS" | cut -d, -f1-1)"' in run
     script = _launch(config, "slurm", tmp_path / "slurm").files["slurm/raas-policy.sbatch"]
     assert "#SBATCH --gres=gpu:H100:2" in script

@@ -332,7 +332,7 @@ def command_config(
     for pool, url in (served or {}).items():
         if pool not in {judged, *(t["pool"] for t in data["teachers"])}:
             raise ConfigError(f"--served {pool}={url}: no judge or teacher of the config names pool {pool!r}")
-        if judged == pool:
+        if judged == pool and isinstance(reward, dict):
             reward["endpoint"] = url
         data["teachers"] = [{**t, "endpoint": url} if t["pool"] == pool else t for t in data["teachers"]]
     if engine is not None and data["engine"]["type"] != engine:
