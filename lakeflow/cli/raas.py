@@ -32,6 +32,12 @@ if TYPE_CHECKING:
     "--config", "config_path", default=None, type=click.Path(exists=True, dir_okay=False), help="YAML/JSON RaasConfig."
 )
 @click.option("--max-groups", type=int, default=None, help="Exit after committing N groups (default: until SIGTERM).")
+@click.option(
+    "--served",
+    multiple=True,
+    metavar="ID=URL",
+    help="The base URL (http://host:port/v1) of served model ID: the endpoint of the judge and teachers naming it.",
+)
 @outage_option
 @tracker_options
 def raas(
@@ -44,6 +50,7 @@ def raas(
     weights_url: str | None,
     config_path: str | None,
     max_groups: int | None,
+    served: tuple[str, ...],
     outage_s: float,
     tracker: str | None,
     tracker_dir: str | None,
@@ -64,7 +71,10 @@ def raas(
         from lakeflow.raas.service import RolloutService
         from lakeflow.raas.service.children import guard_children
 
-        config = command_config(config_path, engine, region, raas_id, weights_url)
+        urls = {pool: url for pool, _, url in (item.partition("=") for item in served)}
+        if any(not pool or not url for pool, url in urls.items()):
+            raise click.BadParameter(f"{served}: give ID=URL (judge=http://127.0.0.1:8000/v1)", param_hint="--served")
+        config = command_config(config_path, engine, region, raas_id, weights_url, urls)
         refuse(check_raas_config(config) + check_raas_here(config))
         for note in check_raas_warnings(config):
             click.echo(f"Warning: {note}", err=True)

@@ -2,8 +2,9 @@
 
 `check_plan` returns one line per problem (empty: the run may be rendered): the lake URL fits the target,
 GPU types are known to the target, resources are sane (GPUs where the config trains on cuda, shared memory
-within memory, several nodes only for trainers), models are reachable by the nodes (a hub id, `tiny:`,
-a directory on Slurm's shared filesystem or on the model cache volume), credentials fit the target.
+within memory, several nodes only for trainers), models (served ones too) are reachable by the nodes (a hub
+id, `tiny:`, a directory on Slurm's shared filesystem or on the model cache volume), credentials fit the
+target, a served model and the pools beside it (SkyPilot, Slurm) want one GPU type.
 Datasets are checked where they are placed (`launch.data`). `lakeflow launch` prints every line and exits 1.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lakeflow.launch.served import beside
 from lakeflow.launch.workloads import Plan, Workload
 from lakeflow.run.cluster import ROLES, quantity_bytes
 
@@ -39,24 +41,34 @@ def check_plan(plan: Plan, target: str) -> list[str]:
     problems = _lake(plan, target)
     # Extension names (workflow, reward, dataset loader, loss, engine, environment) were resolved before the
     # plan was made, by the run config's own check (`lakeflow.run.check.check_run_config`, in `lakeflow launch`).
-    for w in plan.workloads:
+    for w in plan.workloads + plan.served:
         problems += _resources(plan, w, target)
         problems += _models(plan, w, target)
     problems += _credentials(plan, target)
-    problems += _served(plan, target)
+    problems += _beside(plan, target)
     return problems
 
 
-def _served(plan: Plan, target: str) -> list[str]:
-    """The frozen models of `serve:` are started by `lakeflow run` only: a launched run's judges need an endpoint."""
-    if not plan.config.serve:
+def _beside(plan: Plan, target: str) -> list[str]:
+    """On SkyPilot and Slurm a served model shares its pools' nodes: one GPU type per node; one no pool uses
+    is not started there (a note)."""
+    if target == "k8s":
         return []
-    ids = ", ".join(s.id for s in plan.config.serve)
-    return [
-        f"serve: {target} does not start the run's served models ({ids}) yet: run `lakeflow serve --config <file> "
-        "--host 0.0.0.0 --port <port>` where the rollout pods reach it, and give their judges `endpoint: "
-        "http://<that host>:<port>/v1` instead of `pool`"
-    ]
+    out: list[str] = []
+    used: set[str] = set()
+    for w in plan.workloads:
+        served = beside(plan, w)
+        used.update(s.spec.name for s in served)
+        types = {r.gpu_type for r in (w.resources, *(s.resources for s in served)) if r.gpu_type}
+        if len(types) > 1:
+            out.append(
+                f"{w.spec.name}: its served models run on its nodes ({target}), which have one GPU type, not "
+                f"{', '.join(sorted(types))}: give launch.serve and launch.raas the same gpu_type"
+            )
+    for s in plan.served:
+        if s.spec.name not in used:
+            plan.notes.append(f"{s.spec.name}: no rollout pool uses it, so {target} does not start it")
+    return out
 
 
 def _lake(plan: Plan, target: str) -> list[str]:
@@ -96,8 +108,9 @@ def _model_refs(w: Workload) -> list[tuple[str, str]]:
     """(where, model reference) of the models a workload reads at start from outside the lake."""
     if w.spec.role == "trainer" and w.model is not None:
         return [("trainer.model", w.model.trainer.model)]
-    ref = w.spec.config.get("model") if w.spec.role == "raas" else None
-    return [("raas.config.model", ref)] if ref else []
+    ref = w.spec.config.get("model") if w.spec.role in ("raas", "serve") else None
+    where = f"serve {w.spec.config.get('id')}: model" if w.spec.role == "serve" else "raas.config.model"
+    return [(where, ref)] if ref else []
 
 
 def _models(plan: Plan, w: Workload, target: str) -> list[str]:
@@ -107,7 +120,7 @@ def _models(plan: Plan, w: Workload, target: str) -> list[str]:
         if ref.startswith("tiny:"):
             continue
         path = Path(ref)
-        if path.is_absolute() or ref.startswith("."):
+        if path.is_absolute() or ref.startswith(".") or path.is_dir():
             if target == "slurm":
                 if not (path / "config.json").is_file():
                     out.append(f"{w.spec.name}: {where} {ref} is not a model directory here (no config.json)")

@@ -6,7 +6,8 @@ Deployment (1 replica; its lease makes a second pod during a rollout wait), one 
 pool (SIGTERM drains: the group in progress is committed within terminationGracePeriodSeconds; liveness
 from the service's heartbeat in the lake), each trainer as a Job running torchrun on one node or a JobSet
 of one pod per node, and each model's evaluation (`eval:` in the run config) as a Job that ends once the
-last version is evaluated. Resources, node selectors, tolerations, /dev/shm, the HF token and model
+last version is evaluated, and each served model of `serve:` as a Deployment behind a ClusterIP Service
+(`launch.served`). Resources, node selectors, tolerations, /dev/shm, the HF token and model
 cache and per-role credential Secrets come from the run config's `launch:` section.
 """
 
@@ -15,9 +16,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from lakeflow.launch import served
 from lakeflow.launch.checks import GPU_PRODUCT_LABEL, GPU_TYPES
-from lakeflow.launch.render import ENDS, ROLES, dns_name, dump_all, grace_s
-from lakeflow.launch.workloads import Plan, Workload
+from lakeflow.launch.render import ENDS, ROLES, dump_all, grace_s
+from lakeflow.launch.workloads import Plan, Workload, dns_name
 from lakeflow.run.cluster import time_seconds
 
 CONFIG_DIR = "/etc/lakeflow"
@@ -130,7 +132,17 @@ def _container(plan: Plan, w: Workload) -> dict[str, Any]:
     if w.spec.role == "raas":
         container["startupProbe"] = _heartbeat_probe(plan, 30, 40)  # model load and first pull: up to 20 min
         container["livenessProbe"] = _heartbeat_probe(plan, 60, 3)
+    if w.spec.role == "serve":  # it listens once the model is loaded; /v1/models answers without the engine
+        container["ports"] = [{"name": "http", "containerPort": plan.config.launch.serve_port}]
+        container["startupProbe"] = _http_probe(30, 40)  # a download and load: up to 20 min
+        container["readinessProbe"] = _http_probe(10, 3)  # the Service sends requests to a ready pod only
+        container["livenessProbe"] = _http_probe(60, 3)
     return container
+
+
+def _http_probe(period_s: int, failures: int) -> dict[str, Any]:
+    get = {"path": "/v1/models", "port": "http"}
+    return {"httpGet": get, "periodSeconds": period_s, "timeoutSeconds": 10, "failureThreshold": failures}
 
 
 def _pod(plan: Plan, w: Workload, restart: str) -> dict[str, Any]:
@@ -147,6 +159,9 @@ def _pod(plan: Plan, w: Workload, restart: str) -> dict[str, Any]:
         "containers": [_container(plan, w)],
         "volumes": volumes,
     }
+    if w.spec.role == "serve":  # a served model reads no lake: the namespace's default account, no token
+        spec.pop("serviceAccountName")
+        spec["automountServiceAccountToken"] = False
     selector = dict(w.resources.node_selector or {})
     if w.gpus and w.resources.gpu_type in GPU_TYPES:
         selector.setdefault(GPU_PRODUCT_LABEL, GPU_TYPES[w.resources.gpu_type])
@@ -235,7 +250,21 @@ def objects(plan: Plan) -> list[dict[str, Any]]:
             out.append(job_set(plan, w))
         else:
             out.append(job(plan, w) if w.spec.role in ENDS else deployment(plan, w))
+    for w in plan.served:
+        out += [deployment(plan, w), service(plan, w)]
     return out
+
+
+def service(plan: Plan, w: Workload) -> dict[str, Any]:
+    """A served model's stable address (ClusterIP): the pools' judges and teachers name it (launch.served)."""
+    name = served.service_name(plan.config.name, w.spec.config["id"])
+    port = {"name": "http", "port": plan.config.launch.serve_port, "targetPort": "http", "protocol": "TCP"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(plan, name, _labels(plan, w)),
+        "spec": {"type": "ClusterIP", "selector": _labels(plan, w), "ports": [port]},
+    }
 
 
 def render(plan: Plan) -> dict[str, str]:

@@ -2,14 +2,14 @@
 
 `plan()` takes the processes `lakeflow run` would start (`lakeflow.run.processes.process_specs`, and the
 evaluations of `lakeflow.run.observe.eval_specs`), keeps one spec per rollout pool (its replicas run the
-same config), places the run's dataset files (`launch.data`), gives each workload its resources (the run
+same config) and one per served model of `serve:` (`launch.served`: where each listens, the pools' endpoints),
+places the run's dataset files (`launch.data`), gives each workload its resources (the run
 config's `launch:` section, GPUs from the devices by default) and checks the result (`launch.checks`); a
 target (`k8s`, `skypilot`, `slurm`) turns the plan into its own files.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +17,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from lakeflow.errors import LaunchCheckError
+from lakeflow.launch import served
 from lakeflow.launch.checks import check_plan
 from lakeflow.launch.data import Datasets
 from lakeflow.launch.workloads import LaunchOptions, Plan, Workload
@@ -24,7 +25,7 @@ from lakeflow.raas.config import EngineConfig
 from lakeflow.run.cluster import Resources
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.run.observe import eval_specs
-from lakeflow.run.processes import dataflow_spec, raas_spec, trainer_spec
+from lakeflow.run.processes import dataflow_spec, raas_spec, trainer_spec, with_judge_endpoints
 
 ROLES = ("raas", "dataflow", "trainer", "eval")  # one service account / IAM role each
 EVAL_ENGINE: TypeAdapter[EngineConfig] = TypeAdapter(EngineConfig)
@@ -72,6 +73,7 @@ def plan(config: RunConfig, options: LaunchOptions, config_dir: str, target: str
     at start are raised together (`LaunchCheckError`, see launch.checks)."""
     files: dict[str, str] = {}
     notes: list[str] = []
+    config = with_judge_endpoints(config, served.urls(config, options.namespace, target))
     flow = dataflow_spec(config)
     flow_config = yaml.safe_load(yaml.safe_dump(flow.config))  # a deep copy
     datasets = Datasets(target, options, config_dir, files, notes)
@@ -102,13 +104,21 @@ def plan(config: RunConfig, options: LaunchOptions, config_dir: str, target: str
         engine = EVAL_ENGINE.validate_python(section["engine"])
         r = resources(config, "eval", m, engine_gpus(config, engine), options.raas_gpus)
         workloads.append(Workload(replace(spec, config=section), 1, r, m))
-    for w in workloads:
+    serving = [served_workload(config, i, target) for i in range(len(config.serve))]
+    for w in workloads + serving:
         files[w.spec.config_name] = yaml.safe_dump(w.spec.config, sort_keys=False)
-    p = Plan(config, options, config_dir, workloads, files, notes)
+    p = Plan(config, options, config_dir, workloads, files, notes, serving)
     problems = [*datasets.problems, *check_plan(p, target)]
     if problems:
         raise LaunchCheckError(problems)
     return p
+
+
+def served_workload(config: RunConfig, index: int, target: str) -> Workload:
+    """The index-th model of `serve:` with its resources (`launch.serve`; GPUs as a pool's engine gets them)."""
+    spec = served.spec(config, index, target)
+    gpus = engine_gpus(config, config.serve[index].engine)
+    return Workload(spec, 1, resources(config, "serve", None, gpus, None), None)
 
 
 def grace_s(w: Workload, options: LaunchOptions) -> int:
@@ -120,12 +130,6 @@ def grace_s(w: Workload, options: LaunchOptions) -> int:
     if w.model is None or w.spec.role != "raas":
         return 30
     return int(w.spec.config["claim_ttl_s"]) + 30
-
-
-def dns_name(*parts: str) -> str:
-    """A DNS-1123 label from run, role and model names (lowercase, '-', at most 63 characters)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
-    return name[:63].rstrip("-") or "lakeflow"
 
 
 class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # PyYAML ships no types

@@ -6,15 +6,17 @@ that installs lakeflow from the lock its hardware needs (`requirements/lock-cuda
 `requirements/lock.txt` on CPU ones) on the synced checkout (`workdir`) — or the container image when
 one is given — the run command and autostop; configs travel as `file_mounts` from `configs/`. A trainer
 over N nodes is `num_nodes: N` with torchrun's rendezvous at node 0; a pool of N rollout services is one
-cluster of N nodes, each node one service.
+cluster of N nodes, each node one service, beside the served models (`serve:`) its config names, which
+listen on the node's 127.0.0.1 (clusters have no stable address of each other).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from lakeflow.launch.render import dns_name, dump
-from lakeflow.launch.workloads import Plan, Workload
+from lakeflow.launch import served
+from lakeflow.launch.render import dump
+from lakeflow.launch.workloads import Plan, Workload, dns_name
 from lakeflow.run.cluster import quantity_bytes
 
 CONFIG_DIR = "/lakeflow/configs"
@@ -62,7 +64,8 @@ def _resources(plan: Plan, w: Workload) -> dict[str, Any]:
 def _secrets(plan: Plan, w: Workload) -> dict[str, None]:
     """Secret names passed at launch (`sky launch --secret NAME`, from the launching shell): never in a file."""
     out: dict[str, None] = {}
-    if plan.config.launch.hf_token_secret and plan.reads_hub(w):
+    hub = any(plan.reads_hub(x) for x in (w, *served.beside(plan, w)))
+    if plan.config.launch.hf_token_secret and hub:
         out["HF_TOKEN"] = None
     kind, identities = plan.credentials()
     if kind == "secret" and identities.get(w.spec.role):
@@ -71,6 +74,9 @@ def _secrets(plan: Plan, w: Workload) -> dict[str, None]:
 
 
 def task(plan: Plan, w: Workload) -> dict[str, Any]:
+    """The task of workload `w`; a rollout pool's nodes also run the served models it uses (launch.served)."""
+    start, _ = served.start_lines(plan, w, "skypilot")
+    w = served.together(w, served.beside(plan, w))
     envs: dict[str, str] = {"PYTHONUNBUFFERED": "1"}
     if plan.options.endpoint_url:
         envs["AWS_ENDPOINT_URL"] = plan.options.endpoint_url
@@ -91,7 +97,8 @@ def task(plan: Plan, w: Workload) -> dict[str, Any]:
     # in the image, lakeflow is installed; else the node installs the lock of its hardware
     out["setup"] = "true\n" if image else setup(plan.software(w))
     activate = "" if image else "source .venv/bin/activate\n"
-    out["run"] = f"{activate}exec {plan.shell(w, rendezvous(plan, w))}\n"  # exec: the process gets the signals
+    lines = [*start, f"exec {plan.shell(w, rendezvous(plan, w))}"]  # exec: the process gets the signals
+    out["run"] = activate + "\n".join(lines) + "\n"
     return out
 
 

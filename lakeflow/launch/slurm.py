@@ -5,7 +5,8 @@ site's type, time limit, partition, account, QOS), activates lakeflow's virtual 
 checkout (`.venv` for CPU jobs, `.venv-cuda` for GPU jobs: `scripts/install-env` builds both) and `exec`s
 the process, so `scancel` (SIGTERM) reaches it. A pool of N rollout services is a job array of N tasks; a
 trainer over N nodes is one task per node, each `srun` task a torchrun agent whose node rank is the task's
-rank, with node 0 of the allocation as the rendezvous master.
+rank, with node 0 of the allocation as the rendezvous master. A rollout pool's job also starts the served
+models (`serve:`) its config names, in the background on its node's 127.0.0.1 (jobs cannot address each other).
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from __future__ import annotations
 import math
 import shlex
 
-from lakeflow.launch.render import dns_name
-from lakeflow.launch.workloads import Plan, Workload
+from lakeflow.launch import served
+from lakeflow.launch.workloads import Plan, Workload, dns_name
 from lakeflow.run.cluster import quantity_bytes
 
 DIRECTIVES = (
@@ -82,6 +83,10 @@ def _environment(plan: Plan, w: Workload) -> list[str]:
 
 
 def script(plan: Plan, w: Workload, out_dir: str) -> str:
+    """The batch script of workload `w`; a rollout pool's job also runs the served models it uses, on its node
+    (launch.served): the job asks for both, and the service gets their addresses with `--served`."""
+    start, flags = served.start_lines(plan, w, "slurm")
+    w = served.together(w, served.beside(plan, w))
     workdir = shlex.quote(plan.options.workdir)
     venv = f"{plan.options.workdir}/{VENVS[plan.software(w)]}"
     lines = [
@@ -104,7 +109,7 @@ def script(plan: Plan, w: Workload, out_dir: str) -> str:
             f"exec srun --kill-on-bad-exit=1 bash -c {shlex.quote('exec ' + plan.shell(w, rendezvous(plan, w)))}",
         ]
     else:
-        lines.append(f"exec {plan.shell(w)}")
+        lines += [*start, " ".join(["exec", plan.shell(w), *flags])]
     return "\n".join(lines) + "\n"
 
 

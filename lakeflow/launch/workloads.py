@@ -3,6 +3,7 @@ that holds them with their config files (`render.plan` builds it, a target rende
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 
@@ -61,14 +62,17 @@ class Plan:
     workloads: list[Workload]
     files: dict[str, str]  # file name in config_dir -> text: each process's config and shipped datasets
     notes: list[str]
+    served: list[Workload] = field(default_factory=list)  # the `serve:` models (launch.served places them)
 
     def command(self, w: Workload, rendezvous: tuple[str, ...] = ()) -> list[str]:
         """`lakeflow VERB …` of a workload; a trainer runs under torchrun, across nodes with the target's
         `rendezvous` flags (--nnodes, --node_rank, --master_addr, --master_port)."""
+        config = ["--config", f"{self.config_dir}/{w.spec.config_name}"]
+        if w.spec.role == "serve":  # a frozen model: no lake
+            return ["lakeflow", "serve", *w.spec.flags, *config]
         lake = ["--lake", self.options.lake] + (
             ["--endpoint-url", self.options.endpoint_url] if self.options.endpoint_url else []
         )
-        config = ["--config", f"{self.config_dir}/{w.spec.config_name}"]
         if w.spec.role == "trainer":
             where = list(rendezvous) if w.nodes > 1 else ["--standalone"]
             head = ["torchrun", *where, f"--nproc_per_node={max(1, w.gpus)}", "-m", "lakeflow"]
@@ -107,3 +111,9 @@ class Plan:
         if self.options.role_arns:
             return "irsa", {**(creds.roles if creds.type == "irsa" else {}), **self.options.role_arns}
         return creds.type, dict(creds.roles)
+
+
+def dns_name(*parts: str) -> str:
+    """A DNS-1123 label from run, role and model names (lowercase, '-', at most 63 characters)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return name[:63].rstrip("-") or "lakeflow"

@@ -1,9 +1,10 @@
 """The `launch:` section of a run config: where `lakeflow launch` places each process on a cluster.
 
-Per role (dataflow, trainer, raas, eval) the resources a process asks for (CPU, memory, GPUs and their
-type, shared memory, node selectors, tolerations, time limit, partition, account; trainers also nodes),
-overridable per model (`models.<id>.<role>`) and per region (`regions.<name>`, the rollout pools there);
-the container image, the Hugging Face token and model cache, and how processes get lake credentials.
+Per role (dataflow, trainer, raas, eval; serve: the run's served models) the resources a process asks for
+(CPU, memory, GPUs and their type, shared memory, node selectors, tolerations, time limit, partition,
+account; trainers also nodes), overridable per model (`models.<id>.<role>`) and per region
+(`regions.<name>`, the rollout pools there); the container image, the Hugging Face token and model cache,
+and how processes get lake credentials.
 `lakeflow run` ignores it (one machine places everything itself).
 """
 
@@ -96,6 +97,7 @@ DEFAULTS: dict[str, Resources] = {
     "trainer": Resources(cpus=8, memory="64Gi", nodes=1, shm="16Gi"),
     "raas": Resources(cpus=4, memory="32Gi", shm="8Gi"),
     "eval": Resources(cpus=4, memory="32Gi", shm="8Gi"),
+    "serve": Resources(cpus=4, memory="32Gi", shm="8Gi"),
 }
 
 
@@ -154,6 +156,11 @@ class LaunchConfig(StrictConfig):
     trainer: Resources = Field(default_factory=Resources, description="Every trainer.")
     raas: Resources = Field(default_factory=Resources, description="Every rollout service.")
     eval: Resources = Field(default_factory=Resources, description="Every evaluation.")
+    serve: Resources = Field(
+        default_factory=Resources,
+        description="Every served model of `serve:` (a judge or a teacher): its own pod on Kubernetes; on SkyPilot "
+        "and Slurm it runs beside each rollout service that uses it, which asks for these resources as well.",
+    )
     models: dict[str, ModelResources] = Field(default_factory=dict, description="Overrides per model id.")
     regions: dict[str, Resources] = Field(
         default_factory=dict, description="Overrides for the rollout services of a region (`regions:` pools)."
@@ -166,6 +173,13 @@ class LaunchConfig(StrictConfig):
     model_cache: ModelCache | None = Field(None, description="A Hugging Face cache shared across restarts.")
     credentials: Credentials = Field(default_factory=Credentials, description="Lake credentials per role.")
     rdzv_port: int = Field(29500, ge=1024, le=65535, description="torchrun's rendezvous port on a trainer's node 0.")
+    serve_port: int = Field(
+        8000,
+        ge=1024,
+        le=64535,
+        description="Port of the served models: each Kubernetes Service's; on SkyPilot the i-th served model of a "
+        "node listens on serve_port + i; on Slurm serve_port + i*1000 + the job id % 1000 (jobs share nodes).",
+    )
 
     def resources(self, role: str, model_id: str | None = None, region: str = "") -> Resources:
         """What a process of `role` (of `model_id`, in `region`) asks for: role default < role < model <

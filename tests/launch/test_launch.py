@@ -28,21 +28,27 @@ from lakeflow.evaluation.config import EvalConfig
 from lakeflow.launch import slurm
 from lakeflow.launch.targets import TARGETS, apply, launch
 from lakeflow.launch.workloads import LaunchOptions
-from lakeflow.raas.config import RaasConfig
+from lakeflow.raas.config import RaasConfig, ServeConfig
 from lakeflow.run import RunConfig, load_run_config
 from lakeflow.trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]
-# every run config but those with served models, which launch refuses (tests/run/test_judge_pool.py), and those
-# whose dataset `lakeflow tasks synth` writes into the local lake first (rendered offline in tests/tasks)
+# every run config but those that read what another run made first: a dataset `lakeflow tasks synth` writes into
+# the local lake (rendered offline in tests/tasks), a teacher pulled from another run (tests/launch/test_served.py)
 RUN_CONFIGS = [
     p
     for p in sorted((REPO / "jobs").rglob("*.yaml"))
-    if "steps:" in p.read_text() and "\nserve:" not in p.read_text() and "path: runs/" not in p.read_text()
+    if "steps:" in p.read_text() and "path: runs/" not in p.read_text() and "model: runs/" not in p.read_text()
 ]
 LAKE = "s3://bucket/runs/x"
 ARN = "arn:aws:iam::123456789012:role/lakeflow-raas"
-CONFIG_CLASSES = {"dataflow": DataflowConfig, "trainer": TrainerConfig, "raas": RaasConfig, "eval": EvalConfig}
+CONFIG_CLASSES = {
+    "dataflow": DataflowConfig,
+    "trainer": TrainerConfig,
+    "raas": RaasConfig,
+    "eval": EvalConfig,
+    "serve": ServeConfig,
+}
 
 # SkyPilot 0.14 task fields (docs: "YAML spec"); what we render must be among them
 SKY_TASK_KEYS = {"name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run"}
@@ -113,13 +119,15 @@ def test_kubernetes_objects_validate_and_carry_the_run(path: Path, tmp_path: Pat
     pools = {f"raas-{m.id}-{r}" if r else f"raas-{m.id}": (m, p) for m in config.models for r, p in m.pools()}
     pools = {name: mp for name, mp in pools.items() if mp[1].replicas > 0}
     evals = [m for m in config.models if m.eval is not None]
-    assert len(workloads) == 1 + len(config.models) + len(pools) + len(evals), kinds
+    assert len(workloads) == 1 + len(config.models) + len(pools) + len(evals) + len(config.serve), kinds
+    services = [d["metadata"]["name"] for d in docs if d["kind"] == "Service"]
+    assert services == [f"{config.name}-serve-{s.id}" for s in config.serve]  # tests/launch/test_served.py
     for d in workloads:
         pod = (_child_job(d) if d["kind"] == "JobSet" else d)["spec"]["template"]["spec"]
         [container] = pod["containers"]
         role = d["metadata"]["labels"]["lakeflow/role"]
-        assert pod["serviceAccountName"] == f"{config.name}-{role}"
-        assert container["command"][container["command"].index("--lake") + 1] == LAKE
+        assert pod.get("serviceAccountName") == (f"{config.name}-{role}" if role != "serve" else None)
+        assert role == "serve" or container["command"][container["command"].index("--lake") + 1] == LAKE
         # every process's config is in the ConfigMap and parses with its process's config class
         config_file = Path(_config_of(container["command"])).name
         CONFIG_CLASSES[role].model_validate(yaml.safe_load(configmap["data"][config_file]))
@@ -195,8 +203,10 @@ def test_skypilot_tasks_have_documented_keys(path: Path, tmp_path: Path) -> None
         gpus = "accelerators" in task["resources"]
         variant = "cuda" if gpus else "cpu"  # GPU nodes: CUDA builds only (requirements/lock-cuda.txt)
         assert task["setup"] == f"scripts/install-env {variant} .venv\n", name
-        assert task["run"].startswith("source .venv/bin/activate\nexec ")
-        config_file = _config_of(task["run"].split())
+        assert task["run"].startswith("source .venv/bin/activate\n")
+        last = task["run"].splitlines()[-1]  # before it: the served models beside a pool (test_served.py)
+        assert last.startswith("exec ")
+        config_file = _config_of(last.split())
         assert config_file.startswith(task["file_mounts"]["/lakeflow/configs"].replace("./", "/lakeflow/"))
         assert Path(config_file).name in {Path(n).name for n in rendered.files if n.startswith("configs/")}
     pools = {name: p for m in config.models for name, p in [(f"raas-{m.id}", m.raas)] if p.replicas > 0}

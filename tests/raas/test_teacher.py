@@ -6,6 +6,9 @@ dataset."""
 from __future__ import annotations
 
 import json
+import logging
+import socket
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -108,3 +111,30 @@ def test_the_teacher_of_a_dataset_is_the_one_that_names_it_else_the_catch_all() 
         RaasConfig(teachers=[add, TeacherConfig(pool="again", datasets=["add"])])
     with pytest.raises(ValueError, match="at most one teacher"):
         RaasConfig(teachers=[other, TeacherConfig(pool="again")])
+
+
+def test_a_pool_admits_nothing_until_its_teacher_answers(
+    engine: Any, tiny_dir: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A served teacher may start after the pool (`lakeflow launch`): the pool waits for it, saying so."""
+    with socket.socket() as s:  # a port nothing listens on yet: the teacher binds it later
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    teacher = TeacherConfig(pool="teacher", endpoint=f"http://127.0.0.1:{port}/v1")
+    runner = build_runner(RaasConfig(teachers=[teacher], max_new_tokens=2), {"m": engine}, {"policy": "m"}, "m")
+    with caplog.at_level(logging.INFO, logger="lakeflow.raas.scoring.teacher"):
+        assert not runner.can_admit(2)
+        assert "teacher teacher at http://127.0.0.1" in caplog.text and "does not answer yet" in caplog.text
+        server = ModelServer(ServeConfig(id="teacher", model=tiny_dir), port=port, engine=engine)
+        try:
+            deadline = time.monotonic() + 60
+            while not runner.can_admit(2):  # asked again after its backoff (1 s, then 2 s)
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.1)
+            assert "teacher teacher answers at" in caplog.text
+            runner.add("t", make_task(2))
+            (group,) = runner.advance(0.0)
+            assert not group.dropped and all(t.teacher_logprobs for t in group.trajectories)
+        finally:
+            runner.close()
+            server.close()

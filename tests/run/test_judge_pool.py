@@ -20,13 +20,11 @@ import pytest
 import yaml
 
 from lakeflow.configfile import validate_config
-from lakeflow.errors import ConfigError, LaunchCheckError
+from lakeflow.errors import ConfigError
 from lakeflow.io import open_store
 from lakeflow.lake import LakeReader
 from lakeflow.lake.heartbeats import production
 from lakeflow.lakeview import connect_lake
-from lakeflow.launch.targets import launch
-from lakeflow.launch.workloads import LaunchOptions
 from lakeflow.run.config import RunConfig, load_run_config
 from lakeflow.run.launcher import JUDGE_ALARM_S, Launcher
 from lakeflow.run.processes import process_specs, serve_specs, with_judge_endpoints
@@ -70,12 +68,6 @@ def test_the_judged_pool_gets_its_served_model_s_address() -> None:
     assert raas.config["reward"]["endpoint"] == "http://127.0.0.1:4321/v1" and raas.config["reward"]["pool"] == "judge"
     assert config.models[0].raas.config.reward.endpoint is None  # type: ignore[union-attr]
     validate_config(RunConfig, resolved.model_dump(mode="json"), "run.yaml")  # the autoscaler reads it back
-
-
-def test_launch_refuses_served_models(tmp_path: Path) -> None:
-    options = LaunchOptions(lake="s3://bucket/runs/x", workdir=str(ROOT), offline=True, role_arns={})
-    with pytest.raises(LaunchCheckError, match=r"serve: slurm does not start the run's served models \(judge\)"):
-        launch(load_run_config(JOB), "slurm", options, tmp_path)
 
 
 def beat(at: datetime, failing_since: datetime | None, **counts: Any) -> dict[str, Any]:

@@ -322,10 +322,19 @@ def command_config(
     region: str | None = None,
     raas_id: str | None = None,
     weights_url: str | None = None,
+    served: dict[str, str] | None = None,
 ) -> RaasConfig:
-    """`lakeflow raas`'s config: the file (or the defaults) with the command line's overrides; a ConfigError
-    names the bad key."""
+    """`lakeflow raas`'s config: the file (or the defaults) with the command line's overrides (`served`: served
+    id -> base URL, the endpoint of the judge and teachers that name that pool); a ConfigError names the bad key."""
     data = (load_config(path) if path else RaasConfig()).model_dump()
+    reward = data.get("reward")
+    judged = reward.get("pool") if isinstance(reward, dict) and reward.get("type") == "judge" else None
+    for pool, url in (served or {}).items():
+        if pool not in {judged, *(t["pool"] for t in data["teachers"])}:
+            raise ConfigError(f"--served {pool}={url}: no judge or teacher of the config names pool {pool!r}")
+        if judged == pool and isinstance(reward, dict):
+            reward["endpoint"] = url
+        data["teachers"] = [{**t, "endpoint": url} if t["pool"] == pool else t for t in data["teachers"]]
     if engine is not None and data["engine"]["type"] != engine:
         data["engine"] = {"type": engine}  # that engine's defaults: the file configured another one
     if region is not None:

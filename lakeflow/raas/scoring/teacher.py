@@ -5,15 +5,17 @@ docs/distillation.md). Composed around any group runner, they score what it fini
 dataset (`teacher_for`), all of an `advance`'s rows for one teacher in one `POST /v1/score` (the served
 model scores them in one engine call), at the pool's sampling temperature, the one the behaviour logprobs
 are of. Each trajectory gets `teacher_logprobs` (one per response token) and `teacher` ('<id>@<version>'),
-which become the sample's columns. A request that still fails after its retries drops the group (never
-written; its task is issued again), as a judge does; a teacher whose vocabulary is not the student's stops
-the service (ConfigError): its logprobs would be of other tokens.
+which become the sample's columns. No group is admitted until every teacher has answered once (a served
+teacher may start after the pool, `lakeflow launch`), with a log line per try. A request that still fails
+after its retries drops the group (never written; its task is issued again), as a judge does; a teacher
+whose vocabulary is not the student's stops the service (ConfigError): its logprobs would be of other tokens.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -77,6 +79,19 @@ class Teacher:
             raise TeacherUnavailable(f"teacher {c.pool!r} answered without one logprob per response token")
         return logprobs, f"{answer.get('model', c.pool)}@{answer.get('version', 'unknown')}"
 
+    def answers(self) -> str | None:
+        """None once the server answers (`GET /v1/models`: it listens when its model is loaded), else why not."""
+        url = self.config.endpoint.rstrip("/") + "/models" if self.config.endpoint else ""
+        try:
+            with urllib.request.urlopen(url, timeout=min(self.config.timeout_s, 10.0)) as response:
+                response.read()
+        except urllib.error.HTTPError as e:
+            with e:  # its response stays open until closed
+                return None if e.code < 500 else f"HTTP {e.code}"  # it answers, /models or not
+        except (OSError, ValueError) as e:
+            return str(e)
+        return None
+
     def _post(self, data: bytes) -> dict[str, Any]:
         request = urllib.request.Request(self.url, data, {"Content-Type": "application/json"}, method="POST")
         try:
@@ -107,9 +122,33 @@ class TeacherRunner:
         self.inner, self.teachers, self.configs = inner, teachers, configs
         self.temperature = temperature if temperature > 0 else 1.0  # greedy rollouts: the teacher's own policy
         self._datasets: dict[str, str] = {}  # group key -> its task's dataset
+        self._unheard = sorted(teachers)  # teachers that have not answered yet (they may start after the pool)
+        self._next_ask, self._wait_s = 0.0, 1.0
 
     def can_admit(self, n_samples: int) -> bool:
-        return self.inner.can_admit(n_samples)
+        return self._heard() and self.inner.can_admit(n_samples)
+
+    def _heard(self) -> bool:
+        """Whether every teacher has answered once; until then no group is generated (its scoring would fail
+        and drop it), and the silent ones are asked again after a backoff (1 s doubling to 30 s)."""
+        if not self._unheard or time.monotonic() < self._next_ask:
+            return not self._unheard
+        for pool in list(self._unheard):
+            why = self.teachers[pool].answers()
+            if why is None:
+                log.info("teacher %s answers at %s", pool, self.teachers[pool].config.endpoint)
+                self._unheard.remove(pool)
+            else:
+                log.warning(
+                    "teacher %s at %s does not answer yet (%s); it may still be loading: no group is generated "
+                    "until it does, asking again in %.3g s",
+                    pool,
+                    self.teachers[pool].config.endpoint,
+                    why,
+                    self._wait_s,
+                )
+        self._next_ask, self._wait_s = time.monotonic() + self._wait_s, min(30.0, 2 * self._wait_s)
+        return not self._unheard
 
     def add(self, key: str, task: Task) -> None:
         self._datasets[key] = task.dataset
