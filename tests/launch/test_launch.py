@@ -68,8 +68,10 @@ JOBSET_SPEC_KEYS = {"replicatedJobs", "network", "failurePolicy", "successPolicy
 
 
 @pytest.fixture(autouse=True)
-def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)  # the configs' dataset paths are relative to the checkout
+def _elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # not the checkout: a model converted into its models/ would be a directory of this machine, which the
+    # launch refuses for nodes (the configs' data paths are taken from their folder)
+    monkeypatch.chdir(tmp_path)
 
 
 def _render(path: Path, target: str, out: Path, **kw: Any) -> Any:
@@ -325,7 +327,8 @@ def test_apply_runs_the_targets_client_on_the_files(
 
 
 def test_cli_renders_and_apply_names_the_missing_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["launch", "jobs/examples/tiny-math.yaml", "--target", "k8s", "--lake", LAKE, "--out", str(tmp_path)]
+    config = str(REPO / "jobs/examples/tiny-math.yaml")
+    args = ["launch", config, "--target", "k8s", "--lake", LAKE, "--out", str(tmp_path)]
     result = CliRunner().invoke(main, [*args, "--role-arn", f"trainer={ARN}"])
     assert result.exit_code == 0, result.output
     assert str(tmp_path / "tiny-math.yaml") in result.output and "kubectl apply -f" in result.output

@@ -26,8 +26,10 @@ LAKE = "s3://bucket/runs/x"
 
 
 @pytest.fixture(autouse=True)
-def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)  # the configs' dataset paths are relative to the checkout
+def _elsewhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # not the checkout: a model converted into its models/ would be a directory of this machine, which the
+    # launch refuses for nodes (the configs' data paths are taken from their folder)
+    monkeypatch.chdir(tmp_path)
 
 
 def _launch(config: RunConfig, target: str, out: Path) -> Any:
@@ -44,7 +46,9 @@ def _distill(target: str, tmp_path: Path) -> RunConfig:
     model = str(where) if target == "slurm" else "/models/teacher"
     launch_section = config.launch.model_copy(update={"model_cache": ModelCache(path="/models")})
     serve = [config.serve[0].model_copy(update={"model": model})]
-    return config.model_copy(update={"serve": serve, "launch": launch_section})
+    # the student too: its recipe's relative models/ path is a directory here once a user has converted it
+    models = [m.model_copy(update={"trainer": m.trainer.model_copy(update={"model": model})}) for m in config.models]
+    return config.model_copy(update={"serve": serve, "launch": launch_section, "models": models})
 
 
 @pytest.mark.parametrize("path", [JUDGE, DISTILL], ids=lambda p: p.stem)
