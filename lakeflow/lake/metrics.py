@@ -235,11 +235,21 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
     "rescores": (
         *_common("re-scoring"),
         MetricColumn("name", _S, "The re-scoring's name (`lakeflow rescore --name`; default: the reward's)."),
-        MetricColumn("reward_spec", _S, "The reward that scored it: a shipped name, an import path or an entry point."),
+        MetricColumn(
+            "reward_spec",
+            _S,
+            "The reward that scored it: a function's shipped name, import path or entry point, or the judge's or "
+            "reward model's section as JSON (its type and the fields given).",
+        ),
         MetricColumn("sample_id", _S, "The stored sample re-scored (trajectories.sample_id)."),
         MetricColumn("prompt_id", _S, "Its prompt."),
-        MetricColumn("reward", _F, "The new reward."),
-        MetricColumn("reason", _S, "Why, as the reward function says it (correct, wrong, overlong, checker-error...)."),
+        MetricColumn("reward", _F, "The new reward; NULL where a judge or reward model gave none (see reason)."),
+        MetricColumn(
+            "reason",
+            _S,
+            "Why, as the reward says it (correct, wrong, overlong, judged, reward_model...); 'failed: <why>' "
+            "with a NULL reward when the judge or reward model gave up on the sample's group.",
+        ),
         MetricColumn("stored_reward", _F, "The reward the sample was trained with (trajectories.reward)."),
     ),
 }
