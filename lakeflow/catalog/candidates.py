@@ -37,6 +37,8 @@ def example_params(kind: str, model_id: str = "policy") -> dict[str, Any]:
     common: dict[str, Any] = {"model_id": model_id}
     if kind == "filter":
         return common
+    if kind == "reward":
+        return common | {"rescore": "example"}
     if kind == "advantage":
         return common | {"step": 10, "gamma": 1.0, "eps": 1e-6, "step_weight": 1.0}
     if kind == "curation":

@@ -26,6 +26,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "replay": ("group_id",),
     "curation": ("prompt_id", "submit"),
     "advantage": ("sample_id", "turn", "advantage"),
+    "reward": ("sample_id", "reward"),
 }
 # What a call falls back to when the configured policy fails at run time (None: an empty answer).
 FALLBACK: dict[str, str | None] = {
@@ -35,6 +36,7 @@ FALLBACK: dict[str, str | None] = {
     "replay": None,
     "curation": "accept_all",
     "advantage": "episode",
+    "reward": None,  # never used: a reward policy that fails stops the ingest (catalog/rewards.py)
 }
 _PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.S)
@@ -125,7 +127,7 @@ def check_answer(con: duckdb.DuckDBPyConnection, policy: Policy, result: pa.Tabl
     if policy.kind == "staleness":
         return  # it names the groups allowed: an id that is not a candidate matches nothing
     ids = [i for i in result.column(column).to_pylist() if i is not None]
-    if policy.kind in ("fresh", "replay") and len(set(ids)) != len(ids):
+    if policy.kind in ("fresh", "replay", "reward") and len(set(ids)) != len(ids):
         raise PolicyError(f"{policy.path}: returned a {column} more than once")
     con.register("_answer", pa.table({column: pa.array(ids, pa.string())}))
     try:

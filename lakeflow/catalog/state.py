@@ -3,10 +3,10 @@ mutable state; `lakeflow/lakeview/` is the read-only view of the lake for analys
 
 `Catalog` owns every table operation, one method each: ingest, completing groups, quarantine,
 weights, checkpoints here (the SQL of completing groups in completion.py); the serving pools in
-`catalog.serving` (serving.py), prompts and tasks in `catalog.tasks` (tasks_table.py) and advantage
-policies in `catalog.credit` (credit.py), all on one connection (statedb.py). Temp tables live only
-inside a `StateDB.staged` block. Payload never enters the catalog: rows point at (shard, row).
-Checkpoints move tables in and out as Arrow, never through DuckDB's file access.
+`catalog.serving` (serving.py), prompts and tasks in `catalog.tasks` (tasks_table.py), advantage
+policies in `catalog.credit` (credit.py) and reward policies in `catalog.rewards` (rewards.py), all on one
+connection (statedb.py). Temp tables live only inside a `StateDB.staged` block. Payload never enters the
+catalog: rows point at (shard, row). Checkpoints move tables in and out as Arrow, never through DuckDB's file access.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from lakeflow.catalog.candidates import GROUP_COLUMNS, GROUP_TABLE, PROMPT_CANDI
 from lakeflow.catalog.completion import COMPLETE_GROUPS, FOLD_PROMPT_STATS, REFS, STARTS_EPISODE, ZERO_ADV_TOLERANCE
 from lakeflow.catalog.credit import CreditTables
 from lakeflow.catalog.policy import Policy
+from lakeflow.catalog.rewards import RewardTables
 from lakeflow.catalog.serving import ServingTables
 from lakeflow.catalog.statedb import StateDB, identifier
 from lakeflow.catalog.stats import QUARANTINE_QUERY, QUERIES, RECENT, RECENT_ROWS_QUERY, fold_numbers, recent_counts
@@ -84,6 +85,7 @@ class Catalog:
         self.serving = ServingTables(self._db)
         self.tasks = TaskTables(self._db)
         self.credit = CreditTables(self._db)
+        self.rewards = RewardTables(self._db)
         self.arrival = self._db.scalar(_NEXT_ARRIVAL)
         self.next_shard = self._db.scalar(_NEXT_SHARD)
 
@@ -259,6 +261,8 @@ class Catalog:
         params = example_params(policy.kind)
         if policy.kind == "advantage":
             return self.credit.check(policy, params, timeout_s)
+        if policy.kind == "reward":
+            return self.rewards.check(policy, params, timeout_s)
         if policy.kind == "filter":
             with self._staged_complete("policy", 1):
                 return self._db.dry_run(policy, params, timeout_s)

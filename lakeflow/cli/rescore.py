@@ -12,8 +12,15 @@ from lakeflow.cli.common import lake_options, open_existing_lake
 @lake_options
 @click.option(
     "--reward",
-    required=True,
+    default=None,
     help="The reward function: a shipped name (math, code, reasoning_gym), 'package.module:attr' or an entry point.",
+)
+@click.option(
+    "--reward-config",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Instead of --reward: a YAML or JSON file whose `reward:` section is a pool's judge ({type: judge, "
+    "endpoint, model, rubric, ...}) or reward model ({type: reward_model, model, ...}) (docs/judges.md).",
 )
 @click.option(
     "--where",
@@ -32,7 +39,8 @@ from lakeflow.cli.common import lake_options, open_existing_lake
 def rescore(
     lake_url: str,
     endpoint_url: str | None,
-    reward: str,
+    reward: str | None,
+    reward_config: str | None,
     where: str,
     name: str | None,
     without_answers: bool,
@@ -44,12 +52,22 @@ def rescore(
     lakeflow sql --lake L "SELECT name, avg(reward), avg(stored_reward) FROM rescores GROUP BY name"
     """
     from lakeflow.evaluation.rescore import rescore as run
+    from lakeflow.evaluation.rescore_config import read_reward_config
 
+    if (reward is None) == (reward_config is None):
+        raise click.UsageError("give one of --reward (a reward function) or --reward-config (a judge or reward model)")
+    chosen = reward if reward is not None else read_reward_config(str(reward_config))
     store = open_existing_lake(lake_url, endpoint_url)
-    done = run(store, reward, where, name, without_answers, max_chars)
+    done = run(store, chosen, where, name, without_answers, max_chars)
     seconds = done.read_s + done.score_s + done.write_s
+    failed = (
+        f"; {done.failed} got no reward (written with reward NULL and the reason: "
+        f"SELECT reason, count(*) FROM rescores WHERE reward IS NULL GROUP BY reason)"
+        if done.failed
+        else ""
+    )
     click.echo(
         f"re-scored {done.samples} samples as {done.name!r} in {seconds:.2f} s (read {done.read_s:.2f} s, score "
         f"{done.score_s:.2f} s, write {done.write_s:.2f} s): mean reward {done.reward_mean:.3f} (stored "
-        f"{done.stored_mean:.3f}); rows in the lake's rescores table"
+        f"{done.stored_mean:.3f}){failed}; rows in the lake's rescores table"
     )

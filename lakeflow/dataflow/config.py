@@ -104,6 +104,12 @@ class Policies(StrictConfig):
         description="Credit per sample or per turn, stored in each batch object (e.g. 'turn_return'); "
         "'none': the trainer computes episode advantages from the group statistics.",
     )
+    reward: str = Field(
+        "stored",
+        description="The reward the catalog takes for each ingested sample: 'stored' (what the rollout service "
+        "scored), 'rescored' (the model's `rescore` re-scoring from the lake's rescores table; samples without one "
+        "are quarantined), or a .sql file. Group statistics, filters and batches all use it.",
+    )
 
 
 class Credit(StrictConfig):
@@ -149,6 +155,12 @@ class ModelConfig(StrictConfig):
         description="Samples whose reward is above this in absolute value are quarantined at ingest.",
     )
     policies: Policies = Field(default_factory=Policies)
+    rescore: str | None = Field(
+        None,
+        min_length=1,
+        description="The re-scoring (`lakeflow rescore --name`) a reward policy reads as $rescore; needed by "
+        "policies.reward 'rescored'.",
+    )
     greso: Greso = Field(default_factory=Greso)
     credit: Credit = Field(default_factory=Credit)
     dataset: Dataset | None = Field(
@@ -158,6 +170,14 @@ class ModelConfig(StrictConfig):
             "workflow run on another model's tasks (e.g. a verifier judging a solver's answers)."
         ),
     )
+
+    @model_validator(mode="after")
+    def _rescore_named(self) -> ModelConfig:
+        if self.policies.reward == "rescored" and self.rescore is None:
+            raise ValueError(
+                "policies.reward 'rescored' reads a re-scoring: set `rescore` to its name (`lakeflow rescore --name`)"
+            )
+        return self
 
 
 class TasksConfig(StrictConfig):

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from lakeflow.catalog.state import Catalog
 from lakeflow.dataflow.config import DataflowConfig
+from lakeflow.dataflow.rewards import IngestRewards
 from lakeflow.errors import CorruptShardError, LakeflowError
 from lakeflow.io import Store
 from lakeflow.lake import CommitCursor, CommitRecord, LakeReader
@@ -59,6 +60,7 @@ class Ingestor:
         self.threads = threads
         self._reported: set[str] = set()
         self._outstanding: dict[str, set[str]] = {}  # each model's outstanding task ids, per ingest call
+        self.rewards = IngestRewards(store, catalog, config)  # the models' reward policies (policies.reward)
 
     def ingest(self, cursor: CommitCursor, limit: int = 256) -> tuple[CommitCursor, IngestStats]:
         """Ingest up to `limit` new commits after `cursor`; returns the new cursor and counts."""
@@ -83,6 +85,9 @@ class Ingestor:
             part = self._check(commit, table, versions, now, stats)
             if part is not None:
                 accepted.append((key, commit, part))
+        if self.rewards.policies and accepted:  # before anything is ingested: a failing policy changes nothing
+            self.rewards.refresh()
+            accepted = [(k, c, self._rewarded(c, part, now, stats)) for k, c, part in accepted]
         # one insert for the call's shards: their indices are consecutive, in commit order
         first = self.catalog.add_shards([(c.shard, key, c.model_id, part.num_rows) for key, c, part in accepted], now)
         parts = []
@@ -158,6 +163,16 @@ class Ingestor:
         out = table.select(INGEST_COLUMNS)
         out = out.append_column("row", pa.array(np.arange(table.num_rows, dtype=np.int32)))
         return out.filter(pa.array(~bad)) if bad.any() else out
+
+    def _rewarded(self, commit: CommitRecord, part: pa.Table, now: datetime, stats: IngestStats) -> pa.Table:
+        """`part` with the rewards of its model's reward policy; the rows given none quarantined."""
+
+        def refuse(reason: str, mask: np.ndarray) -> None:
+            rows = part.column("row").to_numpy()[mask].tolist()
+            ids = part.column("sample_id").to_numpy(zero_copy_only=False)[mask].tolist()
+            self.quarantine(commit.shard, len(rows), reason, now, ids, stats, positions=rows)
+
+        return self.rewards.apply(commit.model_id, part, refuse)
 
     def _claim_problems(self, model_id: str, table: pa.Table, bad: np.ndarray, now: datetime) -> np.ndarray:
         """Rows (not already refused) of an outstanding task whose live claim another service holds."""

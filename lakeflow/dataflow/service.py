@@ -293,6 +293,8 @@ def check_policies(config: DataflowConfig) -> None:
             named["replay"] = p.replay
         if p.advantage != "none":
             named["advantage"] = p.advantage
+        if p.reward != "stored":
+            named["reward"] = p.reward
         for kind, name in named.items():
             try:
                 check_policy(load_policy(kind, name), config.loop.policy_timeout_s)

@@ -235,11 +235,21 @@ TABLES: dict[str, tuple[MetricColumn, ...]] = {
     "rescores": (
         *_common("re-scoring"),
         MetricColumn("name", _S, "The re-scoring's name (`lakeflow rescore --name`; default: the reward's)."),
-        MetricColumn("reward_spec", _S, "The reward that scored it: a shipped name, an import path or an entry point."),
+        MetricColumn(
+            "reward_spec",
+            _S,
+            "The reward that scored it: a function's shipped name, import path or entry point, or the judge's or "
+            "reward model's section as JSON (its type and the fields given).",
+        ),
         MetricColumn("sample_id", _S, "The stored sample re-scored (trajectories.sample_id)."),
         MetricColumn("prompt_id", _S, "Its prompt."),
-        MetricColumn("reward", _F, "The new reward."),
-        MetricColumn("reason", _S, "Why, as the reward function says it (correct, wrong, overlong, checker-error...)."),
+        MetricColumn("reward", _F, "The new reward; NULL where a judge or reward model gave none (see reason)."),
+        MetricColumn(
+            "reason",
+            _S,
+            "Why, as the reward says it (correct, wrong, overlong, judged, reward_model...); 'failed: <why>' "
+            "with a NULL reward when the judge or reward model gave up on the sample's group.",
+        ),
         MetricColumn("stored_reward", _F, "The reward the sample was trained with (trajectories.reward)."),
     ),
 }
@@ -398,8 +408,17 @@ def latest_metrics(store: Store, table: str) -> pa.Table | None:
 def read_metrics(store: Store, table: str, threads: int = 8) -> tuple[pa.Table, list[tuple[str, str]]]:
     """Every committed row of a metric table, ordered by `created_at` (an empty table when there are none), and the
     objects left out with why: a malformed object is named, never fatal."""
-    target = schema(table)
     keys, skipped = visible_objects(store, table)
+    out, unread = read_metric_objects(store, table, keys, threads)
+    return (out.sort_by("created_at") if out.num_rows else out), skipped + unread
+
+
+def read_metric_objects(
+    store: Store, table: str, keys: list[str], threads: int = 8
+) -> tuple[pa.Table, list[tuple[str, str]]]:
+    """The rows of the committed objects `keys` of a metric table (in key order), with the table's columns (a
+    column an older writer lacked reads as null), and the objects that could not be read with why."""
+    target = schema(table)
 
     def load(key: str) -> pa.Table | str:
         try:
@@ -415,6 +434,7 @@ def read_metrics(store: Store, table: str, threads: int = 8) -> tuple[pa.Table, 
             return f"cannot be read as this table: {str(e).splitlines()[0]}"
 
     parts: list[pa.Table] = []
+    skipped: list[tuple[str, str]] = []
     if keys:
         with ThreadPoolExecutor(min(threads, len(keys))) as pool:
             for key, result in zip(keys, pool.map(load, keys), strict=True):
@@ -422,5 +442,4 @@ def read_metrics(store: Store, table: str, threads: int = 8) -> tuple[pa.Table, 
                     skipped.append((key, result))
                 else:
                     parts.append(result)
-    out = pa.concat_tables(parts) if parts else target.empty_table()
-    return (out.sort_by("created_at") if out.num_rows else out), skipped
+    return (pa.concat_tables(parts) if parts else target.empty_table()), skipped

@@ -24,8 +24,9 @@ from lakeflow.catalog.statedb import identifier
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = "lakeflow/catalog"
 CONNECTION_OWNERS = {f"{CATALOG}/statedb.py", "lakeflow/lakeview/view.py"}  # hold `.con` and call duckdb.connect
-STATE_MODULES = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table", "credit", "candidates")}
-DB_HOLDERS = {f"{CATALOG}/{name}.py" for name in ("state", "serving", "tasks_table", "credit")}  # the owner classes
+_OWNERS = ("state", "serving", "tasks_table", "credit", "rewards")  # the owner classes' modules
+STATE_MODULES = {f"{CATALOG}/{name}.py" for name in (*_OWNERS, "candidates")}
+DB_HOLDERS = {f"{CATALOG}/{name}.py" for name in _OWNERS}  # the owner classes
 SCANNED = ("lakeflow", "tests", "benchmarks", "scripts", "examples")
 
 

@@ -111,6 +111,12 @@ CREATE TABLE quarantine (           -- rejected input: which object, how many ro
     key VARCHAR NOT NULL, rows INTEGER NOT NULL, reason VARCHAR NOT NULL, quarantined_at TIMESTAMPTZ NOT NULL,
     _ckpt INTEGER NOT NULL
 );
+-- The lake's `rescores` metric table (`lakeflow rescore`), loaded by the dataflow process when a model's reward
+-- policy is not `stored`: what reward policies read. Not checkpointed: read again from the lake on a restart.
+CREATE TABLE rescores (
+    sample_id VARCHAR NOT NULL, model_id VARCHAR, name VARCHAR NOT NULL, reward DOUBLE, reason VARCHAR,
+    created_at TIMESTAMPTZ, writer_id VARCHAR
+);
 CREATE TABLE weights (model_id VARCHAR PRIMARY KEY, version BIGINT NOT NULL);
 CREATE TABLE table_log (            -- the compacted table's log entries this dataflow committed (retention obeys only these)
     version BIGINT NOT NULL, sha256 VARCHAR NOT NULL, recorded_at TIMESTAMPTZ NOT NULL, _ckpt INTEGER NOT NULL

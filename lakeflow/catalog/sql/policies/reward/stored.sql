@@ -1,0 +1,2 @@
+-- The reward each sample was stored with (what its rollout service scored): the default.
+SELECT sample_id, reward FROM candidates
