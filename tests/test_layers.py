@@ -140,6 +140,22 @@ def test_every_module_has_a_docstring() -> None:
     assert missing == []
 
 
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60  # a module a newcomer reads in one sitting, a function on a screen
+
+
+def test_modules_and_functions_stay_small() -> None:
+    long = []
+    for p in FILES:
+        text = p.read_text()
+        if (lines := text.count("\n")) > MAX_MODULE_LINES:
+            long.append(f"{p}: {lines} lines")
+        functions = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+        for f in functions:
+            if (size := (f.end_lineno or f.lineno) - f.lineno + 1) > MAX_FUNCTION_LINES:
+                long.append(f"{p}:{f.lineno} {f.name}: {size} lines")
+    assert long == [], "split these (docs/architecture.md): " + "; ".join(long)
+
+
 BENCHMARK_FILES = sorted(BENCHMARKS.rglob("*.py"))
 
 
