@@ -27,16 +27,17 @@ def test_ratios_are_the_median_of_each_repeats_tis_over_none() -> None:
 @pytest.mark.slow
 def test_bench_correction_tiny(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    args = ["correction", "--model", "tiny", "--steps", "2", "--repeats", "1", "--minibatches", "1,2", "--json"]
+    # one minibatch count: the settings differ only in the correction (the other counts take the same path)
+    args = ["correction", "--model", "tiny", "--steps", "2", "--repeats", "1", "--minibatches", "2", "--json"]
     result = CliRunner().invoke(bench, [*args, "--work-dir", str(tmp_path)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     settings = [(r["minibatches"], r["correction"]) for r in report["rows"]]
-    assert settings == [(1, "none"), (1, "tis"), (2, "none"), (2, "tis")]
+    assert settings == [(2, "none"), (2, "tis")]
     for r in report["rows"]:  # tis weighted every step's loss by pi_prox / pi_b, none no step's
         assert r["corrected_steps"] == (r["steps"] if r["correction"] == "tis" else 0), r
         assert r["compute_s"] > 0
-    assert [r["minibatches"] for r in report["ratios"]] == [1, 2]
+    assert [r["minibatches"] for r in report["ratios"]] == [2]
     assert not list(tmp_path.iterdir())  # the work directory is removed
 
 

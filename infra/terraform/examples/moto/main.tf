@@ -45,13 +45,14 @@ provider "aws" {
 }
 
 module "lake" {
-  source        = "../../modules/lake"
-  bucket        = var.bucket
-  prefix        = var.prefix
-  identity      = "user"
-  models        = ["policy"] # one trainer and one rollout identity for the model of jobs/examples/tiny-math.yaml
-  require_tls   = false      # the local server speaks plain HTTP
-  force_destroy = true
+  source          = "../../modules/lake"
+  bucket          = var.bucket
+  prefix          = var.prefix
+  identity        = "user"
+  models          = ["policy"] # one trainer and one rollout identity for the model of jobs/examples/tiny-math.yaml
+  require_tls     = false      # the local server speaks plain HTTP
+  lifecycle_rules = false      # it expires nothing; the provider would wait ~1 min for the rules to read back
+  force_destroy   = true
 }
 
 output "lake_url" {

@@ -69,6 +69,7 @@ resource "aws_s3_bucket_versioning" "lake" {
 }
 
 resource "aws_s3_bucket_lifecycle_configuration" "lake" {
+  count      = var.lifecycle_rules ? 1 : 0
   bucket     = aws_s3_bucket.lake.id
   depends_on = [aws_s3_bucket_versioning.lake]
 

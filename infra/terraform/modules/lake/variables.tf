@@ -91,6 +91,12 @@ variable "quarantine_days" {
   default     = 30
 }
 
+variable "lifecycle_rules" {
+  description = "Attach the lifecycle rules below (turn off only for local test servers: they expire nothing, and the AWS provider waits about a minute for the rules to read back from them)."
+  type        = bool
+  default     = true
+}
+
 variable "abort_multipart_days" {
   description = "Days after which incomplete multipart uploads are aborted."
   type        = number

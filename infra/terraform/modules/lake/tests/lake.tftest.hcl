@@ -51,11 +51,11 @@ run "roles_get_least_privilege_policies" {
     error_message = "versioning is on by default"
   }
   assert {
-    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake.rule : r.expiration[0].days if r.id == "quarantine"]) == 30
+    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake[0].rule : r.expiration[0].days if r.id == "quarantine"]) == 30
     error_message = "_quarantine/ expires after quarantine_days"
   }
   assert {
-    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake.rule : r.abort_incomplete_multipart_upload[0].days_after_initiation if r.id == "abort-incomplete-multipart-uploads"]) == 1
+    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake[0].rule : r.abort_incomplete_multipart_upload[0].days_after_initiation if r.id == "abort-incomplete-multipart-uploads"]) == 1
     error_message = "incomplete multipart uploads are aborted"
   }
   assert {
@@ -87,7 +87,7 @@ run "users_with_access_keys_for_s3_compatible_servers" {
     error_message = "require_tls = false leaves the bucket policy out"
   }
   assert {
-    condition     = alltrue([for r in aws_s3_bucket_lifecycle_configuration.lake.rule : length(r.noncurrent_version_expiration) == 0])
+    condition     = alltrue([for r in aws_s3_bucket_lifecycle_configuration.lake[0].rule : length(r.noncurrent_version_expiration) == 0])
     error_message = "without versioning there are no noncurrent-version rules"
   }
 }
@@ -105,7 +105,7 @@ run "kms_and_transition" {
     error_message = "with a KMS key every role may use it"
   }
   assert {
-    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake.rule : one(r.transition).storage_class if r.id == "trajectories"]) == "GLACIER_IR"
+    condition     = one([for r in aws_s3_bucket_lifecycle_configuration.lake[0].rule : one(r.transition).storage_class if r.id == "trajectories"]) == "GLACIER_IR"
     error_message = "old trajectories move to the chosen storage class"
   }
 }
