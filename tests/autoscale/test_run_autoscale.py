@@ -83,6 +83,9 @@ def config(tmp_path: Path) -> Path:
 # controller's confirming ticks, and the run must end with both services drained.
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+# untraced: the services and the controller are measured in process
+# (tests/autoscale/test_controller.py, test_actuators.py, tests/raas, tests/trainer)
+@pytest.mark.usefixtures("untraced_children")
 def test_run_autoscale_grows_and_shrinks_the_pool_and_drains_it_without_loss(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "lakeflow", "run", str(config(tmp_path)), "--run-dir", str(run_dir)]

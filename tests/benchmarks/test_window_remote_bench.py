@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+# untraced: the benchmark itself runs here traced; its `lakeflow run`s are tests/run/test_run.py's
+@pytest.mark.usefixtures("untraced_children")
 def test_bench_window_packs_groups_with_a_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)  # the job's dataset path is relative to the checkout
     args = ["window", "--windows", "0,5", "--steps", "2", "--replicas", "1", "--json"]

@@ -57,6 +57,8 @@ def process_lake(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 # About 60 s on S3 (~17 s locally): four compaction processes, each killed with -9 at a random point, then one
 # that finishes, over 120 one-group shards on moto; fewer shards would leave no point to kill it at.
+# untraced: compaction is measured in process (tests/dataflow/test_final_compact.py, tests/lake/test_table.py)
+@pytest.mark.usefixtures("untraced_children")
 def test_kill_9_at_random_points_of_compaction_loses_and_doubles_nothing(process_lake: str) -> None:
     store = open_store(process_lake, S3Options())
     spec = SynthSpec(samples=960, models=("a", "b"), prompt_tokens=8, response_tokens=8)

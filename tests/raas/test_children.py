@@ -58,6 +58,8 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+# untraced: the service and the vLLM engine are measured in process (tests/raas/test_vllm_engine.py, test_service.py)
+@pytest.mark.usefixtures("untraced_children")
 def test_a_killed_service_leaves_no_engine_process(tmp_path: Path) -> None:
     store = open_store(str(tmp_path / "lake"))
     publish_dir(store, "policy", resolve_model("tiny:vllm", tmp_path / "models"))

@@ -22,6 +22,8 @@ CONFIG = Path(__file__).resolve().parents[2] / "jobs" / "examples" / "tiny-math.
 
 
 @pytest.mark.slow
+# untraced: its invariants are checked here in process (check_run); the run is tests/run/test_run.py's
+@pytest.mark.usefixtures("untraced_children")
 def test_chaos_run_keeps_every_invariant(tmp_path: Path) -> None:
     args = ["--kills", "3", "--twins", "1", "--seed", "7", "--steps", "4", "--engine", "hf", "--mean-gap-s", "3"]
     result = subprocess.run(

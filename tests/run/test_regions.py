@@ -79,6 +79,9 @@ def test_bad_regions_are_refused_by_name(tmp_path: Path, regions: list[dict[str,
 
 
 @pytest.mark.slow
+# untraced: mirrors and weight sources are measured in process
+# (tests/weights/test_mirror.py, tests/raas/test_weights_source.py)
+@pytest.mark.usefixtures("untraced_children")
 def test_a_run_with_a_remote_pool_pulling_from_a_mirror(tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     regions = [{"region": "far", "replicas": 1, "weights_url": str(mirror), "mirror": True, "mirror_interval_s": 0.5}]

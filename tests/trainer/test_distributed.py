@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lakeflow.io import open_store
 from lakeflow.lake import layout
@@ -33,6 +34,8 @@ def weights(lake: str, version: int, dest: Path) -> dict[str, np.ndarray]:
     return {name: t.bits.view(np.float32) for name, t in load_state(str(dest)).items()}
 
 
+# untraced: the step, losses and resume are measured in process (tests/trainer/test_loop.py, test_resume.py)
+@pytest.mark.usefixtures("untraced_children")
 def test_two_ranks_train_like_one_process_and_resume(tmp_path: Path, tiny_cache: str, tiny_dir: str) -> None:
     tok = tokenizer(tiny_dir)
     config = write_config(tmp_path / "trainer.yaml", tiny_cache, minibatches=2, max_tokens_per_microbatch=64)

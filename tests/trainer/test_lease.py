@@ -90,6 +90,8 @@ def _verify(lake: str, version: int) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", pytest.param("s3", marks=pytest.mark.s3)])
+# untraced: the lease is measured in process (the other tests of this file)
+@pytest.mark.usefixtures("untraced_children")
 def test_two_trainers_started_at_once_exactly_one_publishes(
     backend: str, tmp_path: Path, tiny_cache: str, tiny_dir: str, request: pytest.FixtureRequest
 ) -> None:

@@ -50,6 +50,9 @@ def trained_steps(log: Path) -> list[int]:
     return [int(m) for m in re.findall(r"step (\d+): loss", log.read_text())]
 
 
+# untraced: the trainer process is measured tracedby
+# test_kill_9_between_checkpoints_resumes_to_the_uninterrupted_chain below
+@pytest.mark.usefixtures("untraced_children")
 def test_kill_9_after_version_1_resumes_without_repeating_or_skipping(
     tmp_path: Path, tiny_cache: str, tiny_dir: str
 ) -> None:

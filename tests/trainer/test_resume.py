@@ -45,6 +45,8 @@ def checkpoints(store: Store) -> set[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("publish", [None, "bfloat16"])  # bfloat16: fp32 master weights live in the checkpoints
+# untraced: resume is measured in process (tests/trainer/test_loop.py) and in the traced kill -9 test of test_process.py
+@pytest.mark.usefixtures("untraced_children")
 def test_a_resume_between_checkpoints_publishes_what_an_uninterrupted_run_does(
     tmp_path: Path, tiny_cache: str, tiny_dir: str, caplog: pytest.LogCaptureFixture, publish: str | None
 ) -> None:
