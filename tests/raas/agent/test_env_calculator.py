@@ -4,6 +4,7 @@ demonstrations, which render as the episodes the pool plays (the warm-up trains 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from lakeflow.raas.agent.envs.__main__ import main
 from lakeflow.raas.agent.envs.calculator import make_demos, make_tasks
 from lakeflow.trainer.demos import conversation_problem
 from tests.raas.agent.play import call, play, task_of
+
+DEMOS = Path(__file__).resolve().parents[3] / "jobs" / "examples" / "data" / "calculator-demos.jsonl"
 
 
 def test_calling_the_tool_then_answering_its_result_scores_1() -> None:
@@ -55,23 +58,30 @@ def test_tasks_and_demonstrations_are_deterministic_and_apart() -> None:
 
 
 def test_a_demonstration_renders_as_the_episode_the_pool_plays(tiny_dir: str) -> None:
-    """The warm-up's conversation (a structured tool call) and the pool's episode (the call as sampled text,
-    its result as a tool message) are the same tokens under chatml-tools."""
+    """The warm-up's conversation (a structured tool call, the shipped file read as the trainer reads it) and
+    the pool's episode (the prompt with the environment's own tool schemas, the call as sampled text, its
+    result as a tool message) are the same tokens under chatml-tools: the warm-up trains the prompt RL samples.
+    (The file once held its schemas with sorted keys: the warm-up then showed the model another system turn.)"""
     from transformers import AutoTokenizer
+
+    from lakeflow.raas.engines.base import chat_token_ids
+    from lakeflow.trainer.config import WarmupConfig
+    from lakeflow.trainer.warmup import tokenize
 
     tok = AutoTokenizer.from_pretrained(tiny_dir)
     template = shipped_template("chatml-tools")
-    demo = make_demos(1, seed=3)[0]
+    warmed = tokenize(WarmupConfig(data=str(DEMOS), chat_template="chatml-tools", max_tokens=4096), tok)[0][0]
+    demo = json.loads(DEMOS.read_text().splitlines()[0])
     user, assistant, tool, answer = demo["messages"]
-    arguments = assistant["tool_calls"][0]["function"]["arguments"]
-    sampled = '<tool_call>\n{"name": "multiply", "arguments": ' + json.dumps(arguments) + "}\n</tool_call>"
+    env = CalculatorEnv()
+    a, b = assistant["tool_calls"][0]["function"]["arguments"].values()
+    schemas = [t.schema() for t in env.tools()]
+    prompt = chat_token_ids(tok, env.reset(task_of({"prompt_id": "p", "prompt": user["content"], "answer": str(a * b)})),
+                            True, schemas, template)  # fmt: skip
+    assert warmed[: len(prompt)] == prompt
+    sampled = '<tool_call>\n{"name": "multiply", "arguments": ' + json.dumps({"a": a, "b": b}) + "}\n</tool_call>"
     episode = [user, {"role": "assistant", "content": sampled}, tool, answer]
-
-    def render(messages: list[dict[str, object]]) -> list[int]:
-        ids = tok.apply_chat_template(messages, tools=demo["tools"], chat_template=template, return_dict=False)
-        return [int(t) for t in ids]
-
-    assert render(demo["messages"]) == render(episode)
+    assert chat_token_ids(tok, episode, False, schemas, template) == warmed
 
 
 def test_the_command_line_writes_tasks_and_demonstrations(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TypeError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    # Demonstrations keep their keys' order: a template renders a tool's schema as given, and the warm-up must
+    # show the model the tools as the pool does (env.tools()); sorted keys taught another prompt than RL's.
+    text = "".join(json.dumps(row, sort_keys=not args.demos) + "\n" for row in rows)
     if args.out == "-":
         sys.stdout.write(text)
     else:
