@@ -76,8 +76,8 @@ def test_a_demonstration_renders_as_the_episode_the_pool_plays(tiny_dir: str) ->
     env = CalculatorEnv()
     a, b = assistant["tool_calls"][0]["function"]["arguments"].values()
     schemas = [t.schema() for t in env.tools()]
-    prompt = chat_token_ids(tok, env.reset(task_of({"prompt_id": "p", "prompt": user["content"], "answer": str(a * b)})),
-                            True, schemas, template)  # fmt: skip
+    task = task_of({"prompt_id": "p", "prompt": user["content"], "answer": str(a * b)})
+    prompt = chat_token_ids(tok, env.reset(task), True, schemas, template)
     assert warmed[: len(prompt)] == prompt
     sampled = '<tool_call>\n{"name": "multiply", "arguments": ' + json.dumps({"a": a, "b": b}) + "}\n</tool_call>"
     episode = [user, {"role": "assistant", "content": sampled}, tool, answer]
