@@ -10,11 +10,14 @@ directories nor cached nor on a hub that answers, devices it does not have, a ju
 a reward model's files and device;
 `check_run_speed` warns of settings that will run but slowly here (bf16 on a CPU without bf16
 instructions); `check_run_tools` of tool-using pools whose chat template drops the tools (the model would
-never see them). The processes check their own configs again when they start (a name must resolve there
-too: import paths and entry points do; a registration made only in the launching process does not).
+never see them), and of warm-up demonstrations whose tools are not the pool environment's. The processes
+check their own configs again when they start (a name must resolve there too: import paths and entry points
+do; a registration made only in the launching process does not).
 """
 
 from __future__ import annotations
+
+import json
 
 from lakeflow.dataflow.check import check_dataset
 from lakeflow.dataflow.datasets import task_types
@@ -28,6 +31,7 @@ from lakeflow.raas.check import (
     check_rollout_model,
     engine_device_problems,
     engine_model_problems,
+    environment_tools,
     lora_engine_problems,
     reward_here_problems,
     task_type_problem,
@@ -39,6 +43,7 @@ from lakeflow.raas.scoring.reward_model import RewardModelConfig
 from lakeflow.run.config import PoolConfig, RunConfig, RunModel
 from lakeflow.trainer.check import check_trainer_config, lora_target_problems
 from lakeflow.trainer.config import publish_dtype_for
+from lakeflow.trainer.demos import read_conversations
 
 # Keys of a region's overrides that its pool's check must look at again (the rest are the home pool's).
 _REGION_KEYS = ("workflow", "roles", "reward", "environment", "agent", "model", "chat_template")
@@ -255,4 +260,30 @@ def check_run_tools(config: RunConfig) -> list[str]:
         for key, pool in [(f"{at}.raas.config", m.raas), *_region_pools(m, at, _REGION_KEYS)]:
             for ref, _ in _rollout_models(config, m, pool.config, key):
                 notes += tool_template_warnings(pool.config, ref, key)
+        notes += warmup_tools_warnings(m, at)
     return list(dict.fromkeys(notes))
+
+
+def warmup_tools_warnings(m: RunModel, at: str) -> list[str]:
+    """A warning when the warm-up's demonstrations give the template other tool schemas than the pool's
+    environment does (other tools, or the same in another key order: a template renders them as given), so
+    the warm-up trains the model under a system turn that RL's episodes never show it (measured on the
+    calculator recipe: sorted keys left version 0 copying the schema's words into its calls, docs/models.md)."""
+    warmup, environment = m.trainer.warmup, m.raas.config.environment
+    if warmup is None or environment is None or (found := environment_tools(environment)) is None:
+        return []
+    schemas = found[0]
+    try:
+        conversations = read_conversations(warmup.data)
+    except ConfigError:
+        return []  # the trainer's check names the file's problem
+    for number, row in enumerate(conversations, 1):
+        if json.dumps(row.get("tools") or []) != json.dumps(schemas):
+            return [
+                f"{at}.trainer.warmup.data: conversation {number}'s `tools` are not the schemas the pool's "
+                f"environment {environment.name!r} gives its chat template (key order counts: a template renders them "
+                "as given), so the warm-up trains under a prompt the episodes never show: write each "
+                "conversation's `tools` as the environment's `tools()` schemas (`python -m "
+                "lakeflow.raas.agent.envs NAME --demos` does)"
+            ]
+    return []

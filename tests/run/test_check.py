@@ -102,6 +102,24 @@ def test_a_tool_using_pool_whose_template_drops_the_tools_is_warned_of(tmp_path:
     assert check_run_tools(run(AGENT)) == []  # the tiny model's template renders tools
 
 
+def test_warm_up_demonstrations_whose_tools_are_not_the_environment_s_are_warned_of(tmp_path: Path) -> None:
+    from lakeflow.raas.agent.envs.calculator import make_demos
+    from lakeflow.run.check import check_run_tools
+
+    demos = make_demos(2, seed=0)
+    pool = {"workflow": "agent", "environment": {"name": "calculator"}, "chat_template": "chatml-tools"}
+    as_given, sorted_keys = tmp_path / "given.jsonl", tmp_path / "sorted.jsonl"
+    as_given.write_text("".join(json.dumps(d) + "\n" for d in demos))
+    sorted_keys.write_text(json.dumps(demos[0]) + "\n" + json.dumps(demos[1], sort_keys=True) + "\n")
+    assert check_run_tools(run(pool, trainer={"model": "tiny:x", "warmup": {"data": str(as_given)}})) == []
+    (note,) = check_run_tools(run(pool, trainer={"model": "tiny:x", "warmup": {"data": str(sorted_keys)}}))
+    assert note.startswith(
+        "models[0].trainer.warmup.data: conversation 2's `tools` are not the schemas the pool's environment "
+        "'calculator' gives its chat template (key order counts"
+    )
+    assert check_run_config(run(pool, trainer={"model": "tiny:x", "warmup": {"data": str(sorted_keys)}})) == []
+
+
 def test_lakeflow_run_prints_the_warning_and_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
