@@ -102,10 +102,12 @@ class Trainer:
         os.makedirs(self.work_dir, exist_ok=True)
         self.world = distributed.init(c.device)
         self.device = self.world.device if self.world else c.device
-        if latest_version(self.store, self.model_id) is None and self.lead:  # not LATEST alone: see repair_latest
+        fresh = latest_version(self.store, self.model_id) is None and self.lead  # not LATEST alone: repair_latest
+        if fresh:
             self._publish_base()
         if self.world:
             torch.distributed.barrier()  # version 0 exists for every rank
+            fresh = distributed.any_rank(fresh)
         if self.model is None:
             latest = repair_latest(self.store, self.model_id, "trainer") if self.lead else None
             latest = latest_version(self.store, self.model_id) if latest is None else latest
@@ -135,10 +137,11 @@ class Trainer:
         objective = build_loss(c.loss, c.kl)
         past = PastWeights(c.mismatch_versions) if self.world is None else None  # (FSDP2: not kept)
         self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world, past)
-        if self.version == 0:  # fresh moments are version 0's: a checkpoint like any other
-            fresh = self._checkpoint_state()  # under torchrun a collective: every rank takes part
+        if fresh:  # fresh moments (and the warmed master weights) are version 0's: a checkpoint like any other,
+            # written once (a trainer resuming version 0 would overwrite the master weights with rounded ones)
+            state = self._checkpoint_state()  # under torchrun a collective: every rank takes part
             if self.lead:
-                resume.write_checkpoint(self.store, self.model_id, 0, fresh, c)
+                resume.write_checkpoint(self.store, self.model_id, 0, state, c)
         checkpointed = resume.restore(self, self.version)
         tensors = self._published(self.tensors())  # under torchrun a collective
         if self.lead:

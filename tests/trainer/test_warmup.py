@@ -106,7 +106,8 @@ def test_version_0_is_the_warmed_model_and_a_restart_does_not_warm_again(
 
     demos = write_demos(tmp_path / "demos.jsonl", [DEMO])
     warmup = {"data": demos, "steps": 20, "batch_size": 2, "lr": 3e-3, "chat_template": "chatml-tools"}
-    config = load_config(write_config(tmp_path / "c.yaml", tiny_cache, warmup=warmup))
+    # published in bf16 over float32 master weights: a restart at version 0 must find the warmed master weights
+    config = load_config(write_config(tmp_path / "c.yaml", tiny_cache, warmup=warmup, publish_dtype="bfloat16"))
     store = open_store(str(tmp_path / "lake"))
     trainer = Trainer(store, MODEL, config, str(tmp_path / "work"))
     assert trainer.start() == 0
@@ -121,7 +122,8 @@ def test_version_0_is_the_warmed_model_and_a_restart_does_not_warm_again(
     before, after = assistant_logprob(base, ids, mask), assistant_logprob(trainer.model, ids, mask)
     assert after > before + 1.0, (before, after)  # the demonstration became likely
 
-    again = Trainer(store, MODEL, config, str(tmp_path / "again"))  # version 0 exists: resumed, not warmed
+    again = Trainer(store, MODEL, config, str(tmp_path / "again"))  # version 0 exists: resumed, not warmed, and
+    # its checkpoint still holds the warmed float32 weights (a resume once overwrote them with the bf16 ones)
     assert again.start() == 0
     again.close()
     published, warmed = to_state(again.model), to_state(trainer.model)
