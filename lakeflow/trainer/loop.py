@@ -89,9 +89,8 @@ class Trainer:
     # --- setup ----------------------------------------------------------------------------------
 
     def start(self) -> int:
-        """Load the newest published version (or publish the base model, after its warm-up if the config has
-        one, as version 0) with the optimizer state `resume.restore` rebuilds, and start the writer; returns
-        the next step.
+        """Load the newest published version (or publish the base model, after its warm-up if the config has one, as
+        version 0) with the optimizer state `resume.restore` rebuilds, and start the writer; returns the next step.
 
         Under torchrun every rank starts here: rank 0 publishes version 0 if there is none, then every
         rank pulls the newest version into its own directory and FSDP2 shards the model."""
@@ -137,8 +136,7 @@ class Trainer:
         objective = build_loss(c.loss, c.kl)
         past = PastWeights(c.mismatch_versions) if self.world is None else None  # (FSDP2: not kept)
         self.parts = StepParts(self.model, self.optimizer, objective, c, self.device, reference, self.world, past)
-        if fresh:  # fresh moments (and the warmed master weights) are version 0's: a checkpoint like any other,
-            # written once (a trainer resuming version 0 would overwrite the master weights with rounded ones)
+        if fresh:  # version 0's checkpoint (fresh moments, the warmed master weights), once: a resume keeps it
             state = self._checkpoint_state()  # under torchrun a collective: every rank takes part
             if self.lead:
                 resume.write_checkpoint(self.store, self.model_id, 0, state, c)
