@@ -43,7 +43,7 @@ class RealPlan:
     eval_gpu_share: float = 0.15  # what the two engines leave: a 135M model needs little of an H200)
 
 
-TINY_REAL = RealPlan(steps=3, eval_every=2, eval_prompts=4, cap_s=240.0)
+TINY_REAL = RealPlan(steps=2, eval_every=2, eval_prompts=4, cap_s=240.0)
 
 
 def repository_root() -> Path:

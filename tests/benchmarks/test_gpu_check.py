@@ -19,7 +19,7 @@ def positive(value: Any) -> bool:
     return isinstance(value, int | float) and math.isfinite(value) and value > 0
 
 
-# Over 60 s (~110 s): the five sections of the GPU check on a 1.5M-parameter model (a `lakeflow run` of 3
+# Over 60 s (~110 s): the five sections of the GPU check on a 1.5M-parameter model (a `lakeflow run` of 2
 # versions with its eval is half of it): the script a lent GPU runs must have run here first.
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # five sections, one of them a `lakeflow run`: about 6 minutes on 2 busy cores
