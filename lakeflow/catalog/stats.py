@@ -36,6 +36,7 @@ _GAUGES = {
 }
 RECENT_GROUPS = 64  # the window starvation is judged over: the model's newest complete groups
 STARVING_BELOW = 0.25  # a kept share of the recent groups below this starves the trainer
+STARVING_WAIT = 0.25  # ... when it waits this share of its step for data (the progress bar's test)
 _MIN_RECENT = 16  # fewer recent groups than this say nothing yet
 # the rows of each model's newest RECENT_GROUPS complete groups, folded by `recent_counts`
 RECENT_ROWS_QUERY = (
@@ -58,7 +59,7 @@ def starvation(numbers: Mapping[str, Any]) -> str | None:
     solved, failed = int(numbers.get("recent_all_solved") or 0), int(numbers.get("recent_all_failed") or 0)
     head = f"{kept} of the last {n} groups kept"
     if solved >= failed:
-        return f"{head}, {solved} all solved: harder or fresh prompts (curation: skip_solved or greso)"
+        return f"{head}, {solved} all solved: harder or fresh prompts (curation: curriculum, skip_solved or greso)"
     return f"{head}, {failed} all failed: a larger group (n_samples), easier prompts or a warm-up"
 
 

@@ -8,13 +8,15 @@ for every model. Each problem is one line naming its config key; `lakeflow dataf
 
 from __future__ import annotations
 
-from lakeflow.dataflow.config import DataflowConfig, Dataset, LoaderDataset
+from lakeflow.dataflow.config import DataflowConfig, Dataset, LoaderDataset, MixDataset
 from lakeflow.dataflow.datasets import dataset_loader
 from lakeflow.errors import PluginError
 
 
 def check_dataset(dataset: Dataset | None, key: str) -> list[str]:
     """Problems of one dataset (`key` is its config key, e.g. 'models[0].dataflow.dataset')."""
+    if isinstance(dataset, MixDataset):
+        return [p for name, part in dataset.parts.items() for p in check_dataset(part, f"{key}.parts.{name}")]
     if not isinstance(dataset, LoaderDataset):
         return []
     try:

@@ -85,10 +85,23 @@ class LoaderDataset(StrictConfig):
     name: str = Field("", description="Dataset name stamped on samples; defaults to the loader's name.")
 
 
-Dataset = Annotated[
+DatasetPart = Annotated[
     SyntheticDataset | FileDataset | ReasoningGymDataset | HumanEvalDataset | LoaderDataset,
     Field(discriminator="type"),
 ]
+
+
+class MixDataset(StrictConfig):
+    """Several datasets as one, each part's prompts stamped with the part's name as their `dataset` (and their
+    ids prefixed `name:`), in the order given: a curriculum (`curation: curriculum`) serves them easiest first."""
+
+    type: Literal["mix"] = "mix"
+    parts: dict[str, DatasetPart] = Field(
+        min_length=1, description="Name -> dataset, easiest first (e.g. two-digit sums, then three-digit)."
+    )
+
+
+Dataset = Annotated[DatasetPart | MixDataset, Field(discriminator="type")]
 
 
 class Policies(StrictConfig):
@@ -145,7 +158,11 @@ class ModelConfig(StrictConfig):
     replay_ratio: float = Field(0.0, ge=0, lt=1, description="Share of each batch drawn from replay.")
     replay_capacity: int = Field(50_000, ge=1, description="Most recently served groups kept for replay.")
     solved_threshold: float = Field(
-        0.95, ge=0, le=1, description="skip_solved: pass-rate EMA above which a prompt is skipped."
+        0.95,
+        ge=0,
+        le=1,
+        description="skip_solved: pass-rate EMA above which a prompt is skipped; curriculum: mean reward of a "
+        "part's newest groups above which the next part is served.",
     )
     pass_rate_decay: float = Field(0.5, gt=0, lt=1, description="Weight of history in the pass-rate EMA.")
     reward_bound: float = Field(

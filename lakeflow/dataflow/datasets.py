@@ -1,7 +1,8 @@
 """The prompts a run rolls out: a JSONL or Parquet file of {prompt, answer}, generated arithmetic,
 a reasoning-gym generator (its answer column carries the entry its scorer needs, as JSON), or
 HumanEval (its answer column carries the hidden tests and the canonical solution, as JSON), or the rows
-a user's loader function returns (`{type: loader, loader: "package.module:attr", args: {...}}`).
+a user's loader function returns (`{type: loader, loader: "package.module:attr", args: {...}}`), or a mix
+of those (`{type: mix, parts: {name: dataset, ...}}`, each part's `dataset` column its name).
 
 Loaded once into the catalog's `prompts` table; curation policies choose among them.
 """
@@ -20,7 +21,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from lakeflow.dataflow.config import Dataset, FileDataset, HumanEvalDataset, LoaderDataset, ReasoningGymDataset
+from lakeflow.dataflow.config import (
+    Dataset,
+    FileDataset,
+    HumanEvalDataset,
+    LoaderDataset,
+    MixDataset,
+    ReasoningGymDataset,
+)
 from lakeflow.errors import ConfigError, LakeflowError, MissingExtraError
 from lakeflow.humaneval import TASK_TYPE as HUMANEVAL_TASK_TYPE
 from lakeflow.humaneval import humaneval_rows
@@ -32,6 +40,8 @@ PROMPT_COLUMNS = ("prompt_id", "prompt_order", "prompt", "answer", "task_type", 
 
 def load_prompts(dataset: Dataset) -> pa.Table:
     """The dataset as a table with PROMPT_COLUMNS (prompt ids made stable and unique)."""
+    if isinstance(dataset, MixDataset):
+        return _mix(dataset)
     if isinstance(dataset, FileDataset):
         return _from_file(dataset)
     if isinstance(dataset, HumanEvalDataset):
@@ -53,6 +63,21 @@ def load_prompts(dataset: Dataset) -> pa.Table:
     prompts = [f"What is {x} + {y} * {z}? Answer with the number only." for x, y, z in zip(a, b, c, strict=True)]
     answers = [str(int(x + y * z)) for x, y, z in zip(a, b, c, strict=True)]
     return _table([f"arith-{dataset.seed}-{i}" for i in range(dataset.prompts)], prompts, answers, "math", "synthetic")
+
+
+def _mix(dataset: MixDataset) -> pa.Table:
+    """The parts one after the other, in the order given: ids prefixed with the part's name, which is also
+    their `dataset`, and one prompt order across them."""
+    parts = []
+    for name, part in dataset.parts.items():
+        table = load_prompts(part)
+        ids = pc.binary_join_element_wise(f"{name}:", table.column("prompt_id"), "")
+        table = table.set_column(0, "prompt_id", ids)
+        parts.append(
+            table.set_column(table.schema.get_field_index("dataset"), "dataset", pa.array([name] * len(table)))
+        )
+    mixed = pa.concat_tables(parts)
+    return mixed.set_column(1, "prompt_order", pa.array(range(len(mixed)), pa.int64()))
 
 
 def _read(location: str) -> Any:
@@ -138,6 +163,9 @@ def _from_loader(dataset: LoaderDataset) -> pa.Table:
 def task_types(dataset: Dataset) -> set[str] | None:
     """The task types of a dataset's rows, when known without running user code (a file is read when it is
     here); None when not (a loader, a file on another machine)."""
+    if isinstance(dataset, MixDataset):
+        found = [task_types(part) for part in dataset.parts.values()]
+        return None if any(t is None for t in found) else set().union(*(t for t in found if t is not None))
     if isinstance(dataset, HumanEvalDataset):
         return {HUMANEVAL_TASK_TYPE}
     if isinstance(dataset, ReasoningGymDataset):

@@ -3,7 +3,9 @@
 Every outcome is a `Reward` (value, reason); bad output (empty, no answer, garbage, overlong,
 an exception inside the checker) scores 0.0 with a reason that the workflow stores in the
 sample's `extra`. Math answers are checked with `math-verify` when it is installed, else by
-the fallback: the last number in the text compared numerically (relative tolerance 1e-6).
+the fallback: the last number in the text compared numerically (relative tolerance 1e-6). An answer
+that restates an arithmetic expression instead of its value ("407 + 66" for 473), which math-verify
+would evaluate and accept, scores 0 ("unevaluated") unless the reference is written that way.
 Task types `reasoning_gym:<generator>` are scored by that reasoning-gym generator's own
 `score_answer` (reasoning-gym is imported on first use).
 
@@ -47,6 +49,10 @@ log = logging.getLogger(__name__)
 
 _NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+")
 _SHOWN = 64  # characters of the extracted answer kept in the reason
+# An unevaluated sum, difference, product or power of numbers ("407 + 66" for 473). math-verify evaluates it
+# and calls it right, so a policy learns to restate the question instead of answering it (SmolLM2 adding did,
+# from version 6 on). It scores 0 ("unevaluated") unless the reference itself is written that way.
+_UNEVALUATED = re.compile(r"\d\s*(?:[-+*×·^]|\\times|\\cdot)\s*[\d(\\{]")
 
 
 def unscorable(text: str, answer: str, max_chars: int) -> Reward | None:
@@ -119,6 +125,8 @@ def _math_verify(text: str, answer: str) -> Reward:
         return Reward(0.0, "no-answer")
     shown = str(pred[-1])[:_SHOWN]
     ok = _mv_verify(gold, pred, timeout_seconds=timeout, raise_on_error=True)
+    if ok and _UNEVALUATED.search(str(pred[-1])) and not _UNEVALUATED.search(answer):
+        return Reward(0.0, "unevaluated", shown)
     return Reward(1.0 if ok else 0.0, "correct" if ok else "wrong", shown)
 
 

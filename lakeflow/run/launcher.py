@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import yaml
 
-from lakeflow.catalog.stats import starvation
+from lakeflow.catalog.stats import STARVING_WAIT, starvation
 from lakeflow.errors import StorePermissionError
 from lakeflow.io import Store
 from lakeflow.lake import layout
@@ -214,7 +214,9 @@ class Launcher:
                     total = stats.get("wait_s", 0) + stats.get("step_s", 0)
                     p.wait_fraction = stats.get("wait_s", 0) / total if total else None
             p.failed, p.top_failure = failures.get(m.id, (0, None))
-            p.starving = starving.get(m.id)
+            # few groups kept starves only a trainer that waits for them: a fast rollout pool may keep up
+            waiting = p.wait_fraction is None or p.wait_fraction >= STARVING_WAIT
+            p.starving = starving.get(m.id) if waiting else None
             p.judge = self._judges_seen.get(m.id)
             self._judge_alarm(m.id, p.judge)
             out[m.id] = p

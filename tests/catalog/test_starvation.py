@@ -24,8 +24,8 @@ def test_only_the_newest_groups_count_and_saturation_says_harder_prompts() -> No
         "recent_all_failed": 0,
     }
     assert (
-        starvation(numbers["a"])
-        == "4 of the last 64 groups kept, 60 all solved: harder or fresh prompts (curation: skip_solved or greso)"
+        starvation(numbers["a"]) == "4 of the last 64 groups kept, 60 all solved: harder or fresh prompts "
+        "(curation: curriculum, skip_solved or greso)"
     )
     assert starvation(numbers["b"]) is None  # every group kept
 

@@ -4,6 +4,7 @@ curation policies and GRESO's adaptation. The service-level tests drive it throu
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from lakeflow.catalog.state import Catalog
@@ -11,7 +12,7 @@ from lakeflow.dataflow.config import DataflowConfig
 from lakeflow.dataflow.datasets import load_prompts
 from lakeflow.dataflow.issuer import TaskIssuer
 from lakeflow.dataflow.service import DataflowService
-from lakeflow.io import Store
+from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
 from lakeflow.lake import tasks as lake_tasks
 from tests.dataflow.helpers import config, now, roll_out_tasks
@@ -159,6 +160,36 @@ def test_skip_solved_stops_issuing_solved_prompts(store: Store) -> None:
     assert lake_tasks.list_tasks(store, "policy")[0] == set()  # every prompt is solved: none submitted
     after = sum(s["issued"] for s in service.catalog.sql("SELECT issued FROM prompt_stats").to_pylist())
     assert after == issued_before
+    service.close()
+
+
+def test_curriculum_serves_the_next_part_once_the_newest_groups_of_the_first_are_solved() -> None:
+    store = open_store(f"memory://lake-{uuid.uuid4().hex[:8]}")  # the policy's logic: one backend is enough
+    parts = {name: {"type": "synthetic", "form": "add", "prompts": 8, "seed": i} for i, name in enumerate(("a", "b"))}
+    cfg = config(
+        dataset={"type": "mix", "parts": parts},
+        policies={"curation": "curriculum", "filter": "drop_zero_adv"},  # dropped groups: issuing goes on
+        solved_threshold=0.85,
+        tasks={"buffer_factor": 1.0},
+    )
+    service = DataflowService(store, cfg)
+    service.start()
+
+    def rounds(rewards: list[float], n: int) -> set[str]:
+        """The parts of the prompts issued over n rounds of 4 tasks, each rolled out with `rewards`."""
+        issued = set()
+        for _ in range(n):
+            service.run(iterations=1)
+            issued |= {prompt.split(":")[0] for prompt in open_prompts(store)}
+            roll_out_tasks(store, "policy", rewards)
+            service.run(iterations=1)
+        return issued
+
+    assert rounds([0, 0, 0, 0], 2) == {"a"}  # all failed
+    assert rounds([1, 1, 1, 1], 7) == {"a"}  # the newest 32 groups of part a: 24 solved, mean 0.75 at most
+    assert rounds([1, 1, 1, 1], 2) == {"b"}  # 28 of 32 solved, mean 0.875 >= 0.85: the next part
+    parts_of = service.catalog.sql("SELECT DISTINCT dataset FROM prompts ORDER BY 1").column(0).to_pylist()
+    assert parts_of == ["a", "b"]
     service.close()
 
 

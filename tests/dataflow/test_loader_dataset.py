@@ -1,5 +1,6 @@
 """Datasets from a user's loader function (`{type: loader, loader, args}`): rows into the prompts table,
-every malformed answer a one-line ConfigError, and the check that resolves a loader without calling it."""
+every malformed answer a one-line ConfigError, the check that resolves a loader without calling it, and
+mixes of datasets (`type: mix`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lakeflow.dataflow.check import check_dataflow_config
-from lakeflow.dataflow.config import DataflowConfig, FileDataset, LoaderDataset, SyntheticDataset
+from lakeflow.dataflow.config import DataflowConfig, FileDataset, LoaderDataset, MixDataset, SyntheticDataset
 from lakeflow.dataflow.datasets import load_prompts, task_types
 from lakeflow.errors import ConfigError
 
@@ -99,3 +100,21 @@ def test_task_types_known_without_running_user_code(tmp_path: Path) -> None:
     assert task_types(SyntheticDataset()) == {"math"}
     assert task_types(LoaderDataset(loader=f"{HERE}:rows")) is None
     assert task_types(FileDataset(path=str(tmp_path / "elsewhere.jsonl"))) is None  # on another machine
+
+
+def test_a_mix_names_its_parts_checks_each_and_keeps_their_order(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"prompt": "a", "answer": "1", "task_type": "code", "prompt_id": "x"}\n')
+    mix = MixDataset.model_validate(
+        {"parts": {"easy": {"type": "synthetic", "prompts": 2}, "files": {"type": "file", "path": str(path)}}}
+    )
+    table = load_prompts(mix)
+    assert table.column("prompt_id").to_pylist() == ["easy:arith-0-0", "easy:arith-0-1", "files:x"]
+    assert table.column("dataset").to_pylist() == ["easy", "easy", "files"]
+    assert table.column("prompt_order").to_pylist() == [0, 1, 2]
+    assert task_types(mix) == {"math", "code"}
+    lost = {"type": "mix", "parts": {"a": {"type": "synthetic"}, "b": {"type": "loader", "loader": "no_such_lf_mod:f"}}}
+    config = DataflowConfig.model_validate({"models": [{"id": "m", "vocab_size": 8, "dataset": lost}]})
+    assert task_types(config.models[0].dataset) is None  # a part's types are unknown: the mix's too
+    (problem,) = check_dataflow_config(config)
+    assert problem.startswith("models[0].dataset.parts.b.loader: ")

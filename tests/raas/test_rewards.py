@@ -35,6 +35,30 @@ def test_a_wrong_answer_scores_0(text: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "answer"),
+    [
+        ("5362 + 6116", "11478"),  # what SmolLM2 learnt to reply to "What is 5362 + 6116?" under GRPO
+        ("To add 76 + 97, you simply add them together: 76 + 97 =", "173"),  # cut before its answer
+        ("12 + 34 * 56", "1916"),
+        (r"\boxed{407+66}", "473"),
+        (r"$407 \times 2$", "814"),
+        (r"\boxed{2^{10}}", "1024"),
+    ],
+)
+def test_a_restated_expression_is_not_an_answer(text: str, answer: str) -> None:
+    """math-verify evaluates "76 + 97" and calls it right: the reward refuses what is not a value."""
+    r = math_reward(text, answer)
+    assert (r.value, r.reason) == (0.0, "unevaluated") and r.extracted
+    if "boxed" not in text:  # worked through to the value: right (a boxed answer is the boxed one)
+        assert math_reward(f"{text} = {answer}", answer).value == 1.0
+
+
+def test_an_expression_is_an_answer_where_the_reference_is_one() -> None:
+    assert math_reward("1 + x", "x + 1").value == 1.0
+    assert math_reward(r"\frac{1}{2}", "0.5").value == 1.0  # a fraction is a value
+
+
+@pytest.mark.parametrize(
     ("text", "reason"),
     [
         ("", "empty"),

@@ -3,13 +3,16 @@ after that; a process dying before then is a failure."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from lakeflow.catalog.stats import STARVING_WAIT
 from lakeflow.io import open_store
+from lakeflow.lake import layout
 from lakeflow.run import load_run_config
 from lakeflow.run.launcher import Component, Launcher
 
@@ -91,3 +94,17 @@ def test_each_rollout_service_and_evaluation_keeps_its_weights_cache_in_the_run_
     assert caches["raas-policy-0"] == str((tmp_path / "cache" / "raas-policy-0").resolve())
     assert caches["eval-policy"] == str((tmp_path / "cache" / "eval-policy").resolve())
     assert caches["train-policy"] is None  # the trainer keeps no pull cache
+
+
+def test_the_bar_says_starving_only_while_the_trainer_waits_for_data(tmp_path: Path) -> None:
+    """Few groups kept (catalog/stats.py) starve a trainer only if it waits: a fast pool may keep up (the SmolLM2
+    sums recipe kept 12 of 64 and its trainer waited 0-12 s of 25-50 s steps)."""
+    launcher = Launcher(load_run_config(CONFIG), open_store(str(tmp_path / "lake")), str(tmp_path / "lake"), tmp_path)
+    note = "12 of the last 64 groups kept, 31 all solved: ..."
+    launcher._slow_view = lambda: ({"policy": note}, {})  # type: ignore[method-assign]
+    assert launcher.progress()["policy"].starving == note  # no step yet: it waits for its first batch
+    for step, wait_s in ((0, 3.0), (1, 20.0)):  # the newest step's stats count
+        stats = {"reward_mean": 0.5, "wait_s": wait_s, "step_s": 25.0}
+        launcher.store.put(layout.trainer_stats_key("policy", step), json.dumps(stats).encode())
+        progress = launcher.progress()["policy"]
+        assert progress.starving == (note if wait_s / (wait_s + 25.0) >= STARVING_WAIT else None)
