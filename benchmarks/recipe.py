@@ -56,8 +56,8 @@ def dropped_share(lake: str) -> float | None:
     """Complete groups the filter dropped over all complete groups of the run (None: no group complete)."""
     query = "SELECT sum(groups_filtered) AS dropped, sum(groups_kept) AS kept FROM dataflow_stats"
     row = connect_lake(open_store(lake)).sql(query).to_pylist()[0]
-    total = (row["dropped"] or 0) + (row["kept"] or 0)
-    return (row["dropped"] or 0) / total if total else None
+    dropped, kept = float(row["dropped"] or 0), float(row["kept"] or 0)  # DuckDB's sum of integers: a Decimal
+    return dropped / (dropped + kept) if dropped + kept else None
 
 
 def run_once(config: RunConfig, seed: int, out: Path, timeout_s: float) -> tuple[str, float]:

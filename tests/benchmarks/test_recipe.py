@@ -37,3 +37,20 @@ def test_the_curve_per_version_over_runs() -> None:
     rows = summary([{0: 0.1, 2: 0.5}, {0: 0.3, 2: 0.9, 4: 1.0}])
     assert [(r["version"], r["runs"]) for r in rows] == [(0, 2), (2, 2), (4, 1)]
     assert (rows[1]["mean"], rows[1]["min"], rows[1]["max"]) == (pytest.approx(0.7), 0.5, 0.9)
+
+
+def test_the_dropped_share_is_a_float_json_can_write() -> None:
+    """DuckDB sums integers into a Decimal: `--json` failed on it at the end of a whole run."""
+    import json
+    import uuid
+
+    from benchmarks.recipe import dropped_share
+    from lakeflow.io import open_store
+    from lakeflow.lake.metrics import MetricsWriter
+
+    lake = f"memory://recipe-{uuid.uuid4().hex}"
+    writer = MetricsWriter(open_store(lake), "dataflow_stats", "dataflow", flush_s=1e9)
+    writer.add({"model_id": "policy", "groups_filtered": 1, "groups_kept": 3})
+    writer.flush()
+    share = dropped_share(lake)
+    assert share == 0.25 and json.dumps({"dropped_share": share}) == '{"dropped_share": 0.25}'
