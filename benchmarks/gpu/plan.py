@@ -46,6 +46,7 @@ class Plan:
     codec_div: int = 1  # the 8B shapes, every dimension divided by this
     codec_workers: tuple[int, ...] = field(default_factory=lambda: tuple(sorted({1, 4, 16, os.cpu_count() or 1})))
     codec_cap_s: float = 200.0
+    trainer_rows: tuple[int, ...] | None = None  # which of gpu_trainer.CONFIGURATIONS run (None: every one)
 
 
 TINY = Plan(
@@ -58,8 +59,9 @@ TINY = Plan(
     engine_need_s=10.0,
     codec_params=2_000_000,
     codec_div=32,
-    codec_workers=(1, 4, 16),
+    codec_workers=(1, 4),
     codec_cap_s=60.0,
+    trainer_rows=(0, 3),  # a writer process on the default schedule, and in line every step: the two ends
 )
 
 

@@ -124,7 +124,8 @@ def _train_model(
     clock.need(cap / 2, f"training {name}")
     model_dir, build_s = model_directory(name, device, work, models)
     runs = []
-    for label, overlap, writer, every in CONFIGURATIONS:  # the rows of `python -m benchmarks trainer`
+    rows = CONFIGURATIONS if plan.trainer_rows is None else tuple(CONFIGURATIONS[i] for i in plan.trainer_rows)
+    for label, overlap, writer, every in rows:  # the rows of `python -m benchmarks trainer`
 
         def one(overlap: bool = overlap, writer: Writer = writer, every: int | None = every) -> dict[str, Any]:
             clock.need(cap / 3, f"a {name} trainer run")

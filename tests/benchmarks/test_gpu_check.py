@@ -41,9 +41,7 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     codec = report["sections"]["codec"]
     assert codec["status"] == "ok" and codec["passed"] is True
     assert [(r["workers"], r["kind"]) for r in codec["runs"]] == [
-        (1, "single call"),
-        (4, "codec thread"), (4, "codec process"), (4, "split thread"), (4, "split process"),
-        (16, "codec thread"), (16, "codec process"), (16, "split thread"), (16, "split process"),
+        (1, "single call"), (4, "codec thread"), (4, "codec process"), (4, "split thread"), (4, "split process"),
     ]  # fmt: skip
     for run in codec["runs"]:
         assert run["status"] == "ok" and run["bit_exact"] is True
@@ -86,9 +84,8 @@ def test_cpu_dry_run_through_the_script(tmp_path: Path) -> None:
     assert trainer["status"] == "ok" and trainer["passed"] is True and trainer["peak_flops"] == 989e12
     (model,) = trainer["models"]
     assert model["model"] == "tiny" and model["status"] == "ok"
-    assert [(r["writer"], r["checkpoint_every"]) for r in model["runs"]] == [
-        ("process", 10), ("process", 1), ("thread", 1), ("in line", 1), ("thread", 10), ("in line", 10),
-    ]  # fmt: skip
+    # the dry run's two ends of gpu_trainer.CONFIGURATIONS (`python -m benchmarks trainer` runs all six)
+    assert [(r["writer"], r["checkpoint_every"]) for r in model["runs"]] == [("process", 10), ("in line", 1)]
     assert "process" in text and "cycle/compute" in text
     chains = {tuple(r["digests"]) for r in model["runs"]}
     assert len(chains) == 1  # every configuration published the same versions, bit for bit
