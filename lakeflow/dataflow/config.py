@@ -7,6 +7,7 @@ staleness bound, data policies (by name from `catalog/policies/<kind>/` or by pa
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -85,6 +86,8 @@ class LoaderDataset(StrictConfig):
     name: str = Field("", description="Dataset name stamped on samples; defaults to the loader's name.")
 
 
+PART_NAME = re.compile(r"[A-Za-z0-9._-]+")  # a mix's part names: the dataset name and the ids' prefix
+
 DatasetPart = Annotated[
     SyntheticDataset | FileDataset | ReasoningGymDataset | HumanEvalDataset | LoaderDataset,
     Field(discriminator="type"),
@@ -99,6 +102,12 @@ class MixDataset(StrictConfig):
     parts: dict[str, DatasetPart] = Field(
         min_length=1, description="Name -> dataset, easiest first (e.g. two-digit sums, then three-digit)."
     )
+
+    @model_validator(mode="after")
+    def _plain_part_names(self) -> MixDataset:
+        if bad := [name for name in self.parts if not PART_NAME.fullmatch(name)]:
+            raise ValueError(f"part names {bad} must be letters, digits, '.', '_' or '-' (they prefix prompt ids)")
+        return self
 
 
 Dataset = Annotated[DatasetPart | MixDataset, Field(discriminator="type")]

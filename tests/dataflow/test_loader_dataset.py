@@ -118,3 +118,5 @@ def test_a_mix_names_its_parts_checks_each_and_keeps_their_order(tmp_path: Path)
     assert task_types(config.models[0].dataset) is None  # a part's types are unknown: the mix's too
     (problem,) = check_dataflow_config(config)
     assert problem.startswith("models[0].dataset.parts.b.loader: ")
+    with pytest.raises(ValueError, match="part names \\['a b'\\] must be letters"):
+        MixDataset.model_validate({"parts": {"a b": {"type": "synthetic"}}})
