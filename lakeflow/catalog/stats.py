@@ -36,7 +36,7 @@ _GAUGES = {
 }
 RECENT_GROUPS = 64  # the window starvation is judged over: the model's newest complete groups
 STARVING_BELOW = 0.25  # a kept share of the recent groups below this starves the trainer
-STARVING_WAIT = 0.25  # ... when it waits this share of its step for data (the progress bar's test)
+STARVING_WAIT = 0.25  # the bar says "starving" only while the trainer waits this share of its step
 _MIN_RECENT = 16  # fewer recent groups than this say nothing yet
 # the rows of each model's newest RECENT_GROUPS complete groups, folded by `recent_counts`
 RECENT_ROWS_QUERY = (
