@@ -9,12 +9,18 @@ a millisecond step into seconds."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # before anything imports torch; inherited by subprocesses
 # lakeflow subprocesses import torch & co. before coverage traces them (tests/preimport/, installed by make venv)
 os.environ.setdefault("LAKEFLOW_TEST_PREIMPORT", "1")
+# Bytecode is cached (__pycache__, gitignored) even where the environment says not to (a container's
+# PYTHONDONTWRITEBYTECODE=1): the suite starts hundreds of Python processes, and each compiled every lakeflow
+# module it imported from source, ~0.5 s of CPU per service process.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import boto3
 import pytest

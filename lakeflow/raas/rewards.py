@@ -19,10 +19,12 @@ number) is wrapped so it too never raises on bad output.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import logging
 import math
 import re
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +74,7 @@ def math_reward(text: str, answer: str, max_chars: int = 8192) -> Reward:
         return bad
     try:
         return _math_verify(text, answer) if HAVE_MATH_VERIFY else last_number_reward(text, answer)
-    except _CHECKER_ERRORS as e:  # a checker bug or timeout costs one sample's reward, not the service
+    except _checker_errors() as e:  # a checker bug or timeout costs one sample's reward, not the service
         return Reward(0.0, f"checker-error: {type(e).__name__}: {str(e)[:200]}")
 
 
@@ -100,20 +102,22 @@ def _last_number(text: str) -> float | None:
     return None
 
 
-_CHECKER_ERRORS: tuple[type[BaseException], ...] = (Exception,)
-try:
-    from math_verify import parse as _mv_parse
-    from math_verify import verify as _mv_verify
-    from math_verify.errors import TimeoutException
+# math-verify (and sympy under it, ~0.4 s) is imported by the first math score, not by every process
+# that builds a reward: the launcher's checks, services scoring code or with a judge.
+HAVE_MATH_VERIFY = importlib.util.find_spec("math_verify") is not None
 
-    HAVE_MATH_VERIFY = True
-    _CHECKER_ERRORS = (Exception, TimeoutException)  # TimeoutException derives from BaseException
-except ImportError:  # the fallback checker is used
-    HAVE_MATH_VERIFY = False
+
+def _checker_errors() -> tuple[type[BaseException], ...]:
+    """What a checker may raise: Exception, and math-verify's timeout (a BaseException) once it is loaded."""
+    errors = sys.modules.get("math_verify.errors")
+    return (Exception, errors.TimeoutException) if errors else (Exception,)
 
 
 def _math_verify(text: str, answer: str) -> Reward:
     # math-verify's timeouts use SIGALRM, which only the main thread may set; elsewhere run without.
+    from math_verify import parse as _mv_parse
+    from math_verify import verify as _mv_verify
+
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     gold = _mv_parse(answer, parsing_timeout=timeout, raise_on_error=True)
     if not gold:
@@ -152,7 +156,7 @@ def reasoning_gym_reward(text: str, answer: str, max_chars: int = 8192) -> Rewar
         if not given:
             return Reward(0.0, "no-answer")
         value = float(score(given, entry))
-    except _CHECKER_ERRORS as e:  # MissingExtraError included: it names the package to install
+    except _checker_errors() as e:  # MissingExtraError included: it names the package to install
         return Reward(0.0, f"checker-error: {type(e).__name__}: {str(e)[:200]}")
     if not math.isfinite(value):
         return Reward(0.0, f"checker-error: reasoning-gym scored {value}")
@@ -200,7 +204,7 @@ class PluginReward:
             return Reward(0.0, "overlong")
         try:
             out = self.fn(text, answer)
-        except _CHECKER_ERRORS as e:  # the plugin's bug on one completion costs that sample's reward
+        except _checker_errors() as e:  # the plugin's bug on one completion costs that sample's reward
             return Reward(0.0, f"checker-error: {type(e).__name__}: {str(e)[:200]}")
         if isinstance(out, Reward):
             value, reason = out.value, out.reason

@@ -9,18 +9,35 @@ loops; `codec.py` wraps this into delta objects.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any, Protocol
 
 import numpy as np
 
 from lakeflow.errors import WeightsFormatError
-from lakeflow.weights import kernels
-from lakeflow.weights.kernels import absmask
 from lakeflow.weights.tensors import BITS_DTYPE
 
 MANTISSA_BITS = {"BF16": 7, "F16": 10, "F32": 23}  # exponent = (bits & ~sign) >> mantissa
 _SAMPLE_BLOCK, _SAMPLE_EVERY = 1024, 32 * 1024  # e_cut is chosen from 1/32 of the elements
 _HOT_PENALTY = 0.002  # bits charged per hot element, trading a little size for speed
+
+
+def _kernels() -> ModuleType:
+    """`kernels.py`, imported by the first delta coded: numba costs ~0.2 s to import, and a process that only
+    reads manifests (the launcher, the dataflow, `lakeflow sql`) never codes one."""
+    from lakeflow.weights import kernels
+
+    return kernels
+
+
+def absmask(bits_dtype: np.dtype) -> int:
+    """All bits but the sign bit of an unsigned `bits_dtype`."""
+    return (1 << (8 * np.dtype(bits_dtype).itemsize - 1)) - 1
+
+
+def n_exponents(bits_dtype: np.dtype, mbits: int) -> int:
+    """How many exponent values a float dtype with `mbits` mantissa bits has (the counters' size)."""
+    return 1 << (8 * np.dtype(bits_dtype).itemsize - 1 - mbits)
 
 
 class Writer(Protocol):  # `pcostreams.PcoWriter`
@@ -55,12 +72,12 @@ def encode_group(
         n_hot = 0
     else:
         size = sum(o.size for o in olds)
-        counts = np.zeros(kernels.exponents(olds[0].dtype, mbits), np.int64)
+        counts = np.zeros(n_exponents(olds[0].dtype, mbits), np.int64)
         changes, ranks, diffs = np.empty(size, np.uint8), np.empty(size, np.int64), np.empty(size, np.int64)
         positions, new_bits = np.empty(size, np.int64), np.empty(size, olds[0].dtype)
-        found, base = np.zeros(2, np.int64), 0
+        found, base, scan = np.zeros(2, np.int64), 0, _kernels().scan
         for o, n in zip(olds, news, strict=True):  # untouched parts of the buffers are never paged in
-            kernels.scan(o, n, mbits, e_cut << mbits, base, counts, changes, ranks, diffs, positions, new_bits, found)
+            scan(o, n, mbits, e_cut << mbits, base, counts, changes, ranks, diffs, positions, new_bits, found)
             base += o.size
         n_hot, n_cold = int(found[0]), int(found[1])
         n_ctx = counts[:e_cut]
@@ -79,7 +96,7 @@ def _encode_hot(
     n_ev = np.where(flip, n_ctx - k_ctx, k_ctx)
     val_at, ev_at = np.cumsum(k_ctx) - k_ctx, np.cumsum(n_ev) - n_ev
     gaps, values = np.empty(int(n_ev.sum()), np.int64), np.empty(changes.size, np.int64)
-    kernels.events(changes, ranks, diffs, n_ctx, flip, val_at, ev_at, gaps, values)
+    _kernels().events(changes, ranks, diffs, n_ctx, flip, val_at, ev_at, gaps, values)
     contexts: list[list[object]] = []
     for c in np.flatnonzero(n_ctx).tolist():
         gap_hist = writer.add(gaps[ev_at[c] : ev_at[c] + n_ev[c]], signed=False)
@@ -102,7 +119,7 @@ def _choose_cut(olds: list[np.ndarray], news: list[np.ndarray], mbits: int) -> i
         sample_n.append(n[idx])
     so, sn = np.concatenate(sample_o), np.concatenate(sample_n)
     exps = (so & absmask(so.dtype)) >> mbits
-    n_exp = np.bincount(exps, minlength=kernels.exponents(so.dtype, mbits)).astype(np.float64)
+    n_exp = np.bincount(exps, minlength=n_exponents(so.dtype, mbits)).astype(np.float64)
     k_exp = np.bincount(exps[so != sn], minlength=n_exp.size).astype(np.float64)
     p = np.divide(k_exp, n_exp, out=np.zeros_like(n_exp), where=n_exp > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -144,7 +161,7 @@ def decode_group(
         raise WeightsFormatError(f"delta header is malformed: {e}") from e
     bits_dtype = np.dtype(BITS_DTYPE[dtype])
     mbits = MANTISSA_BITS.get(dtype, 0)
-    exponents = kernels.exponents(bits_dtype, mbits)
+    exponents = n_exponents(bits_dtype, mbits)
     if e_cut and (dtype not in MANTISSA_BITS or not 0 < e_cut <= exponents):
         raise WeightsFormatError("delta header gives an invalid exponent cut")
     size = sum(o.size for o in olds)
@@ -198,6 +215,7 @@ def _apply_hot(
 ) -> None:
     """Write the old bits with the hot changes applied into `outs` (each context's gaps and values
     laid end to end, in context order)."""
+    kernels = _kernels()
     k_ctx = np.zeros_like(n_ctx)
     for c, (gaps, values) in changes.items():
         if gaps.size != values.size:

@@ -33,11 +33,6 @@ def _inlined(fn: F) -> F:
     return cast(F, numba.njit(nogil=True, cache=True, inline="always")(fn))
 
 
-def absmask(bits_dtype: np.dtype) -> int:
-    """All bits but the sign bit of an unsigned `bits_dtype`."""
-    return (1 << (8 * np.dtype(bits_dtype).itemsize - 1)) - 1
-
-
 @_jit
 def _key(x: int, half: int) -> int:
     return 2 * half - 1 - x if x >= half else x + half
@@ -49,11 +44,6 @@ def _from_key(k: int, half: int) -> int:
 
 
 GROUP = 32  # elements checked at once for anything to do: a cache line of bf16
-
-
-def exponents(bits_dtype: np.dtype, mbits: int) -> int:
-    """How many exponent values a float dtype with `mbits` mantissa bits has (the counters' size)."""
-    return 1 << (8 * np.dtype(bits_dtype).itemsize - 1 - mbits)
 
 
 @_jit
