@@ -20,13 +20,14 @@ os.environ.setdefault("LAKEFLOW_TEST_PREIMPORT", "1")
 # PYTHONDONTWRITEBYTECODE=1): the suite starts hundreds of Python processes, and each compiled every lakeflow
 # module it imported from source, ~0.5 s of CPU per service process.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-sys.dont_write_bytecode = False
 
 import boto3
 import pytest
 
 from lakeflow.io import S3Options, Store, open_store
 from tests.servers import moto_server
+
+sys.dont_write_bytecode = False  # this process too (the environment was read at its start)
 
 
 @pytest.fixture
