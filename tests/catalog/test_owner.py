@@ -14,6 +14,7 @@ Checked on the source (ast), over the package, the tests and the benchmarks:
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -30,28 +31,35 @@ DB_HOLDERS = {f"{CATALOG}/{name}.py" for name in _OWNERS}  # the owner classes
 SCANNED = ("lakeflow", "tests", "benchmarks", "scripts", "examples")
 
 
-def _sources(*tops: str) -> list[tuple[str, ast.AST]]:
-    out = []
-    for top in tops:
-        for path in sorted((ROOT / top).rglob("*.py")) if (ROOT / top).is_dir() else []:
-            out.append((path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(encoding="utf-8"))))
-    return out
+def _sources(*tops: str) -> list[tuple[str, list[ast.AST]]]:
+    """(path, every node of its syntax tree) of each Python file under `tops`."""
+    return [(rel, _nodes(rel)) for top in tops for rel in _files(top)]
 
 
-def _attributes(tree: ast.AST, names: set[str]) -> list[int]:
-    return [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr in names]
+@functools.cache
+def _files(top: str) -> list[str]:
+    return [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / top).rglob("*.py"))] if (ROOT / top).is_dir() else []
 
 
-def _duckdb_connects(tree: ast.AST) -> list[int]:
+@functools.cache  # each file parsed and walked once for the three tests (~700 files)
+def _nodes(rel: str) -> list[ast.AST]:
+    return list(ast.walk(ast.parse((ROOT / rel).read_text(encoding="utf-8"))))
+
+
+def _attributes(nodes: list[ast.AST], names: set[str]) -> list[int]:
+    return [n.lineno for n in nodes if isinstance(n, ast.Attribute) and n.attr in names]
+
+
+def _duckdb_connects(nodes: list[ast.AST]) -> list[int]:
     lines = [
         n.lineno
-        for n in ast.walk(tree)
+        for n in nodes
         if isinstance(n, ast.Attribute)
         and n.attr == "connect"
         and isinstance(n.value, ast.Name)
         and n.value.id == "duckdb"
     ]
-    for n in ast.walk(tree):
+    for n in nodes:
         if isinstance(n, ast.ImportFrom) and n.module == "duckdb" and any(a.name == "connect" for a in n.names):
             lines.append(n.lineno)
     return lines
@@ -60,9 +68,9 @@ def _duckdb_connects(tree: ast.AST) -> list[int]:
 def test_connections_are_held_only_by_their_owners() -> None:
     found = [
         f"{rel}:{line}"
-        for rel, tree in _sources(*SCANNED)
+        for rel, nodes in _sources(*SCANNED)
         if rel not in CONNECTION_OWNERS and rel != "tests/catalog/test_owner.py"
-        for line in _attributes(tree, {"con", "_con"})
+        for line in _attributes(nodes, {"con", "_con"})
     ]
     assert not found, f"a DuckDB connection used outside its owner (call the catalog's methods): {found}"
 
@@ -70,19 +78,19 @@ def test_connections_are_held_only_by_their_owners() -> None:
 def test_duckdb_connections_are_opened_only_by_their_owners() -> None:
     found = [
         f"{rel}:{line}"
-        for rel, tree in _sources("lakeflow", "benchmarks", "scripts", "examples")
+        for rel, nodes in _sources("lakeflow", "benchmarks", "scripts", "examples")
         if rel not in CONNECTION_OWNERS
-        for line in _duckdb_connects(tree)
+        for line in _duckdb_connects(nodes)
     ]
     assert not found, f"duckdb.connect outside catalog/statedb.py and lakeview/view.py: {found}"
 
 
 def test_the_catalog_connection_is_reached_only_through_the_owner_classes() -> None:
     importers, reached = [], []
-    for rel, tree in _sources(*SCANNED):
+    for rel, nodes in _sources(*SCANNED):
         if rel == "tests/catalog/test_owner.py":
             continue
-        for n in ast.walk(tree):
+        for n in nodes:
             module = n.module if isinstance(n, ast.ImportFrom) else None
             names = [a.name for a in n.names] if isinstance(n, ast.Import | ast.ImportFrom) else []
             if (module == "lakeflow.catalog.statedb" or "lakeflow.catalog.statedb" in names) and (
@@ -90,7 +98,7 @@ def test_the_catalog_connection_is_reached_only_through_the_owner_classes() -> N
             ):
                 importers.append(f"{rel}:{n.lineno}")
         if rel not in DB_HOLDERS:
-            reached += [f"{rel}:{line}" for line in _attributes(tree, {"_db"})]
+            reached += [f"{rel}:{line}" for line in _attributes(nodes, {"_db"})]
     assert not importers, f"catalog/statedb.py imported outside the catalog's state modules: {importers}"
     assert not reached, f"an owner's connection reached from outside (call its methods): {reached}"
 
