@@ -37,7 +37,8 @@ def test_a_nan_step_is_skipped_and_publishes_the_weights_it_started_from(
     tok = tokenizer(tiny_dir)
     for step in (0, 1):
         write_step_batch(store, step, tok)
-    t = Trainer(store, MODEL, load_config(write_config(tmp_path / "t.yaml", tiny_cache)), str(tmp_path / "work"))
+    config = load_config(write_config(tmp_path / "t.yaml", tiny_cache, writer="thread"))  # as test_loop.py's
+    t = Trainer(store, MODEL, config, str(tmp_path / "work"))
     assert t.start() == 0
     t.parts.objective = _nan_objective
     t.run(until_version=1)

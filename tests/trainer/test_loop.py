@@ -23,6 +23,11 @@ from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_bat
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str = "work", **overrides: object) -> Trainer:
+    """A trainer in this process. Its writes run on a thread unless a test asks for the spawned writer (the
+    default of `lakeflow train`): the writer's code is the same, and a spawned writer costs each test ~4 s of
+    CPU (imports, and torch for the optimizer checkpoint); test_writes_behind_the_step_… runs both, and every
+    `lakeflow run` test uses the process."""
+    overrides.setdefault("writer", "thread")
     config = load_config(write_config(tmp_path / f"{name}.yaml", cache, **overrides))
     return Trainer(store, MODEL, config, str(tmp_path / name))
 

@@ -22,7 +22,9 @@ EVERY = 2  # checkpoints of versions 0 and 2 (4 is the end of the run's)
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str, publish: str | None = None) -> Trainer:
-    config = load_config(write_config(tmp_path / f"{name}.yaml", cache, checkpoint_every=EVERY, publish_dtype=publish))
+    # the writer on a thread, as in test_loop.py's trainers (same code; the spawned writer: test_process.py)
+    path = tmp_path / f"{name}.yaml"
+    config = load_config(write_config(path, cache, checkpoint_every=EVERY, publish_dtype=publish, writer="thread"))
     return Trainer(store, MODEL, config, str(tmp_path / name))
 
 

@@ -107,7 +107,8 @@ def test_version_0_is_the_warmed_model_and_a_restart_does_not_warm_again(
     demos = write_demos(tmp_path / "demos.jsonl", [DEMO])
     warmup = {"data": demos, "steps": 20, "batch_size": 2, "lr": 3e-3, "chat_template": "chatml-tools"}
     # published in bf16 over float32 master weights: a restart at version 0 must find the warmed master weights
-    config = load_config(write_config(tmp_path / "c.yaml", tiny_cache, warmup=warmup, publish_dtype="bfloat16"))
+    path = tmp_path / "c.yaml"  # writes on a thread, as test_loop.py's trainers
+    config = load_config(write_config(path, tiny_cache, warmup=warmup, publish_dtype="bfloat16", writer="thread"))
     store = open_store(str(tmp_path / "lake"))
     trainer = Trainer(store, MODEL, config, str(tmp_path / "work"))
     assert trainer.start() == 0
