@@ -102,8 +102,8 @@ def _last_number(text: str) -> float | None:
     return None
 
 
-# math-verify (and sympy under it, ~0.4 s) is imported by the first math score, not by every process
-# that builds a reward: the launcher's checks, services scoring code or with a judge.
+# math-verify (and sympy under it, ~0.4 s) is imported by the first math score, not by every process that
+# builds a reward (the launcher's checks; services that score code or ask a judge).
 HAVE_MATH_VERIFY = importlib.util.find_spec("math_verify") is not None
 
 
