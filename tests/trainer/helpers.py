@@ -118,6 +118,14 @@ def write_config(path: Path, cache_dir: str, **overrides: Any) -> Path:
     return path
 
 
+def write_in_process_config(path: Path, cache_dir: str, **overrides: Any) -> Path:
+    """`write_config` for a trainer built in the test's own process: its writes run on a thread unless the test
+    asks for the spawned writer (the default of `lakeflow train`). The writer's code is the same either way, and
+    a spawned writer costs each test ~4 s of CPU (imports, and torch for the optimizer checkpoint); the spawned
+    writer is tested by test_loop's writer test, test_outbox, test_process, test_lora and every `lakeflow run`."""
+    return write_config(path, cache_dir, **{"writer": "thread", **overrides})
+
+
 def tensors(seed: int) -> dict[str, torch.Tensor]:
     """A small state of three dtypes; `w` holds a NaN with a payload (copied as bits, not as a float)."""
     g = torch.Generator().manual_seed(seed)

@@ -15,7 +15,7 @@ from lakeflow.trainer import Trainer, load_config
 from lakeflow.trainer.guard import StepGuard
 from lakeflow.trainer.losses import LossInputs, LossOutput, build_loss
 from lakeflow.weights import load_state, pull, read_manifest
-from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
+from tests.trainer.helpers import MODEL, tokenizer, write_in_process_config, write_step_batch
 
 
 def test_the_guard_refuses_non_finite_losses_and_gradients() -> None:
@@ -37,7 +37,7 @@ def test_a_nan_step_is_skipped_and_publishes_the_weights_it_started_from(
     tok = tokenizer(tiny_dir)
     for step in (0, 1):
         write_step_batch(store, step, tok)
-    config = load_config(write_config(tmp_path / "t.yaml", tiny_cache, writer="thread"))  # as test_loop.py's
+    config = load_config(write_in_process_config(tmp_path / "t.yaml", tiny_cache))
     t = Trainer(store, MODEL, config, str(tmp_path / "work"))
     assert t.start() == 0
     t.parts.objective = _nan_objective

@@ -19,16 +19,11 @@ from lakeflow.lake.metrics import read_metrics
 from lakeflow.trainer import Trainer, load_config
 from lakeflow.trainer.model import to_state
 from lakeflow.weights import list_versions, load_state, read_latest, read_manifest, state_sha256
-from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
+from tests.trainer.helpers import MODEL, tokenizer, write_in_process_config, write_step_batch
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str = "work", **overrides: object) -> Trainer:
-    """A trainer in this process. Its writes run on a thread unless a test asks for the spawned writer (the
-    default of `lakeflow train`): the writer's code is the same, and a spawned writer costs each test ~4 s of
-    CPU (imports, and torch for the optimizer checkpoint); test_writes_behind_the_step_… runs both, and every
-    `lakeflow run` test uses the process."""
-    overrides.setdefault("writer", "thread")
-    config = load_config(write_config(tmp_path / f"{name}.yaml", cache, **overrides))
+    config = load_config(write_in_process_config(tmp_path / f"{name}.yaml", cache, **overrides))
     return Trainer(store, MODEL, config, str(tmp_path / name))
 
 

@@ -15,16 +15,15 @@ from lakeflow.io import Store, open_store
 from lakeflow.lake import layout
 from lakeflow.trainer import Trainer, load_config
 from lakeflow.weights import load_state, read_manifest
-from tests.trainer.helpers import MODEL, tokenizer, write_config, write_step_batch
+from tests.trainer.helpers import MODEL, tokenizer, write_in_process_config, write_step_batch
 
 STEPS = 4
 EVERY = 2  # checkpoints of versions 0 and 2 (4 is the end of the run's)
 
 
 def trainer(store: Store, tmp_path: Path, cache: str, name: str, publish: str | None = None) -> Trainer:
-    # the writer on a thread, as in test_loop.py's trainers (same code; the spawned writer: test_process.py)
     path = tmp_path / f"{name}.yaml"
-    config = load_config(write_config(path, cache, checkpoint_every=EVERY, publish_dtype=publish, writer="thread"))
+    config = load_config(write_in_process_config(path, cache, checkpoint_every=EVERY, publish_dtype=publish))
     return Trainer(store, MODEL, config, str(tmp_path / name))
 
 

@@ -19,7 +19,7 @@ from lakeflow.trainer.check import check_trainer_config
 from lakeflow.trainer.demos import conversation_tokens, read_conversations, tokenizer_render
 from lakeflow.trainer.model import to_state
 from lakeflow.weights import list_versions
-from tests.trainer.helpers import MODEL, tokenizer, write_config
+from tests.trainer.helpers import MODEL, tokenizer, write_config, write_in_process_config
 
 LOOKUP = {"type": "function", "function": {"name": "lookup", "description": "Return the value.", "parameters": {}}}
 CALL = {"type": "function", "function": {"name": "lookup", "arguments": {}}, "id": "c1"}
@@ -107,8 +107,8 @@ def test_version_0_is_the_warmed_model_and_a_restart_does_not_warm_again(
     demos = write_demos(tmp_path / "demos.jsonl", [DEMO])
     warmup = {"data": demos, "steps": 20, "batch_size": 2, "lr": 3e-3, "chat_template": "chatml-tools"}
     # published in bf16 over float32 master weights: a restart at version 0 must find the warmed master weights
-    path = tmp_path / "c.yaml"  # writes on a thread, as test_loop.py's trainers
-    config = load_config(write_config(path, tiny_cache, warmup=warmup, publish_dtype="bfloat16", writer="thread"))
+    path = tmp_path / "c.yaml"
+    config = load_config(write_in_process_config(path, tiny_cache, warmup=warmup, publish_dtype="bfloat16"))
     store = open_store(str(tmp_path / "lake"))
     trainer = Trainer(store, MODEL, config, str(tmp_path / "work"))
     assert trainer.start() == 0
