@@ -52,6 +52,26 @@ def synth(lake_url: str, endpoint_url: str | None, config_path: str, only: tuple
     click.echo(f"splits: train {counts['train']} tasks, heldout {counts['heldout']} (repo_tasks/{config.name}/)")
 
 
+@tasks.command("files", cls=Command)
+@lake_options
+@click.option("--suite", default="files", show_default=True, help="The suite's name (repo_tasks/<suite>/).")
+@click.option("--train", "n_train", type=click.IntRange(1), default=256, show_default=True, help="Training tasks.")
+@click.option("--heldout", "n_heldout", type=click.IntRange(1), default=64, show_default=True, help="Held-out tasks.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the tasks' sample.")
+def files(lake_url: str, endpoint_url: str | None, suite: str, n_train: int, n_heldout: int, seed: int) -> None:
+    """Generate the easy workspace family (create or rewrite one file with one word) as a task suite."""
+    from lakeflow.errors import InputError
+    from lakeflow.tasks.files import generate, store_tasks
+
+    store = open_lake(lake_url, endpoint_url)
+    for split, n in (("train", n_train), ("heldout", n_heldout)):
+        try:
+            rows = store_tasks(store, suite, split, generate(n, split, seed))
+        except ValueError as e:
+            raise InputError(str(e)) from e
+        click.echo(f"{split}: {len(rows)} tasks (repo_tasks/{suite}/{split}.jsonl)")
+
+
 @tasks.command("check", cls=Command)
 @lake_options
 @click.option("--suite", required=True, help="The suite's name (repo_tasks/<suite>/).")

@@ -128,9 +128,49 @@ def test_the_suite_and_the_recipes_parse_and_render(tmp_path: Path, monkeypatch:
     monkeypatch.chdir(repo)
     suite = load_config_file(SuiteConfig, repo / "jobs" / "tasks" / "swe-tiny.yaml")
     assert len({p.name for p in suite.packages}) >= 3 and {p.split for p in suite.packages} == {"train", "heldout"}
-    for name in ("swe-tiny.yaml", "swe-qwen25-coder-7b.yaml"):
+    for name in ("swe-tiny.yaml", "smollm2-files.yaml", "swe-qwen25-coder-7b.yaml"):
         config = load_run_config(repo / "jobs" / "examples" / name)
         raas = config.models[0].raas.config
         assert raas.reward == "repo_tests" and raas.agent is not None and raas.agent.sandbox.backend == "bwrap"
     options = LaunchOptions(lake="s3://bucket/runs/x", workdir=str(repo), offline=True)  # the cluster variant renders
     assert launch(config, "k8s", options, tmp_path).files
+
+
+def test_the_files_family_is_split_by_name_and_word() -> None:
+    from lakeflow.tasks.files import generate
+
+    train, heldout = generate(200, "train", 0), generate(60, "heldout", 0)
+    assert len({t["prompt"] for t in train}) == 200 and {t["kind"] for t in train} == {"create", "edit"}
+    words = {w for t in train for w in t["prompt"].rstrip(".").split()}
+    for t in heldout:  # no held-out file name or word in any training task's prompt
+        target, word = t["solution"].split()[3], t["solution"].split()[1]
+        assert target not in words and word not in words, t["prompt"]
+    assert generate(200, "train", 0) == train and generate(200, "train", 1) != train
+    with pytest.raises(ValueError, match="at most 162"):
+        generate(500, "heldout", 0)
+
+
+@pytest.mark.skipif(bool(NO_BWRAP), reason=NO_BWRAP or "-")
+def test_files_tasks_are_stored_and_check_scores_the_solution_1(tmp_path: Path) -> None:
+    lake = ["--lake", str(tmp_path / "lake")]
+    made = CliRunner().invoke(main, ["tasks", "files", "--train", "3", "--heldout", "2", *lake])
+    assert made.exit_code == 0, made.output
+    assert "train: 3 tasks" in made.output and "heldout: 2 tasks" in made.output
+    checked = CliRunner().invoke(main, ["tasks", "check", "--suite", "files", *lake])
+    assert checked.exit_code == 0, checked.output
+    assert "5 of 5 tasks pass" in checked.output
+    too_many = CliRunner().invoke(main, ["tasks", "files", "--heldout", "500", *lake])
+    assert too_many.exit_code != 0 and "at most 162" in too_many.output
+    # the row's solution, run as an agent's shell would, passes the task's test; a wrong word does not
+    store = open_store(str(tmp_path / "lake"))
+    row = read_rows(store, "files", "heldout")[0]
+    with tempfile.TemporaryDirectory(prefix="lakeflow-test-files-") as tmp:
+        sandbox = sandbox_of_tasks(4096, 30, Path(tmp) / "sandbox")
+        sandbox.bases.store = store
+        try:
+            solved = repo_task(sandbox, ["/bin/sh", "-c", row["solution"]], {}, row["answer"], 90)
+            wrong = repo_task(sandbox, ["/bin/sh", "-c", row["solution"] + "x"], {}, row["answer"], 90)
+        finally:
+            sandbox.close()
+    assert repo_tests_reward(json.dumps(solved.tests), row["answer"]).value == 1.0
+    assert repo_tests_reward(json.dumps(wrong.tests), row["answer"]).value == 0.0
