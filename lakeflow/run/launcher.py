@@ -255,7 +255,8 @@ class Launcher:
         return self._starving_seen, self._failures_seen
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """SIGTERM everything still running, wait, then SIGKILL what remains (our children only). The
+        """SIGTERM everything still running, wait, then SIGKILL what remains of each one's process group (our
+        children and theirs only). The
         dataflow process goes last, so its final compaction covers every sample the others committed; the served
         models go before it and after the rollout services, whose judges ask them once more as they stop."""
         self._stopping = True
@@ -278,6 +279,9 @@ class Launcher:
                 except subprocess.TimeoutExpired:
                     c.process.kill()
                     c.process.wait()
+                # what outlived it in its session (a vLLM engine core still starting when its parent stopped)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(c.process.pid, signal.SIGKILL)
                 if c.log:
                     c.log.close()
 

@@ -108,3 +108,33 @@ def test_the_bar_says_starving_only_while_the_trainer_waits_for_data(tmp_path: P
         launcher.store.put(layout.trainer_stats_key("policy", step), json.dumps(stats).encode())
         progress = launcher.progress()["policy"]
         assert progress.starving == (note if wait_s / (wait_s + 25.0) >= STARVING_WAIT else None)
+
+
+def test_stop_leaves_nothing_of_a_process_behind(tmp_path: Path) -> None:
+    # a child that outlives its parent in the parent's session, as a vLLM engine core still starting did
+    pid_file = tmp_path / "grandchild.pid"
+    code = (
+        "import pathlib, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(child.pid))\n"
+        "time.sleep(120)\n"
+    )
+    launcher = Launcher(load_run_config(CONFIG), open_store(str(tmp_path / "lake")), str(tmp_path / "lake"), tmp_path)
+    launcher.components = [Component("eval-policy", [sys.executable, "-c", code], tmp_path / "eval.log")]
+    launcher.restart(launcher.components[0])
+    deadline = time.monotonic() + 60  # a guard against a hang, not a timing check
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    grandchild = int(pid_file.read_text())
+    launcher.stop()
+    while _alive(grandchild):
+        assert time.monotonic() < deadline, "the grandchild outlived the stop"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # a zombie waits for its reaper only
+    except FileNotFoundError:
+        return False

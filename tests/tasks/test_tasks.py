@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -174,3 +175,47 @@ def test_files_tasks_are_stored_and_check_scores_the_solution_1(tmp_path: Path) 
             sandbox.close()
     assert repo_tests_reward(json.dumps(solved.tests), row["answer"]).value == 1.0
     assert repo_tests_reward(json.dumps(wrong.tests), row["answer"]).value == 0.0
+
+
+def test_the_harness_writes_its_own_conversations_as_demonstrations(tmp_path: Path) -> None:
+    from lakeflow.tasks.files import generate
+    from lakeflow.trainer.demos import read_conversations
+
+    python = TINY.parents[2] / "build" / "harnesses" / "mini-swe-agent" / "bin" / "python"
+    if not python.exists():  # CI installs it (.ci/run); a missing harness fails, as in tests/run/
+        pytest.fail(f"{python} is missing: run scripts/install-harnesses")
+    rows = generate(3, "train", 0)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wrapper = TINY.parents[1] / "agents" / "mini_swe_agent.py"
+    args = ["--config", "mini-swe-agent-short.yaml", "--demos", str(tmp_path / "rows.jsonl"), "--limit", "2"]
+    done = subprocess.run([str(python), str(wrapper), *args, "--out", str(tmp_path / "d.jsonl")], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+    demos = read_conversations(str(tmp_path / "d.jsonl"))
+    assert len(demos) == 2
+    for demo, row in zip(demos, rows, strict=False):
+        assert [t["function"]["name"] for t in demo["tools"]] == ["bash"]
+        system, user, solve, observed, submit = demo["messages"]
+        assert system["role"] == "system" and user["role"] == "user"
+        assert user["content"].startswith(row["prompt"]) and "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in user["content"]
+        assert solve["tool_calls"][0]["function"]["arguments"] == {"command": row["solution"]}
+        assert observed["role"] == "tool" and json.loads(observed["content"]) == {"returncode": 0, "output": ""}
+        assert submit["tool_calls"][0]["function"]["arguments"]["command"].startswith("echo COMPLETE_TASK")
+
+
+def test_a_failed_episode_is_judged_by_its_tests_unless_judge_failed_is_off() -> None:
+    from types import SimpleNamespace
+
+    from lakeflow.raas.episodes.agent_episode import AgentEpisode, score
+    from lakeflow.raas.episodes.ends import EpisodeEnd
+    from lakeflow.raas.episodes.results import Outcome
+
+    task = SimpleNamespace(
+        answer=RepoTask(workspace="lake://x", test_files=["t.py"], fail_to_pass=["t.py::a"]).model_dump_json()
+    )
+    passed = {"tests": {"t.py::a": "PASSED"}, "error": ""}
+    cases = [(EpisodeEnd.DONE, False, 1.0), (EpisodeEnd.AGENT_ERROR, True, 1.0), (EpisodeEnd.AGENT_ERROR, False, -1.0)]
+    for end, judge_failed, expected in cases:
+        episode = AgentEpisode("token", "group", outcome=Outcome(error="stopped without a submission", tests=passed))
+        episode.end = end
+        reward, _ = score(episode, task, lambda t: repo_tests_reward, -1.0, judge_failed)  # type: ignore[arg-type]
+        assert reward.value == expected, (end, judge_failed)

@@ -83,6 +83,13 @@ class AgentConfig(StrictConfig):
         "harness earned; 'score' stores every failed episode with `failed_reward`. Either way the failed episodes "
         "are counted per end in the service's heartbeat (`lakeflow status`, the progress bar).",
     )
+    judge_failed: bool = Field(
+        True,
+        description="A repository task (`repo_tests`) whose program failed (agent_error, timeout, no_requests): "
+        "judge its workspace by the tests all the same (true: as SWE-bench judges a patch however the agent "
+        "stopped), or score it `failed_reward` (false: the harness must end its episode, as `lakeflow eval` counts "
+        "a pass).",
+    )
     max_concurrent_episodes: int = Field(32, ge=1, le=4096, description="Most episodes in flight in one service.")
     tool_parser: str = Field(
         "hermes",

@@ -59,12 +59,15 @@ class AgentEpisode:
         return True
 
 
-def score(episode: AgentEpisode, task: Task, reward: Callable[[Task], RewardFn], failed: float) -> tuple[Reward, str]:
+def score(
+    episode: AgentEpisode, task: Task, reward: Callable[[Task], RewardFn], failed: float, judge_failed: bool = True
+) -> tuple[Reward, str]:
     """The episode's reward and its failure ('' when the program gave a result that could be scored); a
-    failed episode gets the `failed` reward with its end as the reason."""
+    failed episode gets the `failed` reward with its end as the reason (a repository task's only when not
+    `judge_failed`)."""
     outcome = episode.outcome or Outcome(error="no outcome")
-    if outcome.tests is not None:  # a repository task: its workspace is judged, however the agent ended
-        return reward(task)(json.dumps(outcome.tests), task.answer), outcome.error
+    if outcome.tests is not None and (judge_failed or episode.end not in FAILURES):
+        return reward(task)(json.dumps(outcome.tests), task.answer), outcome.error  # its workspace is judged
     if episode.end not in FAILURES and outcome.reward is not None:
         return Reward(outcome.reward, "agent"), ""
     if episode.end not in FAILURES and outcome.answer is not None:
@@ -87,7 +90,7 @@ def samples(
     reward: Callable[[Task], RewardFn],
 ) -> list[Trajectory]:
     """The episode's samples: one per segment, each with the episode's reward and record."""
-    scored, error = score(episode, task, reward, agent.failed_reward)
+    scored, error = score(episode, task, reward, agent.failed_reward, agent.judge_failed)
     segments = episode.tokens.segments
     extra = episode_extra(scored, temperature, episode.end, error)
     extra |= {"requests": episode.tokens.requests, "segments": max(len(segments), 1)}
