@@ -112,4 +112,5 @@ def test_there_are_agent_jobs() -> None:
     assert {p.name for p in ENVIRONMENT_JOBS} >= {"tiny-agent.yaml", "agent-search-qwen3-8b.yaml"}
     gateway_jobs = {p.name for p in AGENT_JOBS} - {p.name for p in ENVIRONMENT_JOBS}
     harnesses = {"tiny-harness.yaml", "tiny-harness-sandbox.yaml", "swe-tiny.yaml", "swe-qwen25-coder-7b.yaml"}
+    harnesses |= {"smollm2-files.yaml"}
     assert gateway_jobs == {"tiny-agent-openai.yaml"} | harnesses
