@@ -120,9 +120,9 @@ VLLM_MAX_LORA_RANK = 512  # the largest max_lora_rank vLLM 0.32 takes
 
 def lora_engine_problems(engine: EngineConfig | None, rank: int, key: str) -> list[str]:
     """Problems of `engine` (under `key`) serving the LoRA adapters of rank `rank` that a model's trainer
-    publishes: a vLLM `max_lora_rank` below it or a rank above vLLM's largest, a factory engine whose class
-    has no `load_adapter`."""
-    if isinstance(engine, VLLMEngineConfig):
+    publishes: a vLLM `max_lora_rank` below it or a rank above vLLM's largest (unless it serves them merged), a
+    factory engine whose class has no `load_adapter`."""
+    if isinstance(engine, VLLMEngineConfig) and engine.lora_serving != "merged":
         if rank > VLLM_MAX_LORA_RANK:
             return [
                 f"{key}: vLLM serves LoRA adapters up to rank {VLLM_MAX_LORA_RANK}; the trainer's lora.rank is {rank}"

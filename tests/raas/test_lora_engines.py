@@ -76,6 +76,7 @@ def test_engines_that_cannot_serve_the_trainers_adapters_are_refused() -> None:
     assert low.startswith("e.max_lora_rank: 8 is below the trainer's lora.rank 16")
     (high,) = lora_engine_problems(VLLMEngineConfig(), 1024, "e")
     assert "up to rank 512" in high
+    assert lora_engine_problems(VLLMEngineConfig(max_lora_rank=8, lora_serving="merged"), 1024, "e") == []
     factory = FactoryEngineConfig(factory=f"{__name__}:NoAdapters")
     (none,) = lora_engine_problems(factory, 8, "e")
     assert none.startswith("e.factory: NoAdapters has no load_adapter")

@@ -216,8 +216,9 @@ def _multi_turn_tokens_match_the_trainer(engine: Any, tiny_dir: str, tiny_v1_dir
 
 
 def _adapters_served_as_lora(engine: Any, tmp_path: Path) -> None:
-    """The engine on a base serves each adapter version as a LoRA adapter: its sampled logprobs are those of
-    the merged checkpoint, version after version (a full adapter, then an adapter delta)."""
+    """The engine on a base serves each adapter version as a LoRA adapter, then (`lora_serving: merged`) merged
+    into a copy of the base and reloaded in place: its sampled logprobs are those of the merged checkpoint,
+    version after version (a full adapter, then an adapter delta), either way."""
     from lakeflow.io import open_store
     from lakeflow.models.merge import merge_adapter
     from lakeflow.raas.engines import load_version
@@ -233,11 +234,15 @@ def _adapters_served_as_lora(engine: Any, tmp_path: Path) -> None:
     prompts = [[{"role": "user", "content": "What is 3 + 4 * 5?"}]]
     bare = engine.generate(prompts, n=4, max_tokens=16, temperature=T)
     assert _max_error(tiny, bare) < TOL
-    for version in (1, 2):
+    for version, serving in ((1, "adapter"), (2, "adapter"), (1, "merged"), (2, "merged")):
+        engine.config = engine.config.model_copy(update={"lora_serving": serving})
+        started = engine.llm
         load_version(engine, store, "policy", version, cache, options)
+        assert engine.llm is started  # LoRA was on from the start; a merged copy is reloaded in place
+        assert os.path.isdir(os.path.join(cache, "policy-merged")) == (serving == "merged")
         groups = engine.generate(prompts, n=4, max_tokens=16, temperature=T)
         adapter = pull(store, "policy", str(tmp_path / f"adapter-{version}"), version, options).path
-        merged = merge_adapter(tiny, adapter, str(tmp_path / f"merged-{version}"))
+        merged = merge_adapter(tiny, adapter, str(tmp_path / f"merged-{version}-{serving}"))
         error, unmerged = _max_error(merged, groups), _max_error(tiny, groups)
-        print(f"version {version}: max |logprob error| {error:.3g} (against the bare base: {unmerged:.3g})")
+        print(f"version {version} ({serving}): max |logprob error| {error:.3g} (the bare base: {unmerged:.3g})")
         assert error < TOL < unmerged

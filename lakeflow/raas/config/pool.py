@@ -58,6 +58,13 @@ class VLLMEngineConfig(StrictConfig):
         description="Start vLLM with LoRA on, for adapters up to this rank (a LoRA trainer's versions after 0). "
         "None: off until the first adapter version arrives, which restarts vLLM once with LoRA on at its rank.",
     )
+    lora_serving: Literal["auto", "adapter", "merged"] = Field(
+        "auto",
+        description="How a LoRA adapter version is served: 'adapter' as a vLLM LoRA adapter on the base weights "
+        "(LoRARequest: vLLM's LoRA kernels, the usual choice on GPUs); 'merged' merged into a copy of the base and "
+        "reloaded in place like a full version (on CPU vLLM samples 5-6x faster that way than through its LoRA "
+        "path); 'auto' merged on CPU, adapter elsewhere.",
+    )
 
 
 class FactoryEngineConfig(StrictConfig):
