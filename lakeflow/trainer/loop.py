@@ -165,8 +165,9 @@ class Trainer:
         base = to_state(self._published(distributed.full_tensors(self.model)))
         self.version = publisher.publish_base(base, labelled(files, self.publish_dtype))
         log.info(
-            "published the base model %s as version %d of %s (%s; master weights %s)",
-            c.model, self.version, self.model_id, self.publish_dtype, c.dtype,
+            "published the base model %s%s as version %d of %s (%s; master weights %s)",
+            c.model, " after its warm-up" if c.warmup is not None else "", self.version, self.model_id,
+            self.publish_dtype, c.dtype,
         )  # fmt: skip
 
     def close(self) -> None:
