@@ -12,7 +12,8 @@ tool, rules and reward, written against the `openai` client) with as many episod
 widest environment setting; everything else in the config is the same. The gateway settings differ in
 where the program runs (threads of the service, or a worker process: `agent.processes`) and whether
 its episodes share one HTTP client (`GATEWAY_SETTINGS`); each also reports the gateway's own cost per
-request.
+request. Every setting reports the CPU time of the benchmark's process per episode (the service, the
+transformers engine, the programs on threads; not vLLM's engine process or the worker processes).
 """
 
 from __future__ import annotations
@@ -87,10 +88,13 @@ def waiting_agent(
     for `calls` calls, else 0. Each episode builds its own `OpenAI` client, as the examples do (about 20 ms
     of CPU: httpx builds an SSL context even for http://); `shared_http` passes every episode's client one
     `httpx.Client` instead, so the program's own start costs next to nothing. With `log`, each request's
-    start and end (`time.monotonic()`, the same clock in every process) are appended to that file."""
+    start and end (`time.monotonic()`, the same clock in every process) and the program's own CPU time
+    (its thread's: the `openai` call's, and on the first request also building the client) are appended to
+    that file."""
     import httpx
     from openai import OpenAI
 
+    cpu = time.thread_time()
     if shared_http and not _SHARED_HTTP:
         _SHARED_HTTP.append(httpx.Client())
     http = _SHARED_HTTP[0] if shared_http else None
@@ -100,7 +104,8 @@ def waiting_agent(
     while made < calls:
         started = time.monotonic()
         reply = openai.chat.completions.create(model=client["model"], messages=messages, tools=TOOLS)
-        spans.append(f"{started} {time.monotonic()}\n")
+        spent, cpu = time.thread_time() - cpu, time.thread_time()
+        spans.append(f"{started} {time.monotonic()} {spent}\n")
         message = reply.choices[0].message
         if not message.tool_calls:
             break
@@ -173,12 +178,14 @@ def run(
     calls: int = 2,
     engine_type: str = "hf",
     gateway: bool = False,
+    gather_s: float | None = None,
 ) -> dict[str, Any]:
     """Episodes/s of one rollout service at each concurrency (the same engine, loaded once); with
-    `gateway`, also of `waiting_agent` through the gateway at the widest concurrency."""
+    `gateway`, also of `waiting_agent` through the gateway at the widest concurrency (`gather_s`: the
+    gateway's, None for its default)."""
     work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-agent-"))
     try:
-        return _run(work, episodes, concurrency, tool_s, calls, engine_type, gateway)
+        return _run(work, episodes, concurrency, tool_s, calls, engine_type, gateway, gather_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -191,6 +198,7 @@ def _run(
     calls: int,
     engine_type: str,
     gateway: bool,
+    gather_s: float | None,
 ) -> dict[str, Any]:
     from lakeflow.models import resolve_model
     from lakeflow.raas.config import RaasConfig
@@ -209,19 +217,19 @@ def _run(
     engines: list[Any] = []
     busy: list[tuple[float, float]] = []  # (start, end) of every engine call
 
-    def play(setting: str, width: int, n: int, tag: str) -> tuple[int, float, Any]:
+    def play(setting: str, width: int, n: int, tag: str) -> tuple[int, float, float, Any]:
         store = open_store(str(work / f"lake-{tag}"))
         issue(store, n, f"{tag}-")
-        section = _section(setting, width, tool_s, calls, str(work / f"requests-{tag}"))
+        section = _section(setting, width, tool_s, calls, str(work / f"requests-{tag}"), gather_s)
         config = RaasConfig.model_validate({**common, **section})
         if not engines:
             engines.append(_timed(build_engine(config.engine, seed=0), busy))
         service = RolloutService(store, "policy", config, engine=engines[0])
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         stats = service.run(max_groups=n)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
         service.close()
-        return stats.groups, seconds, store
+        return stats.groups, seconds, cpu, store
 
     common: dict[str, Any] = {
         "engine": engine_config,
@@ -238,7 +246,7 @@ def _run(
         # untimed first: each setting's one-time costs (the engine's first calls, the openai client's first
         # request, which builds its response models) are paid before its timed episodes, as in a long run
         play(setting, width, min(width, 4), f"warm-{setting}-{width}")
-        groups, seconds, store = play(setting, width, episodes, f"{setting}-{width}")
+        groups, seconds, cpu, store = play(setting, width, episodes, f"{setting}-{width}")
         tool_calls, turns = _structure(store, engines[0].decode)
         results.append(
             {
@@ -247,6 +255,7 @@ def _run(
                 "episodes": groups,
                 "seconds": round(seconds, 3),
                 "episodes_per_s": round(groups / seconds, 3),
+                "cpu_ms_per_episode": round(cpu * 1000 / max(groups, 1), 1),
                 "tool_calls_per_episode": round(tool_calls / max(groups, 1), 3),
                 "turns_per_episode": round(turns / max(groups, 1), 3),
                 **_gateway_cost(work / f"requests-{setting}-{width}", busy),
@@ -275,16 +284,17 @@ GATEWAY_SETTINGS = {  # setting: (agent.processes, every episode's client on one
 }
 
 
-def _section(setting: str, width: int, tool_s: float, calls: int, log: str) -> dict[str, Any]:
-    """The config section that differs between settings: the environment, or the agent program (the default
-    gather_s, 0.05 s: a round goes as soon as every running episode has asked)."""
+def _section(setting: str, width: int, tool_s: float, calls: int, log: str, gather_s: float | None) -> dict[str, Any]:
+    """The config section that differs between settings: the environment, or the agent program (`gather_s`
+    None: the gateway's default; a round goes as soon as every running episode has asked)."""
     if setting == "environment":
         environment = {"name": f"{__name__}:Waiting", "args": {"tool_s": tool_s, "calls": calls}}
         return {"environment": {**environment, "max_concurrent_episodes": width, "max_turns": calls + 1}}
     processes, shared = GATEWAY_SETTINGS[setting]
     args = {"tool_s": tool_s, "calls": calls, "shared_http": shared, "log": log}
     program = {"program": f"{__name__}:waiting_agent", "args": args, "processes": processes}
-    return {"agent": {**program, "max_concurrent_episodes": width, "max_seconds": 600}}
+    gateway = {} if gather_s is None else {"gateway": {"gather_s": gather_s}}
+    return {"agent": {**program, **gateway, "max_concurrent_episodes": width, "max_seconds": 600}}
 
 
 def _timed(engine: Any, busy: list[tuple[float, float]]) -> Any:
@@ -305,20 +315,23 @@ def _timed(engine: Any, busy: list[tuple[float, float]]) -> Any:
 def _gateway_cost(log: Path, busy: list[tuple[float, float]]) -> dict[str, Any]:
     """The gateway's own cost per request of a gateway setting: the time its client waited for the answer
     less the engine's time in those same seconds (HTTP, parsing, rendering, tokenizing, the gather window
-    and waiting for the service's loop), p50 and p99 in milliseconds."""
+    and waiting for the service's loop), p50 and p99 in milliseconds; and the program's own CPU time per
+    request, its client's start included (ms, mean)."""
     if not log.exists():
         return {}
-    costs = []
+    costs, program = [], 0.0
     for line in log.read_text().splitlines():
-        start, end = map(float, line.split())
+        start, end, cpu = map(float, line.split())
         engine = sum(max(0.0, min(end, b_end) - max(start, b_start)) for b_start, b_end in busy)
         costs.append((end - start - engine) * 1000)
+        program += cpu * 1000
     costs.sort()
 
     def at(q: float) -> float:
         return round(costs[min(len(costs) - 1, int(q * len(costs)))], 1)
 
-    return {"requests": len(costs), "gateway_ms_p50": at(0.5), "gateway_ms_p99": at(0.99)}
+    cost = {"requests": len(costs), "gateway_ms_p50": at(0.5), "gateway_ms_p99": at(0.99)}
+    return cost | {"program_cpu_ms_per_request": round(program / max(len(costs), 1), 1)}
 
 
 def _structure(store: Any, decode: Callable[[list[int]], str]) -> tuple[int, int]:
@@ -358,11 +371,13 @@ def render(result: dict[str, Any]) -> str:
         "seconds",
         "episodes_per_s",
         "ratio_to_one_at_a_time",
+        "cpu_ms_per_episode",
         "tool_calls_per_episode",
         "turns_per_episode",
     )
     rows = [[r.get("setting", "environment"), *(str(r[k]) for k in keys)] for r in result["results"]]
-    head = ["played by", "concurrent", "episodes", "s", "episodes/s", "x one-at-a-time", "tool calls/ep", "turns/ep"]
+    head = ["played by", "concurrent", "episodes", "s", "episodes/s", "x one-at-a-time", "CPU ms/ep", "tool calls/ep"]
+    head.append("turns/ep")
     title = f"engine {result['engine']}, tool sleeps {result['tool_s']} s, {result['calls_per_episode']} calls/episode"
     lines = [title, *text_table(head, rows, rule=True)]
     for r in result["results"]:
@@ -370,6 +385,7 @@ def render(result: dict[str, Any]) -> str:
             lines.append(f"{r['setting']} / environment at the same concurrency: {r['vs_environment']}x")
         if "requests" in r:
             cost = f"p50 {r['gateway_ms_p50']} ms, p99 {r['gateway_ms_p99']} ms over {r['requests']} requests"
+            cost += f"; the program's own CPU {r['program_cpu_ms_per_request']} ms per request"
             lines.append(f"{r['setting']}: the gateway's own cost per request (wait less engine time) {cost}")
     return "\n".join(lines)
 
@@ -383,13 +399,23 @@ def render(result: dict[str, Any]) -> str:
 @click.option(
     "--gateway", is_flag=True, help="Also play the episodes with an OpenAI-client program through the gateway."
 )
+@click.option(
+    "--gather-s", type=click.FloatRange(min=0), default=None, help="The gateway's gather_s (default: its config's)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_agent(
-    episodes: int, concurrent: int, tool_s: float, calls: int, engine: str, gateway: bool, as_json: bool
+    episodes: int,
+    concurrent: int,
+    tool_s: float,
+    calls: int,
+    engine: str,
+    gateway: bool,
+    gather_s: float | None,
+    as_json: bool,
 ) -> None:
     """Episodes/s of workflow `agent` on the tiny model taught to call a sleeping tool: `--concurrent`
     episodes in flight beside one at a time, the same service code and engine, in one run; `--gateway`
     adds the same episodes at `--concurrent` played by an OpenAI-client program through the gateway."""
-    result = run(episodes, (1, concurrent), tool_s, calls, engine, gateway)
+    result = run(episodes, (1, concurrent), tool_s, calls, engine, gateway, gather_s)
     result["machine"] = machine()
     click.echo(json.dumps(result, indent=1) if as_json else render(result))

@@ -21,11 +21,12 @@ class GatewayConfig(StrictConfig):
         "host name); episodes are still told apart by the token in the path.",
     )
     gather_s: float = Field(
-        0.05,
+        0.0,
         ge=0,
         le=10,
         description="After the first request of a round, wait at most this long for the other running episodes' "
-        "requests, so they are generated together in one engine call.",
+        "requests, so they are generated together in one engine call. 0: a round takes the requests already in "
+        "and goes, as the environment runner does (those that arrive while the engine runs make the next round).",
     )
     max_body_bytes: int = Field(4 << 20, ge=1024, description="Largest request body accepted (413 above).")
 
