@@ -4,6 +4,7 @@ tool call): what the agent gets back, and the exact tokens each episode stores."
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from lakeflow.models.tiny import LOOKUP_CALL
@@ -48,6 +49,32 @@ def test_an_openai_client_agent_calls_the_tool_and_its_episode_is_one_exact_cont
     contexts = {tuple(c) for c in engine.contexts[4:]}
     stored = {tuple(t.prompt_ids + t.response_ids[: t.loss_mask.index(1, 2)]) for t in group.trajectories}
     assert contexts == stored  # the second request was generated from the stored ids, extended: nothing re-rendered
+
+
+class SlowFirstCall(Scripted):
+    """The lookup script, whose first engine call takes `first_s`: the requests that come in meanwhile wait."""
+
+    def __init__(self, tok: Any, first_s: float) -> None:
+        super().__init__(tok, lookup_engine(tok).reply)
+        self.first_s = first_s
+
+    def generate(self, prompts: Any, n: int, max_tokens: int, temperature: float) -> Any:
+        if not self.calls:
+            time.sleep(self.first_s)
+        return super().generate(prompts, n, max_tokens, temperature)
+
+
+def test_without_a_gather_window_the_requests_that_come_in_meanwhile_go_together(tok: Any, drive: Any) -> None:
+    engine = SlowFirstCall(tok, first_s=1.5)
+    driver = drive(engine, AgentConfig(program="lookup_openai:play"))  # gather_s 0, the default
+    driver.add("g", make_task(4, prompt="Value?", answer="7"))
+    (group,) = driver.groups()
+    assert [t.reward for t in group.trajectories] == [1.0] * 4
+    # a round took the first request (or every one already in) and went; the others, arriving while the engine
+    # ran, went into the next round together, not one round each
+    first = engine.calls[:2] if engine.calls[0] < 4 else engine.calls[:1]
+    assert sum(first) == 4, engine.calls
+    assert sum(engine.calls) == 8  # two requests per episode
 
 
 def test_the_responses_api_and_streaming_reach_the_same_tokens(tok: Any, drive: Any) -> None:
