@@ -292,6 +292,9 @@ def _merged_copy(base_dir: str, adapter_dir: str) -> str:
     """The base model with the adapter merged in, written beside the adapter as `<adapter_dir>-merged` (replacing
     the copy of the version before, through a temporary directory) with the base's own config.json, so that the
     engine reloads it in place; returns its path."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # a bar in the service's log per version otherwise
     t0 = time.perf_counter()
     merged = adapter_dir.rstrip("/") + "-merged"
     partial = merged + ".partial"

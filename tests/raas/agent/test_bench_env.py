@@ -26,8 +26,10 @@ def test_the_table_shows_the_ratio() -> None:
         "seconds": 2.9,
         "episodes_per_s": 11.0,
         "ratio_to_one_at_a_time": 49.8,
+        "cpu_ms_per_episode": 9.7,
         "tool_calls_per_episode": 1.9,
         "turns_per_episode": 2.0,
     }
     text = render({"engine": "vllm", "tool_s": 0.2, "calls_per_episode": 2, "results": [row]})
     assert "x one-at-a-time" in text and "49.8" in text
+    assert "CPU ms/ep" in text and "9.7" in text
