@@ -376,8 +376,17 @@ def render(result: dict[str, Any]) -> str:
         "turns_per_episode",
     )
     rows = [[r.get("setting", "environment"), *(str(r[k]) for k in keys)] for r in result["results"]]
-    head = ["played by", "concurrent", "episodes", "s", "episodes/s", "x one-at-a-time", "CPU ms/ep", "tool calls/ep"]
-    head.append("turns/ep")
+    head = [
+        "played by",
+        "concurrent",
+        "episodes",
+        "s",
+        "episodes/s",
+        "x one-at-a-time",
+        "CPU ms/ep",
+        "tool calls/ep",
+        "turns/ep",
+    ]
     title = f"engine {result['engine']}, tool sleeps {result['tool_s']} s, {result['calls_per_episode']} calls/episode"
     lines = [title, *text_table(head, rows, rule=True)]
     for r in result["results"]:
