@@ -178,11 +178,11 @@ def run(
     calls: int = 2,
     engine_type: str = "hf",
     gateway: bool = False,
-    gather_s: float | None = None,
+    gather_s: Sequence[float | None] = (None,),
 ) -> dict[str, Any]:
     """Episodes/s of one rollout service at each concurrency (the same engine, loaded once); with
-    `gateway`, also of `waiting_agent` through the gateway at the widest concurrency (`gather_s`: the
-    gateway's, None for its default)."""
+    `gateway`, also of `waiting_agent` through the gateway at the widest concurrency, every gateway setting
+    once per `gather_s` (the gateway's window; None: its default), in one process."""
     work = Path(tempfile.mkdtemp(prefix="lakeflow-bench-agent-"))
     try:
         return _run(work, episodes, concurrency, tool_s, calls, engine_type, gateway, gather_s)
@@ -198,7 +198,7 @@ def _run(
     calls: int,
     engine_type: str,
     gateway: bool,
-    gather_s: float | None,
+    gather_s: Sequence[float | None],
 ) -> dict[str, Any]:
     from lakeflow.models import resolve_model
     from lakeflow.raas.config import RaasConfig
@@ -210,17 +210,17 @@ def _run(
     engine_config: dict[str, Any] = {"type": engine_type}
     if engine_type == "vllm":
         engine_config |= {"max_model_len": 512, "enforce_eager": True}
-    settings = [("environment", width) for width in concurrency]
+    settings: list[tuple[str, int, float | None]] = [("environment", width, None) for width in concurrency]
     if gateway:
-        settings += [(setting, max(concurrency)) for setting in GATEWAY_SETTINGS]
+        settings += [(setting, max(concurrency), g) for g in gather_s for setting in GATEWAY_SETTINGS]
     results: list[dict[str, Any]] = []
     engines: list[Any] = []
     busy: list[tuple[float, float]] = []  # (start, end) of every engine call
 
-    def play(setting: str, width: int, n: int, tag: str) -> tuple[int, float, float, Any]:
+    def play(setting: str, width: int, gather: float | None, n: int, tag: str) -> tuple[int, float, float, Any]:
         store = open_store(str(work / f"lake-{tag}"))
         issue(store, n, f"{tag}-")
-        section = _section(setting, width, tool_s, calls, str(work / f"requests-{tag}"), gather_s)
+        section = _section(setting, width, tool_s, calls, str(work / f"requests-{tag}"), gather)
         config = RaasConfig.model_validate({**common, **section})
         if not engines:
             engines.append(_timed(build_engine(config.engine, seed=0), busy))
@@ -242,15 +242,17 @@ def _run(
         "commit_window_s": 0,
         "cache_dir": str(work / "cache"),
     }
-    for setting, width in settings:
+    for setting, width, gather in settings:
+        tag = f"{setting}-{width}" + ("" if gather is None else f"-g{gather}")
         # untimed first: each setting's one-time costs (the engine's first calls, the openai client's first
         # request, which builds its response models) are paid before its timed episodes, as in a long run
-        play(setting, width, min(width, 4), f"warm-{setting}-{width}")
-        groups, seconds, cpu, store = play(setting, width, episodes, f"{setting}-{width}")
+        play(setting, width, gather, min(width, 4), f"warm-{tag}")
+        groups, seconds, cpu, store = play(setting, width, gather, episodes, tag)
         tool_calls, turns = _structure(store, engines[0].decode)
         results.append(
             {
                 "setting": setting,
+                "gather_s": gather,
                 "concurrent_episodes": width,
                 "episodes": groups,
                 "seconds": round(seconds, 3),
@@ -258,7 +260,7 @@ def _run(
                 "cpu_ms_per_episode": round(cpu * 1000 / max(groups, 1), 1),
                 "tool_calls_per_episode": round(tool_calls / max(groups, 1), 3),
                 "turns_per_episode": round(turns / max(groups, 1), 3),
-                **_gateway_cost(work / f"requests-{setting}-{width}", busy),
+                **_gateway_cost(work / f"requests-{tag}", busy),
             }
         )
     engine = engines[0] if engines else None
@@ -375,7 +377,7 @@ def render(result: dict[str, Any]) -> str:
         "tool_calls_per_episode",
         "turns_per_episode",
     )
-    rows = [[r.get("setting", "environment"), *(str(r[k]) for k in keys)] for r in result["results"]]
+    rows = [[_label(r), *(str(r[k]) for k in keys)] for r in result["results"]]
     head = [
         "played by",
         "concurrent",
@@ -391,12 +393,18 @@ def render(result: dict[str, Any]) -> str:
     lines = [title, *text_table(head, rows, rule=True)]
     for r in result["results"]:
         if "vs_environment" in r:
-            lines.append(f"{r['setting']} / environment at the same concurrency: {r['vs_environment']}x")
+            lines.append(f"{_label(r)} / environment at the same concurrency: {r['vs_environment']}x")
         if "requests" in r:
             cost = f"p50 {r['gateway_ms_p50']} ms, p99 {r['gateway_ms_p99']} ms over {r['requests']} requests"
             cost += f"; the program's own CPU {r['program_cpu_ms_per_request']} ms per request"
-            lines.append(f"{r['setting']}: the gateway's own cost per request (wait less engine time) {cost}")
+            lines.append(f"{_label(r)}: the gateway's own cost per request (wait less engine time) {cost}")
     return "\n".join(lines)
+
+
+def _label(row: dict[str, Any]) -> str:
+    """A row's setting, with its gather window where the run set one."""
+    setting = str(row.get("setting", "environment"))
+    return setting if row.get("gather_s") is None else f"{setting} gather_s={row['gather_s']:g}"
 
 
 @click.command("agent")
@@ -409,7 +417,10 @@ def render(result: dict[str, Any]) -> str:
     "--gateway", is_flag=True, help="Also play the episodes with an OpenAI-client program through the gateway."
 )
 @click.option(
-    "--gather-s", type=click.FloatRange(min=0), default=None, help="The gateway's gather_s (default: its config's)."
+    "--gather-s",
+    type=click.FloatRange(min=0),
+    multiple=True,
+    help="The gateway's gather_s (default: its config's); given more than once, every gateway setting runs at each.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def bench_agent(
@@ -419,12 +430,12 @@ def bench_agent(
     calls: int,
     engine: str,
     gateway: bool,
-    gather_s: float | None,
+    gather_s: tuple[float, ...],
     as_json: bool,
 ) -> None:
     """Episodes/s of workflow `agent` on the tiny model taught to call a sleeping tool: `--concurrent`
     episodes in flight beside one at a time, the same service code and engine, in one run; `--gateway`
     adds the same episodes at `--concurrent` played by an OpenAI-client program through the gateway."""
-    result = run(episodes, (1, concurrent), tool_s, calls, engine, gateway, gather_s)
+    result = run(episodes, (1, concurrent), tool_s, calls, engine, gateway, gather_s or (None,))
     result["machine"] = machine()
     click.echo(json.dumps(result, indent=1) if as_json else render(result))

@@ -33,3 +33,13 @@ def test_the_table_shows_the_ratio() -> None:
     text = render({"engine": "vllm", "tool_s": 0.2, "calls_per_episode": 2, "results": [row]})
     assert "x one-at-a-time" in text and "49.8" in text
     assert "CPU ms/ep" in text and "9.7" in text
+
+
+def test_gateway_rows_at_several_windows_are_told_apart() -> None:
+    base = {"concurrent_episodes": 32, "episodes": 32, "seconds": 2.0, "episodes_per_s": 16.0}
+    base |= {"ratio_to_one_at_a_time": 8.0, "cpu_ms_per_episode": 70.0, "tool_calls_per_episode": 2.0}
+    base |= {"turns_per_episode": 2.0, "setting": "gateway", "vs_environment": 0.8}
+    rows = [base | {"gather_s": 0.05}, base | {"gather_s": 0.0, "vs_environment": 0.9}]
+    text = render({"engine": "hf", "tool_s": 0.2, "calls_per_episode": 2, "results": rows})
+    assert "gateway gather_s=0.05 / environment at the same concurrency: 0.8x" in text
+    assert "gateway gather_s=0 / environment at the same concurrency: 0.9x" in text

@@ -51,22 +51,26 @@ def test_an_openai_client_agent_calls_the_tool_and_its_episode_is_one_exact_cont
     assert contexts == stored  # the second request was generated from the stored ids, extended: nothing re-rendered
 
 
-class SlowFirstCall(Scripted):
-    """The lookup script, whose first engine call takes `first_s`: the requests that come in meanwhile wait."""
+class HeldFirstCall(Scripted):
+    """The lookup script, whose first engine call goes on only once `ready()` (at most 60 s): the requests that
+    come in meanwhile wait for the next round."""
 
-    def __init__(self, tok: Any, first_s: float) -> None:
+    def __init__(self, tok: Any) -> None:
         super().__init__(tok, lookup_engine(tok).reply)
-        self.first_s = first_s
+        self.ready: Any = lambda: True
 
     def generate(self, prompts: Any, n: int, max_tokens: int, temperature: float) -> Any:
-        if not self.calls:
-            time.sleep(self.first_s)
+        deadline = time.monotonic() + 60
+        while not self.calls and not self.ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return super().generate(prompts, n, max_tokens, temperature)
 
 
 def test_without_a_gather_window_the_requests_that_come_in_meanwhile_go_together(tok: Any, drive: Any) -> None:
-    engine = SlowFirstCall(tok, first_s=1.5)
+    engine = HeldFirstCall(tok)
     driver = drive(engine, AgentConfig(program="lookup_openai:play"))  # gather_s 0, the default
+    episodes = lambda: [e for g in driver.runner.flight.groups.values() for e in g.episodes]  # noqa: E731
+    engine.ready = lambda: len(episodes()) == 4 and all(e.busy for e in episodes())  # every first request is in
     driver.add("g", make_task(4, prompt="Value?", answer="7"))
     (group,) = driver.groups()
     assert [t.reward for t in group.trajectories] == [1.0] * 4
